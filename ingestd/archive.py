@@ -1,0 +1,201 @@
+"""The WORM archive: streamed SHA-256, atomic no-overwrite placement, read-only files.
+
+Layout: ``<root>/<tenant>/<yyyy>/<mm>/<sha256>.<ext>``. A file is first copied into a
+temp file *in its target directory* (same filesystem, so the final step is a link),
+hashed while copying, fsynced and made 0440; then hard-linked to its final name, which
+fails instead of overwriting if the name exists, and the directory is fsynced. Only
+after that may a database row point at it.
+
+``ArchiveStore`` is the seam for other backends (S3 with Object Lock in compliance mode
+is the natural WORM equivalent); intake only speaks to the protocol.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import os
+import secrets
+import stat
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Protocol
+
+from ingestd.errors import ArchiveError
+
+TEMP_PREFIX = ".tmp-"
+CHUNK = 1024 * 1024
+FILE_MODE = 0o440
+DIR_MODE = 0o750
+
+
+class TooLarge(Exception):
+    """The source grew past the size limit while it was being copied."""
+
+
+@dataclass(frozen=True, slots=True)
+class StagedFile:
+    """A complete, fsynced copy with its hash, not yet under its final name."""
+
+    tenant: str
+    temp_path: Path
+    target_dir: Path
+    relative_dir: str
+    sha256: str
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class ArchivedFile:
+    relpath: str
+    sha256: str
+    size: int
+    reused: bool  # an identical file was already there (crash recovery); not rewritten
+
+
+class ArchiveStore(Protocol):
+    def stage(self, tenant: str, src_fd: int, *, max_bytes: int, when: datetime) -> StagedFile: ...
+    def commit(self, staged: StagedFile, extension: str) -> ArchivedFile: ...
+    def discard(self, staged: StagedFile) -> None: ...
+    def path_of(self, relpath: str) -> Path: ...
+    def iter_files(self) -> Iterator[str]: ...
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def makedirs_durable(path: Path, mode: int = DIR_MODE) -> None:
+    """mkdir -p where every newly created entry is fsynced into its parent."""
+    if path.is_dir():
+        return
+    makedirs_durable(path.parent, mode)
+    try:
+        os.mkdir(path, mode)
+    except FileExistsError:
+        return
+    fsync_dir(path.parent)
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    buf = bytearray(CHUNK)
+    view = memoryview(buf)
+    with open(path, "rb", buffering=0) as fh:
+        while n := fh.readinto(view):
+            digest.update(view[:n])
+    return digest.hexdigest()
+
+
+class LocalArchive:
+    """WORM store on a local (or mounted) POSIX filesystem."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+
+    def path_of(self, relpath: str) -> Path:
+        path = (self.root / relpath).resolve()
+        if self.root.resolve() not in path.parents:
+            raise ArchiveError(f"archive path escapes the archive root: {relpath!r}")
+        return path
+
+    def stage(self, tenant: str, src_fd: int, *, max_bytes: int, when: datetime) -> StagedFile:
+        relative_dir = f"{tenant}/{when:%Y}/{when:%m}"
+        target_dir = self.root / relative_dir
+        try:
+            makedirs_durable(target_dir)
+            temp_path = target_dir / f"{TEMP_PREFIX}{secrets.token_hex(8)}"
+            out = os.open(
+                temp_path,
+                os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                0o600,
+            )
+        except OSError as exc:
+            raise ArchiveError(f"cannot create a file in {target_dir}: {exc.strerror}") from exc
+        digest = hashlib.sha256()
+        size = 0
+        buf = bytearray(CHUNK)
+        view = memoryview(buf)
+        try:
+            src = os.fdopen(src_fd, "rb", buffering=0, closefd=False)
+            os.lseek(src_fd, 0, os.SEEK_SET)
+            while n := src.readinto(view):
+                size += n
+                if size > max_bytes:
+                    raise TooLarge(f"larger than the limit of {max_bytes} bytes")
+                digest.update(view[:n])
+                written = 0
+                while written < n:
+                    written += os.write(out, view[written:n])
+            os.fsync(out)
+            # Read-only before it ever gets its final name: there is no instant at which
+            # the archived name refers to a writable file.
+            os.fchmod(out, FILE_MODE)
+        except BaseException as exc:
+            os.close(out)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(temp_path)
+            if isinstance(exc, OSError):
+                raise ArchiveError(f"cannot write {temp_path}: {exc.strerror}") from exc
+            raise
+        os.close(out)
+        return StagedFile(tenant, temp_path, target_dir, relative_dir, digest.hexdigest(), size)
+
+    def commit(self, staged: StagedFile, extension: str) -> ArchivedFile:
+        name = f"{staged.sha256}.{extension}"
+        final = staged.target_dir / name
+        relpath = f"{staged.relative_dir}/{name}"
+        reused = False
+        try:
+            # link(2) never replaces an existing name: no-overwrite by construction.
+            os.link(staged.temp_path, final, follow_symlinks=False)
+        except FileExistsError:
+            self._check_existing(final, staged)
+            reused = True
+        except OSError as exc:
+            raise ArchiveError(f"cannot link {final}: {exc.strerror}") from exc
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(staged.temp_path)
+        fsync_dir(staged.target_dir)
+        return ArchivedFile(relpath, staged.sha256, staged.size, reused)
+
+    def _check_existing(self, final: Path, staged: StagedFile) -> None:
+        # Same name means same content unless the archive was damaged. Re-hash (rare:
+        # only crash recovery gets here) and never overwrite: verify reports the damage.
+        st = os.lstat(final)
+        if not stat.S_ISREG(st.st_mode):
+            raise ArchiveError(f"archive entry {final} exists and is not a regular file")
+        if st.st_size != staged.size or sha256_of(final) != staged.sha256:
+            raise ArchiveError(
+                f"archive file {final} exists with different content; refusing to overwrite "
+                "(run 'ingestd verify')"
+            )
+
+    def discard(self, staged: StagedFile) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(staged.temp_path)
+
+    def iter_files(self) -> Iterator[str]:
+        """Every file below the root as a relative path, temp files included."""
+        if not self.root.is_dir():
+            return
+        for dirpath, _dirs, files in os.walk(self.root):
+            rel = os.path.relpath(dirpath, self.root)
+            for f in files:
+                yield f if rel == "." else f"{rel}/{f}"
+
+
+def is_temp(relpath: str) -> bool:
+    return os.path.basename(relpath).startswith(TEMP_PREFIX)
+
+
+def errno_name(exc: OSError) -> str:
+    return errno.errorcode.get(exc.errno or 0, "EIO")

@@ -1,0 +1,292 @@
+"""The ``ingestd`` command line. Every command takes --config; parseable output with --json."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from ingestd import __version__, log
+from ingestd.config import Config, default_config_path, load_config
+from ingestd.errors import ConfigError, ExitCode, IngestdError, TenantError, TenantNotFound
+from ingestd.intake import IntakeItem, Outcome
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+def _print_json(data: Any) -> None:
+    json.dump(data, sys.stdout, indent=2, default=str, ensure_ascii=False)
+    sys.stdout.write("\n")
+
+
+def _shown(text: str) -> str:
+    """A path or name as it can be printed: undecodable bytes and controls escaped."""
+    if text.isprintable():
+        return text
+    text = text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
+
+
+def _load(args: argparse.Namespace) -> Config:
+    config = load_config(args.config)
+    log.configure(config.log.level, config.log.format)
+    return config
+
+
+# -- check-config -----------------------------------------------------------------------
+def cmd_check_config(args: argparse.Namespace) -> int:
+    files = args.files or [args.config or default_config_path()]
+    results = []
+    status = ExitCode.ok
+    for f in files:
+        try:
+            load_config(f)
+            results.append({"file": str(f), "ok": True, "problems": []})
+        except ConfigError as exc:
+            results.append({"file": str(f), "ok": False, "problems": exc.problems, "error": exc.message})
+            status = ExitCode.config_invalid
+    if args.json:
+        _print_json(results)
+    else:
+        for r in results:
+            if r["ok"]:
+                print(f"{r['file']}: OK")
+            else:
+                print(f"{r['error']}" if r["problems"] == [r["error"]] else f"{r['error']}:")
+                if r["problems"] != [r["error"]]:
+                    for p in r["problems"]:
+                        print(f"  {r['file']}: {p}")
+    return status
+
+
+# -- migrate ----------------------------------------------------------------------------
+def cmd_migrate(args: argparse.Namespace) -> int:
+    from ingestd.runtime import open_database
+    from ingestd.schema import migrate
+
+    config = _load(args)
+    with open_database(config, migrate_schema=False) as db:
+        report = migrate(db)
+    if args.json:
+        _print_json({"applied": report.applied, "version": report.current_version})
+    elif report.applied:
+        print(f"applied {', '.join(report.applied)}; schema version {report.current_version}")
+    else:
+        print(f"schema is up to date (version {report.current_version})")
+    return ExitCode.ok
+
+
+# -- tenant -----------------------------------------------------------------------------
+def cmd_tenant(args: argparse.Namespace) -> int:
+    from ingestd.runtime import open_database
+
+    config = _load(args)
+    with open_database(config) as db, db.transaction() as tx:
+        if args.tenant_cmd == "list":
+            rows = tx.all("tenant_list")
+            if args.json:
+                _print_json(rows)
+            else:
+                print(f"{'NAME':<24} {'STATUS':<10} {'DOCUMENTS':>9}")
+                for r in rows:
+                    print(f"{r['name']:<24} {r['status']:<10} {r['documents']:>9}")
+            return ExitCode.ok
+        if args.tenant_cmd == "create":
+            # Until provisioning jobs exist, a new tenant is usable at once.
+            row = tx.one("tenant_insert", {"name": args.name, "status": "active"})
+            if row is None:
+                raise TenantError(f"tenant {args.name!r} already exists")
+            print(f"created tenant {row['name']} (id {row['id']}, {row['status']})")
+            return ExitCode.ok
+        transitions = {
+            "suspend": ("suspended", ["active"]),
+            "activate": ("active", ["suspended", "creating"]),
+        }
+        target, sources = transitions[args.tenant_cmd]
+        row = tx.one("tenant_set_status", {"name": args.name, "status": target, "from_statuses": sources})
+        if row is None:
+            current = tx.one("tenant_by_name", {"name": args.name})
+            if current is None:
+                raise TenantNotFound(f"tenant {args.name!r} does not exist")
+            raise TenantError(f"tenant {args.name!r} is {current['status']}; cannot {args.tenant_cmd}")
+        print(f"tenant {row['name']} is now {row['status']}")
+        return ExitCode.ok
+
+
+# -- ingest -----------------------------------------------------------------------------
+def cmd_ingest(args: argparse.Namespace) -> int:
+    from ingestd.intake import Disposal
+    from ingestd.runtime import make_intake, open_database
+
+    config = _load(args)
+    disposal = Disposal.keep if args.keep_source else Disposal.delete
+    report: list[dict[str, Any]] = []
+    worst = ExitCode.ok
+    with open_database(config) as db:
+        intake = make_intake(config, db)
+        for raw in args.files:
+            path = Path(raw)
+            entry: dict[str, Any] = {"file": _shown(str(path))}
+            try:
+                res = intake.ingest(IntakeItem(path=path, tenant=args.tenant), disposal=disposal)
+                entry |= {
+                    "outcome": str(res.outcome),
+                    "document_id": res.document_id,
+                    "job_id": res.job_id,
+                    "sha256": res.sha256,
+                }
+                if res.outcome is Outcome.refused:
+                    entry |= {"reason": str(res.reason), "detail": res.detail}
+                    worst = max(worst, ExitCode.refused)
+            except FileNotFoundError:
+                entry |= {"outcome": "error", "detail": "no such file"}
+                worst = max(worst, ExitCode.refused)
+            except IngestdError as exc:
+                # Transient or tenant-wide: the file is left untouched; stop the batch.
+                entry |= {"outcome": "error", "detail": exc.message}
+                report.append(entry)
+                worst = max(worst, exc.exit_code)
+                break
+            report.append(entry)
+    if args.json:
+        _print_json(report)
+    else:
+        for e in report:
+            if e["outcome"] in ("ingested", "duplicate"):
+                print(f"{e['outcome']:<9} {e['file']}  document {e['document_id']}"
+                      + (f" job {e['job_id']}" if e.get("job_id") else ""))
+            else:
+                reason = f"{e['reason']}: " if e.get("reason") else ""
+                print(f"{e['outcome']:<9} {e['file']}  {reason}{e['detail']}")
+    return worst
+
+
+# -- status -----------------------------------------------------------------------------
+def cmd_status(args: argparse.Namespace) -> int:
+    from ingestd.runtime import open_database
+
+    config = _load(args)
+    with open_database(config) as db, db.transaction() as tx:
+        docs = tx.all("status_documents")
+        jobs = tx.all("status_jobs")
+    tenants: dict[str, dict[str, Any]] = {}
+    for r in docs:
+        t = tenants.setdefault(r["tenant"], {"documents": {}, "jobs": {}})
+        t["documents"][r["status"]] = r["n"]
+    for r in jobs:
+        t = tenants.setdefault(r["tenant"], {"documents": {}, "jobs": {}})
+        t["jobs"].setdefault(r["kind"], {})[r["status"]] = r["n"]
+    if args.json:
+        _print_json({"tenants": tenants})
+        return ExitCode.ok
+    print(f"{'TENANT':<20} {'WHAT':<24} {'QUEUED':>7} {'PROC':>7} {'DONE':>7} {'FAILED':>7}")
+    for name, t in sorted(tenants.items()):
+        rows = [("documents", t["documents"])] + [(f"jobs {k}", v) for k, v in sorted(t["jobs"].items())]
+        for label, counts in rows:
+            print(
+                f"{name:<20} {label:<24} {counts.get('queued', 0):>7} {counts.get('processing', 0):>7}"
+                f" {counts.get('done', 0):>7} {counts.get('failed', 0):>7}"
+            )
+    return ExitCode.ok
+
+
+# -- verify -----------------------------------------------------------------------------
+def cmd_verify(args: argparse.Namespace) -> int:
+    from ingestd.runtime import make_archive, open_database
+    from ingestd.verify import verify_archive
+
+    config = _load(args)
+    with open_database(config) as db:
+        report = verify_archive(db, make_archive(config), rehash=not args.no_rehash)
+    if args.json:
+        _print_json(
+            {
+                "checked": report.checked,
+                "ok": report.ok,
+                "problems": [dataclasses.asdict(p) for p in report.problems],
+            }
+        )
+    else:
+        for p in report.problems:
+            doc = f" (document {p.document_id})" if p.document_id else ""
+            print(f"{p.kind:<9} {p.path}{doc}: {p.detail}")
+        print(f"checked {report.checked} documents: "
+              + ("archive is consistent" if report.ok else f"{len(report.problems)} problem(s)"))
+    return ExitCode.ok if report.ok else ExitCode.archive_inconsistent
+
+
+# -- parser -----------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    # --config is accepted before and after the sub-command; SUPPRESS keeps a sub-parser
+    # from resetting a value given before it.
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--config", type=Path, default=argparse.SUPPRESS,
+        help="config file (default: $INGESTD_CONFIG or /etc/ingestd/ingestd.toml)",
+    )  # fmt: skip
+    jsonopt = argparse.ArgumentParser(add_help=False)
+    jsonopt.add_argument("--json", action="store_true", help="machine-readable output")
+
+    p = argparse.ArgumentParser(prog="ingestd", description=__doc__)
+    # Its own action, not the shared one: parents share Action objects, and a default of
+    # None here would leak into every sub-parser.
+    p.add_argument("--config", type=Path, default=None, help="config file")
+    p.add_argument("--version", action="version", version=f"ingestd {__version__}")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("check-config", parents=[common, jsonopt], help="validate config files")
+    s.add_argument("files", nargs="*", type=Path, help="files to check (default: --config)")
+    s.set_defaults(func=cmd_check_config)
+
+    s = sub.add_parser("migrate", parents=[common, jsonopt], help="create/upgrade the schema")
+    s.set_defaults(func=cmd_migrate)
+
+    s = sub.add_parser("tenant", parents=[common], help="manage tenants")
+    tsub = s.add_subparsers(dest="tenant_cmd", required=True)
+    for name in ("create", "suspend", "activate"):
+        t = tsub.add_parser(name, parents=[common])
+        t.add_argument("name")
+        t.set_defaults(func=cmd_tenant)
+    t = tsub.add_parser("list", parents=[common, jsonopt])
+    t.set_defaults(func=cmd_tenant)
+
+    s = sub.add_parser("ingest", parents=[common, jsonopt], help="ingest files from the shell")
+    s.add_argument("--tenant", required=True)
+    s.add_argument("--keep-source", action="store_true", help="do not remove files after COMMIT")
+    s.add_argument("files", nargs="+")
+    s.set_defaults(func=cmd_ingest)
+
+    s = sub.add_parser("status", parents=[common, jsonopt], help="documents and jobs by tenant")
+    s.set_defaults(func=cmd_status)
+
+    s = sub.add_parser("verify", parents=[common, jsonopt], help="re-hash the archive")
+    s.add_argument("--no-rehash", action="store_true", help="check presence and size only")
+    s.set_defaults(func=cmd_verify)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    log.configure()
+    args = build_parser().parse_args(argv)
+    func: Handler = args.func
+    try:
+        return int(func(args))
+    except ConfigError as exc:
+        print(f"ingestd: {exc.message}", file=sys.stderr)
+        for problem in exc.problems:
+            if problem != exc.message:
+                print(f"  {problem}", file=sys.stderr)
+        return int(exc.exit_code)
+    except IngestdError as exc:
+        print(f"ingestd: {exc.message}", file=sys.stderr)
+        return int(exc.exit_code)
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

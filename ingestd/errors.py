@@ -1,0 +1,79 @@
+"""One error hierarchy for every process; each class carries its process exit code.
+
+Modelled on OCRmyPDF's ``ExitCode``: the CLI maps any ``IngestdError`` to its
+``exit_code`` and prints ``message``; nothing else decides exit codes.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class ExitCode(enum.IntEnum):
+    ok = 0
+    # Some files in a batch were refused (bad input); the rest were processed.
+    refused = 1
+    usage = 2
+    config_invalid = 3
+    database_unavailable = 4
+    # ``ingestd verify`` found missing, altered or orphaned archive files.
+    archive_inconsistent = 5
+    tenant_invalid = 6
+    not_found = 7
+    external_program = 8
+    internal = 15
+
+
+class IngestdError(Exception):
+    """Base class: an error with a message meant for a sysadmin and an exit code."""
+
+    exit_code: ExitCode = ExitCode.internal
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class ConfigError(IngestdError):
+    exit_code = ExitCode.config_invalid
+
+    def __init__(self, message: str, problems: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.problems = problems or [message]
+
+
+class DatabaseError(IngestdError):
+    """A database failure that is not the caller's fault and not transient."""
+
+    exit_code = ExitCode.database_unavailable
+
+
+class DatabaseUnavailable(DatabaseError):
+    """Transient: the server is down, restarting or unreachable. Retry later, lose nothing."""
+
+
+class TenantError(IngestdError):
+    exit_code = ExitCode.tenant_invalid
+
+
+class TenantNotFound(TenantError):
+    pass
+
+
+class TenantNotActive(TenantError):
+    """The tenant exists but is creating, suspended or deleting: leave its files in place."""
+
+    def __init__(self, tenant: str, status: str) -> None:
+        super().__init__(f"tenant {tenant!r} is {status}, not active")
+        self.tenant = tenant
+        self.status = status
+
+
+class NotFound(IngestdError):
+    exit_code = ExitCode.not_found
+
+
+class ArchiveError(IngestdError):
+    """The WORM store could not take or give a file (disk full, permissions, I/O)."""
+
+    exit_code = ExitCode.internal

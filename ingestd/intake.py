@@ -1,0 +1,370 @@
+"""The one ingestion pipeline. SFTP spool, hot folders and the CLI all call ``Intake.ingest``.
+
+Order of operations (each step is what makes the next one safe):
+
+1. refuse bad names and anything that is not one regular file (symlink, FIFO, device,
+   hard link), opened with O_NOFOLLOW so a swapped-in symlink is never followed;
+2. refuse empty, oversized and non-archivable files (type by magic bytes);
+3. refuse a tenant that is not active (its files stay where they are);
+4. copy into the archive while hashing, fsync, 0440 (``archive.stage``);
+5. same bytes already recorded for this tenant -> duplicate, nothing new is written;
+6. link the copy to its final WORM name and fsync the directory (``archive.commit``);
+7. ONE transaction: document row + analyze-document job row;
+8. only after COMMIT dispose of the source.
+
+A crash anywhere loses nothing: before 8 the source is still there and a re-run finds
+either no row (and reuses the identical archived file) or the row (a duplicate, so it
+only removes the source).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import os
+import shutil
+import stat
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime
+from pathlib import Path
+from typing import Any
+
+from ingestd import filetypes, metrics
+from ingestd.archive import ArchiveStore, TooLarge, fsync_dir
+from ingestd.config import IntakeConfig
+from ingestd.db import Database, jsonb
+from ingestd.errors import TenantNotActive, TenantNotFound
+from ingestd.faults import crashpoint
+from ingestd.log import get_logger
+from ingestd.titles import TitleRules, parse_filename
+
+ANALYZE = "analyze-document"
+
+
+class Outcome(enum.StrEnum):
+    ingested = "ingested"
+    duplicate = "duplicate"
+    refused = "refused"
+
+
+class Reason(enum.StrEnum):
+    """Why a file was refused. Permanent: retrying the same file cannot succeed."""
+
+    bad_filename = "bad_filename"
+    symlink = "symlink"
+    not_regular = "not_regular"
+    hardlink = "hardlink"
+    empty = "empty"
+    too_large = "too_large"
+    bad_type = "bad_type"
+    duplicate = "duplicate"
+    unreadable = "unreadable"
+
+
+class Disposal(enum.Enum):
+    delete = "delete"  # remove the source after COMMIT (default)
+    keep = "keep"  # leave it (the caller moves it, or the user asked to keep it)
+
+
+class FileChanged(Exception):
+    """Transient: the source changed while it was copied (a writer is still at work)."""
+
+
+@dataclass(frozen=True, slots=True)
+class IntakeItem:
+    path: Path
+    tenant: str
+    source: str = "cli"  # "cli", "sftp:<account>", "watch:<folder>"
+    filename: str | None = None  # the name the client chose; defaults to path.name
+    subdir: str = ""  # sub-folder below the inbox / hot folder, kept as context
+
+    @property
+    def name(self) -> str:
+        return self.filename if self.filename is not None else self.path.name
+
+    @property
+    def source_kind(self) -> str:
+        return self.source.split(":", 1)[0]
+
+
+@dataclass(frozen=True, slots=True)
+class IntakeResult:
+    item: IntakeItem
+    outcome: Outcome
+    sha256: str | None = None
+    document_id: int | None = None
+    job_id: int | None = None
+    reason: Reason | None = None
+    detail: str = ""
+    archive_path: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.outcome is not Outcome.refused
+
+
+class Refused(Exception):
+    def __init__(self, reason: Reason, detail: str) -> None:
+        super().__init__(detail)
+        self.reason = reason
+        self.detail = detail
+
+
+def _check_filename(name: str, max_bytes: int) -> None:
+    try:
+        encoded = name.encode("utf-8")
+    except UnicodeEncodeError:
+        raise Refused(Reason.bad_filename, "file name is not valid UTF-8") from None
+    if any(ord(c) < 32 or 127 <= ord(c) < 160 for c in name):
+        # Newlines and escapes in names forge log lines and break the tools of whoever
+        # reads the archive later.
+        raise Refused(Reason.bad_filename, "file name contains control characters")
+    if len(encoded) > max_bytes:
+        raise Refused(
+            Reason.bad_filename, f"file name is {len(encoded)} bytes, limit is {max_bytes}"
+        )
+    if name in ("", ".", "..") or "/" in name:
+        raise Refused(Reason.bad_filename, "file name is empty or not a plain name")
+
+
+def _open_regular(path: Path) -> tuple[int, os.stat_result]:
+    """Open ``path`` only if it is one regular file; never follow a symlink or block."""
+    try:
+        before = os.lstat(path)
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        raise Refused(Reason.unreadable, f"cannot stat: {exc.strerror}") from exc
+    if stat.S_ISLNK(before.st_mode):
+        raise Refused(Reason.symlink, "symbolic links are not followed")
+    if not stat.S_ISREG(before.st_mode):
+        kind = {
+            stat.S_IFIFO: "FIFO",
+            stat.S_IFCHR: "character device",
+            stat.S_IFBLK: "block device",
+            stat.S_IFSOCK: "socket",
+            stat.S_IFDIR: "directory",
+        }.get(stat.S_IFMT(before.st_mode), "special file")
+        raise Refused(Reason.not_regular, f"not a regular file ({kind})")
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        if exc.errno == 40:  # ELOOP: swapped for a symlink between lstat and open
+            raise Refused(Reason.symlink, "symbolic links are not followed") from exc
+        if isinstance(exc, FileNotFoundError):
+            raise
+        raise Refused(Reason.unreadable, f"cannot open: {exc.strerror}") from exc
+    st = os.fstat(fd)
+    if (st.st_dev, st.st_ino) != (before.st_dev, before.st_ino) or not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise Refused(Reason.not_regular, "file was replaced while it was opened")
+    if st.st_nlink > 1:
+        # A hard link to a file elsewhere (e.g. /etc/shadow) must not be archived with
+        # our privileges, and deleting "the source" would not remove the other name.
+        os.close(fd)
+        raise Refused(Reason.hardlink, f"file has {st.st_nlink} hard links")
+    return fd, st
+
+
+def remove_source(path: Path) -> None:
+    """Unlink and make the unlink durable (a resurrected source would be re-ingested)."""
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+        fsync_dir(path.parent)
+
+
+def move_source(path: Path, target_dir: Path) -> Path:
+    """Move the source into ``target_dir`` without overwriting anything there."""
+    target_dir.mkdir(parents=True, exist_ok=True)
+    target = target_dir / path.name
+    n = 1
+    while target.exists() or target.is_symlink():
+        target = target_dir / f"{path.stem}.{n}{path.suffix}"
+        n += 1
+    shutil.move(str(path), str(target))
+    fsync_dir(target_dir)
+    with contextlib.suppress(FileNotFoundError):
+        fsync_dir(path.parent)
+    return target
+
+
+class Intake:
+    """The ingestion pipeline; thread-safe (one pool, no shared mutable state)."""
+
+    def __init__(
+        self,
+        config: IntakeConfig,
+        db: Database,
+        archive: ArchiveStore,
+        *,
+        title_rules: TitleRules | None = None,
+    ) -> None:
+        self.config = config
+        self.db = db
+        self.archive = archive
+        self.rules = title_rules or TitleRules()
+        self.allowed = {filetypes.ARCHIVABLE[t] for t in config.allowed_types}
+        self.log = get_logger()
+
+    def ingest(self, item: IntakeItem, *, disposal: Disposal = Disposal.delete) -> IntakeResult:
+        """Ingest one file. Returns ingested/duplicate/refused; raises transient errors.
+
+        Raises ``DatabaseUnavailable``, ``TenantNotActive``, ``TenantNotFound``,
+        ``FileChanged``, ``ArchiveError`` and ``FileNotFoundError``: in each case the
+        source is untouched and the caller decides when to try again.
+        """
+        log = self.log.bind(tenant=item.tenant, source=item.source, filename=item.name)
+        try:
+            result = self._ingest(item, disposal, log)
+        except Refused as refusal:
+            result = IntakeResult(item, Outcome.refused, reason=refusal.reason, detail=refusal.detail)
+            metrics.INTAKE_REFUSED.labels(item.tenant, item.source_kind, refusal.reason).inc()
+            log.warning("intake.refused", reason=str(refusal.reason), detail=refusal.detail)
+        metrics.INTAKE_FILES.labels(item.tenant, item.source_kind, result.outcome).inc()
+        return result
+
+    def _ingest(self, item: IntakeItem, disposal: Disposal, log: Any) -> IntakeResult:
+        cfg = self.config
+        _check_filename(item.name, cfg.max_filename_bytes)
+        fd, st = _open_regular(item.path)
+        try:
+            if st.st_size == 0:
+                raise Refused(Reason.empty, "file is empty")
+            if st.st_size > cfg.max_file_size:
+                raise Refused(
+                    Reason.too_large,
+                    f"file is {st.st_size} bytes, limit is {int(cfg.max_file_size)}",
+                )
+            header = os.pread(fd, filetypes.HEADER_BYTES, 0)
+            ftype = filetypes.detect(header)
+            if ftype is None or ftype not in self.allowed:
+                allowed = ", ".join(sorted(t.name for t in self.allowed))
+                raise Refused(
+                    Reason.bad_type,
+                    f"content is {filetypes.describe(header)}; allowed types: {allowed}",
+                )
+            tenant_id = self._active_tenant_id(item.tenant)
+            try:
+                staged = self.archive.stage(
+                    item.tenant, fd, max_bytes=int(cfg.max_file_size), when=datetime.now(UTC)
+                )
+            except TooLarge as exc:
+                raise Refused(Reason.too_large, str(exc)) from exc
+            after = os.fstat(fd)
+            if (after.st_size, after.st_mtime_ns) != (st.st_size, st.st_mtime_ns) or (
+                staged.size != st.st_size
+            ):
+                self.archive.discard(staged)
+                raise FileChanged(f"{item.path} changed while it was being read")
+        finally:
+            os.close(fd)
+        crashpoint("after_stage")
+        log = log.bind(sha256=staged.sha256)
+
+        with self.db.transaction() as tx:
+            existing = tx.one("document_by_sha256", {"tenant_id": tenant_id, "sha256": staged.sha256})
+        if existing is not None:
+            self.archive.discard(staged)
+            return self._duplicate(item, disposal, log, staged.sha256, int(existing["id"]))
+
+        archived = self.archive.commit(staged, ftype.extension)
+        crashpoint("after_archive")
+
+        info = parse_filename(item.name, self.rules)
+        with self.db.transaction() as tx:
+            row = tx.one("tenant_lock_for_intake", {"name": item.tenant})
+            if row is None:
+                raise TenantNotFound(f"tenant {item.tenant!r} does not exist")
+            if row["status"] != "active":
+                raise TenantNotActive(item.tenant, str(row["status"]))
+            doc = tx.one(
+                "document_insert",
+                {
+                    "tenant_id": tenant_id,
+                    "sha256": archived.sha256,
+                    "size_bytes": archived.size,
+                    "mime_type": ftype.mime,
+                    "extension": ftype.extension,
+                    "original_filename": item.name,
+                    "source": item.source,
+                    "source_subdir": item.subdir,
+                    "archive_path": archived.relpath,
+                    "title": info.title,
+                    "issued_date": info.issued,
+                },
+            )
+            if doc is None:
+                # Lost a race with an identical file; it is recorded, so this is a duplicate.
+                dup = tx.one("document_by_sha256", {"tenant_id": tenant_id, "sha256": archived.sha256})
+                dup_id = int(dup["id"]) if dup else None
+                return self._duplicate(item, disposal, log, archived.sha256, dup_id)
+            job = tx.one(
+                "job_insert",
+                {
+                    "tenant_id": tenant_id,
+                    "document_id": doc["id"],
+                    "kind": ANALYZE,
+                    "payload": jsonb({"document_id": doc["id"], "force": False}),
+                    "derive_title": info.placeholder,
+                },
+            )
+            assert job is not None
+            crashpoint("before_commit")
+        crashpoint("after_commit")
+
+        if disposal is Disposal.delete:
+            remove_source(item.path)
+        document_id, job_id = int(doc["id"]), int(job["id"])
+        metrics.INTAKE_BYTES.labels(item.tenant, item.source_kind).inc(archived.size)
+        log.info(
+            "intake.ingested",
+            document_id=document_id,
+            job_id=job_id,
+            size=archived.size,
+            type=ftype.name,
+            title=info.title,
+            issued=_iso(info.issued),
+            derive_title=info.placeholder,
+            archive_path=archived.relpath,
+            reused_archive_file=archived.reused,
+        )
+        return IntakeResult(
+            item,
+            Outcome.ingested,
+            sha256=archived.sha256,
+            document_id=document_id,
+            job_id=job_id,
+            archive_path=archived.relpath,
+        )
+
+    def _duplicate(
+        self,
+        item: IntakeItem,
+        disposal: Disposal,
+        log: Any,
+        sha256: str,
+        document_id: int | None,
+    ) -> IntakeResult:
+        if self.config.duplicates == "refuse":
+            raise Refused(Reason.duplicate, f"same content as document {document_id}")
+        # The bytes are archived and recorded (committed) under that document, so the
+        # source is safe to drop. This is also how a re-run after a crash finishes up.
+        if disposal is Disposal.delete:
+            remove_source(item.path)
+        log.info("intake.duplicate", document_id=document_id, job_id=None)
+        return IntakeResult(item, Outcome.duplicate, sha256=sha256, document_id=document_id)
+
+    def _active_tenant_id(self, tenant: str) -> int:
+        with self.db.transaction() as tx:
+            row = tx.one("tenant_by_name", {"name": tenant})
+        if row is None:
+            raise TenantNotFound(f"tenant {tenant!r} does not exist")
+        if row["status"] != "active":
+            raise TenantNotActive(tenant, str(row["status"]))
+        return int(row["id"])
+
+
+def _iso(d: date | None) -> str | None:
+    return d.isoformat() if d else None

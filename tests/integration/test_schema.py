@@ -1,0 +1,133 @@
+"""The schema against the catalog: seed 000 exactly, plus our additions; migrate is idempotent."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from ingestd.db import Database
+from ingestd.schema import migrate
+
+# Seed 000, column by column: (type, nullable, default).
+SEED_COLUMNS = {
+    "id": ("bigint", "NO", "nextval('processing_jobs_id_seq'::regclass)"),
+    "tenant_id": ("bigint", "NO", None),
+    "document_id": ("bigint", "NO", None),
+    "status": ("text", "NO", "'queued'::text"),
+    "retry_count": ("integer", "NO", "0"),
+    "derive_title": ("boolean", "NO", "false"),
+    "error_message": ("text", "YES", None),
+    "next_attempt_at": ("timestamp with time zone", "NO", "now()"),
+    "started_at": ("timestamp with time zone", "YES", None),
+    "created_at": ("timestamp with time zone", "NO", "now()"),
+    "updated_at": ("timestamp with time zone", "NO", "now()"),
+}
+SEED_INDEXES = {
+    "idx_processing_jobs_dispatch": "(tenant_id, status, next_attempt_at, created_at)",
+    "idx_processing_jobs_document": "(document_id)",
+    "idx_processing_jobs_status": "(status)",
+}
+
+
+def _columns(db: Database, table: str) -> dict[str, tuple[str, str, str | None]]:
+    with db.transaction() as tx:
+        rows = tx.raw(
+            "SELECT column_name, data_type, is_nullable, column_default "
+            "FROM information_schema.columns WHERE table_name = %(t)s",
+            {"t": table},
+        )
+    return {r["column_name"]: (r["data_type"], r["is_nullable"], r["column_default"]) for r in rows}
+
+
+def test_processing_jobs_has_every_seed_column_and_default(db: Database) -> None:
+    """Every column of seed 000 exists with its type, nullability and default."""
+    cols = _columns(db, "processing_jobs")
+    for name, expected in SEED_COLUMNS.items():
+        assert cols.get(name) == expected, name
+
+
+def test_processing_jobs_has_every_seed_index(db: Database) -> None:
+    """The three indexes of seed 000 exist on exactly the seed's columns."""
+    with db.transaction() as tx:
+        rows = tx.raw("SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'processing_jobs'")
+    defs = {r["indexname"]: r["indexdef"] for r in rows}
+    for name, cols in SEED_INDEXES.items():
+        assert name in defs, name
+        assert defs[name].endswith(f"USING btree {cols}"), defs[name]
+
+
+def test_document_fk_cascades_as_in_the_seed(db: Database) -> None:
+    """processing_jobs.document_id references documents(id) ON DELETE CASCADE."""
+    with db.transaction() as tx:
+        rows = tx.raw(
+            "SELECT confdeltype, confrelid::regclass::text AS ref, "
+            "  (SELECT attname FROM pg_attribute WHERE attrelid = conrelid AND attnum = conkey[1]) AS col "
+            "FROM pg_constraint WHERE conrelid = 'processing_jobs'::regclass AND contype = 'f'"
+        )
+    fks = {r["col"]: (r["ref"], r["confdeltype"]) for r in rows}
+    assert fks["document_id"] == ("documents", "c")
+
+
+def test_documents_processing_status_defaults_to_done(db: Database) -> None:
+    """documents.processing_status is NOT NULL DEFAULT 'done' exactly as seed 000 explains."""
+    cols = _columns(db, "documents")
+    assert cols["processing_status"] == ("text", "NO", "'done'::text")
+
+
+def test_dispatch_columns_exist(db: Database) -> None:
+    """Dispatch additions (kind, payload, lease) sit beside the seed columns."""
+    cols = _columns(db, "processing_jobs")
+    assert cols["kind"] == ("text", "NO", "'analyze-document'::text")
+    assert cols["payload"] == ("jsonb", "NO", "'{}'::jsonb")
+    assert "lease_expires_at" in cols and "worker_id" in cols
+
+
+def test_documents_and_tenants_columns(db: Database) -> None:
+    """documents and tenants carry the columns intake and the lifecycle need."""
+    doc = _columns(db, "documents")
+    for col in (
+        "tenant_id", "sha256", "size_bytes", "mime_type", "extension", "original_filename",
+        "source", "archive_path", "title", "issued_date", "created_at",
+    ):  # fmt: skip
+        assert col in doc, col
+    ten = _columns(db, "tenants")
+    assert ten["status"][2] == "'creating'::text"
+
+
+def _catalog_snapshot(db: Database) -> list[tuple[str, ...]]:
+    with db.transaction() as tx:
+        rows = tx.raw(
+            "SELECT table_name, column_name, data_type, is_nullable, coalesce(column_default, '') AS d "
+            "FROM information_schema.columns WHERE table_schema = 'public' "
+            "UNION ALL SELECT tablename, indexname, indexdef, '', '' FROM pg_indexes "
+            "WHERE schemaname = 'public' ORDER BY 1, 2"
+        )
+    return [tuple(str(v) for v in r.values()) for r in rows]
+
+
+def test_migrate_twice_is_a_noop(db: Database) -> None:
+    """Re-running migrations applies nothing and leaves the catalog unchanged."""
+    before = _catalog_snapshot(db)
+    report = migrate(db)
+    assert report.applied == []
+    assert report.current_version >= 1
+    assert _catalog_snapshot(db) == before
+
+
+def test_cli_migrate_twice(env: object, db: Database) -> None:
+    """`ingestd migrate` on a fresh database applies, a second run says up to date."""
+    from tests.conftest import Env
+
+    assert isinstance(env, Env)
+    with db.transaction() as tx:
+        tx.raw("DROP SCHEMA public CASCADE; CREATE SCHEMA public")
+    cmd = [sys.executable, "-m", "ingestd.cli", "--config", str(env.config_path), "migrate"]
+    first = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    assert "applied 0001_initial" in first.stdout
+    snapshot = _catalog_snapshot(db)
+    second = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    assert "up to date" in second.stdout
+    assert _catalog_snapshot(db) == snapshot
+    with db.transaction() as tx:
+        versions = tx.raw("SELECT version FROM schema_migrations")
+    assert [r["version"] for r in versions] == [1]

@@ -1,0 +1,92 @@
+"""WORM archive: path pattern, mode, hash, no overwrite, temp clean-up."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import stat
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from ingestd.archive import FILE_MODE, LocalArchive, TooLarge, is_temp
+from ingestd.errors import ArchiveError
+
+WHEN = datetime(2026, 11, 3, 14, 15, tzinfo=UTC)
+
+
+def _stage(archive: LocalArchive, data: bytes, tmp_path: Path, max_bytes: int = 10**9):  # type: ignore[no-untyped-def]
+    src = tmp_path / f"src-{hashlib.md5(data).hexdigest()}"  # noqa: S324 - a file name only
+    src.write_bytes(data)
+    fd = os.open(src, os.O_RDONLY)
+    try:
+        return archive.stage("acme", fd, max_bytes=max_bytes, when=WHEN)
+    finally:
+        os.close(fd)
+
+
+def test_archived_file_has_seed_path_mode_and_hash(tmp_path: Path) -> None:
+    """<tenant>/<yyyy>/<mm>/<sha256>.<ext>, mode 0440, content hash equals the name."""
+    archive = LocalArchive(tmp_path / "archive")
+    data = os.urandom(300_000)
+    staged = _stage(archive, data, tmp_path)
+    archived = archive.commit(staged, "pdf")
+    sha = hashlib.sha256(data).hexdigest()
+    assert archived.relpath == f"acme/2026/11/{sha}.pdf"
+    assert re.fullmatch(r"[a-z0-9_-]+/\d{4}/\d{2}/[0-9a-f]{64}\.pdf", archived.relpath)
+    final = tmp_path / "archive" / archived.relpath
+    assert stat.S_IMODE(final.stat().st_mode) == FILE_MODE
+    assert hashlib.sha256(final.read_bytes()).hexdigest() == sha
+    assert not archived.reused
+    assert list(archive.iter_files()) == [archived.relpath]
+
+
+def test_identical_file_is_reused_not_rewritten(tmp_path: Path) -> None:
+    """A second copy of the same bytes links to the existing file, inode unchanged."""
+    archive = LocalArchive(tmp_path / "archive")
+    data = b"%PDF-1.4 same bytes"
+    first = archive.commit(_stage(archive, data, tmp_path), "pdf")
+    inode = (tmp_path / "archive" / first.relpath).stat().st_ino
+    second = archive.commit(_stage(archive, data, tmp_path), "pdf")
+    assert second.reused and second.relpath == first.relpath
+    assert (tmp_path / "archive" / first.relpath).stat().st_ino == inode
+    assert not any(is_temp(p) for p in archive.iter_files())
+
+
+def test_existing_file_with_other_content_is_never_overwritten(tmp_path: Path) -> None:
+    """If the name exists with different bytes (damage), commit refuses and keeps it."""
+    archive = LocalArchive(tmp_path / "archive")
+    data = b"%PDF-1.4 original"
+    staged = _stage(archive, data, tmp_path)
+    final = staged.target_dir / f"{staged.sha256}.pdf"
+    final.write_bytes(b"tampered")
+    with pytest.raises(ArchiveError, match="refusing to overwrite"):
+        archive.commit(staged, "pdf")
+    assert final.read_bytes() == b"tampered"
+
+
+def test_too_large_while_copying_leaves_no_temp(tmp_path: Path) -> None:
+    """A source that exceeds the limit mid-copy raises TooLarge and leaves nothing behind."""
+    archive = LocalArchive(tmp_path / "archive")
+    with pytest.raises(TooLarge):
+        _stage(archive, b"x" * 5000, tmp_path, max_bytes=4096)
+    assert list(archive.iter_files()) == []
+
+
+def test_discard_removes_the_temp_copy(tmp_path: Path) -> None:
+    """discard() undoes stage(): no temp file remains."""
+    archive = LocalArchive(tmp_path / "archive")
+    staged = _stage(archive, b"abc", tmp_path)
+    assert staged.temp_path.exists()
+    assert stat.S_IMODE(staged.temp_path.stat().st_mode) == FILE_MODE
+    archive.discard(staged)
+    assert list(archive.iter_files()) == []
+
+
+def test_path_of_refuses_escapes(tmp_path: Path) -> None:
+    """A relative path with .. cannot reach outside the archive root."""
+    archive = LocalArchive(tmp_path / "archive")
+    with pytest.raises(ArchiveError):
+        archive.path_of("../../etc/passwd")

@@ -1,0 +1,1 @@
+"""ingestd workers: the tenant-fair job queue runtime and the job handlers."""
