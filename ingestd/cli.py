@@ -39,28 +39,28 @@ def _load(args: argparse.Namespace) -> Config:
 
 # -- check-config -----------------------------------------------------------------------
 def cmd_check_config(args: argparse.Namespace) -> int:
-    files = args.files or [args.config or default_config_path()]
-    results = []
-    status = ExitCode.ok
+    files: list[Path] = args.files or [args.config or default_config_path()]
+    results: list[dict[str, Any]] = []
     for f in files:
         try:
             load_config(f)
             results.append({"file": str(f), "ok": True, "problems": []})
         except ConfigError as exc:
-            results.append({"file": str(f), "ok": False, "problems": exc.problems, "error": exc.message})
-            status = ExitCode.config_invalid
+            results.append(
+                {"file": str(f), "ok": False, "error": exc.message, "problems": exc.problems}
+            )
     if args.json:
         _print_json(results)
     else:
         for r in results:
             if r["ok"]:
                 print(f"{r['file']}: OK")
-            else:
-                print(f"{r['error']}" if r["problems"] == [r["error"]] else f"{r['error']}:")
-                if r["problems"] != [r["error"]]:
-                    for p in r["problems"]:
-                        print(f"  {r['file']}: {p}")
-    return status
+                continue
+            print(r["error"])
+            for problem in r["problems"]:
+                if problem != r["error"]:
+                    print(f"  {problem}")
+    return ExitCode.ok if all(r["ok"] for r in results) else ExitCode.config_invalid
 
 
 # -- migrate ----------------------------------------------------------------------------
@@ -107,12 +107,16 @@ def cmd_tenant(args: argparse.Namespace) -> int:
             "activate": ("active", ["suspended", "creating"]),
         }
         target, sources = transitions[args.tenant_cmd]
-        row = tx.one("tenant_set_status", {"name": args.name, "status": target, "from_statuses": sources})
+        row = tx.one(
+            "tenant_set_status", {"name": args.name, "status": target, "from_statuses": sources}
+        )
         if row is None:
             current = tx.one("tenant_by_name", {"name": args.name})
             if current is None:
                 raise TenantNotFound(f"tenant {args.name!r} does not exist")
-            raise TenantError(f"tenant {args.name!r} is {current['status']}; cannot {args.tenant_cmd}")
+            raise TenantError(
+                f"tenant {args.name!r} is {current['status']}; cannot {args.tenant_cmd}"
+            )
         print(f"tenant {row['name']} is now {row['status']}")
         return ExitCode.ok
 
@@ -157,8 +161,10 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     else:
         for e in report:
             if e["outcome"] in ("ingested", "duplicate"):
-                print(f"{e['outcome']:<9} {e['file']}  document {e['document_id']}"
-                      + (f" job {e['job_id']}" if e.get("job_id") else ""))
+                print(
+                    f"{e['outcome']:<9} {e['file']}  document {e['document_id']}"
+                    + (f" job {e['job_id']}" if e.get("job_id") else "")
+                )
             else:
                 reason = f"{e['reason']}: " if e.get("reason") else ""
                 print(f"{e['outcome']:<9} {e['file']}  {reason}{e['detail']}")
@@ -185,12 +191,12 @@ def cmd_status(args: argparse.Namespace) -> int:
         return ExitCode.ok
     print(f"{'TENANT':<20} {'WHAT':<24} {'QUEUED':>7} {'PROC':>7} {'DONE':>7} {'FAILED':>7}")
     for name, t in sorted(tenants.items()):
-        rows = [("documents", t["documents"])] + [(f"jobs {k}", v) for k, v in sorted(t["jobs"].items())]
+        rows = [("documents", t["documents"])] + [
+            (f"jobs {k}", v) for k, v in sorted(t["jobs"].items())
+        ]
         for label, counts in rows:
-            print(
-                f"{name:<20} {label:<24} {counts.get('queued', 0):>7} {counts.get('processing', 0):>7}"
-                f" {counts.get('done', 0):>7} {counts.get('failed', 0):>7}"
-            )
+            n = [counts.get(k, 0) for k in ("queued", "processing", "done", "failed")]
+            print(f"{name:<20} {label:<24} {n[0]:>7} {n[1]:>7} {n[2]:>7} {n[3]:>7}")
     return ExitCode.ok
 
 
@@ -214,8 +220,10 @@ def cmd_verify(args: argparse.Namespace) -> int:
         for p in report.problems:
             doc = f" (document {p.document_id})" if p.document_id else ""
             print(f"{p.kind:<9} {p.path}{doc}: {p.detail}")
-        print(f"checked {report.checked} documents: "
-              + ("archive is consistent" if report.ok else f"{len(report.problems)} problem(s)"))
+        print(
+            f"checked {report.checked} documents: "
+            + ("archive is consistent" if report.ok else f"{len(report.problems)} problem(s)")
+        )
     return ExitCode.ok if report.ok else ExitCode.archive_inconsistent
 
 

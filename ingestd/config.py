@@ -29,6 +29,7 @@ DEFAULT_CONFIG_PATH = Path("/etc/ingestd/ingestd.toml")
 CONFIG_ENV = "INGESTD_CONFIG"
 
 FileType = Literal["pdf", "tiff", "jpeg", "png"]
+_ALL_TYPES: tuple[FileType, ...] = ("pdf", "tiff", "jpeg", "png")
 
 
 class _Section(BaseModel):
@@ -77,7 +78,7 @@ class PathsConfig(_Section):
 
 class IntakeConfig(_Section):
     max_file_size: ByteSize = ByteSize(512 * 1024 * 1024)
-    allowed_types: list[FileType] = Field(default_factory=lambda: ["pdf", "tiff", "jpeg", "png"])
+    allowed_types: list[FileType] = Field(default_factory=lambda: list(_ALL_TYPES))
     duplicates: Literal["skip", "refuse"] = "skip"
     max_filename_bytes: Annotated[int, Field(ge=16, le=240)] = 200
 
@@ -168,7 +169,9 @@ def _resolve_relative(data: dict[str, Any], base: Path) -> None:
                 paths[key] = str(base / value)
 
 
-def parse_config(data: dict[str, Any], *, source: str = "<config>", base: Path | None = None) -> Config:
+def parse_config(
+    data: dict[str, Any], *, source: str = "<config>", base: Path | None = None
+) -> Config:
     """Validate an already-parsed TOML document."""
     if base is not None:
         _resolve_relative(data, base)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import MutableMapping
 from typing import Any, Literal, TextIO
 
 import structlog
@@ -15,7 +16,7 @@ import structlog
 Format = Literal["auto", "json", "console"]
 
 
-def _safe_text(_: Any, __: str, event_dict: dict[str, Any]) -> dict[str, Any]:
+def _safe_text(_: Any, __: str, event_dict: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
     # File names from scanners may carry undecodable bytes (surrogate escapes) or
     # newlines; both must be visible in a log line and must never forge a second line.
     for key, value in event_dict.items():

@@ -32,7 +32,9 @@ def find_bindir() -> Path:
         return Path(env)
     candidates = sorted(
         glob.glob("/usr/lib/postgresql/*/bin/initdb"),
-        key=lambda p: int(Path(p).parent.parent.name) if Path(p).parent.parent.name.isdigit() else 0,
+        key=lambda p: (
+            int(Path(p).parent.parent.name) if Path(p).parent.parent.name.isdigit() else 0
+        ),
     )
     if candidates:
         return Path(candidates[-1]).parent
@@ -83,7 +85,7 @@ class EmbeddedPostgres:
             return preferred
         # Deep state dirs (tests) overflow sun_path; a stable short name per datadir.
         digest = hashlib.sha256(str(self.datadir).encode()).hexdigest()[:12]
-        return Path("/tmp") / f"ingestd-pg-{digest}"
+        return Path("/tmp") / f"ingestd-pg-{digest}"  # noqa: S108 - dir is created 0700
 
     # -- helpers -------------------------------------------------------------------
     def _run(self, *argv: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -91,7 +93,7 @@ class EmbeddedPostgres:
         if self.user is not None:
             kwargs = {"user": self.user.pw_uid, "group": self.user.pw_gid, "extra_groups": []}
         try:
-            return subprocess.run(
+            result: subprocess.CompletedProcess[str] = subprocess.run(
                 argv,
                 check=True,
                 capture_output=True,
@@ -101,6 +103,7 @@ class EmbeddedPostgres:
                 env={**os.environ, "LC_ALL": "C.UTF-8", "TZ": "UTC"},
                 **kwargs,  # type: ignore[call-overload]
             )
+            return result
         except subprocess.CalledProcessError as exc:
             raise DatabaseError(
                 f"{Path(argv[0]).name} failed ({exc.returncode}): {exc.stderr.strip()[-2000:]}"
@@ -126,7 +129,14 @@ class EmbeddedPostgres:
 
     def running(self) -> bool:
         res = subprocess.run(
-            [str(self.bindir / "pg_isready"), "-q", "-h", str(self.socket_dir), "-p", str(self.port)],
+            [
+                str(self.bindir / "pg_isready"),
+                "-q",
+                "-h",
+                str(self.socket_dir),
+                "-p",
+                str(self.port),
+            ],
             check=False,
             timeout=10,
         )
@@ -136,9 +146,14 @@ class EmbeddedPostgres:
     def _check_reachable(self) -> None:
         if self.user is None:
             return
+        if not self.datadir.parent.exists():
+            # Traversable but not listable by others: the server user must reach pgdata.
+            self.datadir.parent.mkdir(mode=0o711, parents=True)
         for parent in self.datadir.parents:
             st = parent.stat()
-            searchable = st.st_mode & 0o001 or (st.st_uid == self.user.pw_uid and st.st_mode & 0o100)
+            searchable = st.st_mode & 0o001 or (
+                st.st_uid == self.user.pw_uid and st.st_mode & 0o100
+            )
             if not searchable:
                 raise DatabaseError(
                     f"the embedded PostgreSQL runs as user {self.user.pw_name!r}, which cannot "

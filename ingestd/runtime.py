@@ -15,7 +15,9 @@ from ingestd.titles import TitleRules
 
 
 @contextlib.contextmanager
-def open_database(config: Config, *, name: str = "ingestd", migrate_schema: bool = True) -> Iterator[Database]:
+def open_database(
+    config: Config, *, name: str = "ingestd", migrate_schema: bool = True
+) -> Iterator[Database]:
     """A pool on the configured database, or on the embedded cluster (started if needed,
     and stopped again on exit if this process started it)."""
     cluster: EmbeddedPostgres | None = None

@@ -51,7 +51,12 @@ def verify_archive(db: Database, archive: LocalArchive, *, rehash: bool = True) 
             continue
         if st.st_size != row["size_bytes"]:
             report.problems.append(
-                Problem("altered", rel, f"size {st.st_size}, recorded {row['size_bytes']}", int(row["id"]))
+                Problem(
+                    "altered",
+                    rel,
+                    f"size {st.st_size}, recorded {row['size_bytes']}",
+                    int(row["id"]),
+                )
             )
             continue
         if rehash and sha256_of(path) != row["sha256"]:
@@ -59,13 +64,17 @@ def verify_archive(db: Database, archive: LocalArchive, *, rehash: bool = True) 
             continue
         if stat.S_IMODE(st.st_mode) != FILE_MODE:
             report.problems.append(
-                Problem("mode", rel, f"mode {stat.S_IMODE(st.st_mode):o}, expected 440", int(row["id"]))
+                Problem(
+                    "mode", rel, f"mode {stat.S_IMODE(st.st_mode):o}, expected 440", int(row["id"])
+                )
             )
     for rel in archive.iter_files():
         if rel in referenced:
             continue
         if is_temp(rel):
-            report.problems.append(Problem("temp", rel, "incomplete copy left by an interrupted intake"))
+            report.problems.append(
+                Problem("temp", rel, "incomplete copy left by an interrupted intake")
+            )
         else:
             report.problems.append(Problem("orphaned", rel, "no document refers to this file"))
     return report

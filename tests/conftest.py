@@ -21,7 +21,7 @@ import pytest
 
 from ingestd import log
 from ingestd.config import Config, parse_config
-from ingestd.db import Database, conninfo_with, connect_once
+from ingestd.db import Database, connect_once, conninfo_with
 from ingestd.pgcluster import EmbeddedPostgres
 from ingestd.schema import migrate
 
@@ -170,7 +170,15 @@ def run_cli(
     import sys
 
     return subprocess.run(
-        [sys.executable, "-m", "ingestd.cli", *args[:1], "--config", str(env.config_path), *args[1:]],
+        [
+            sys.executable,
+            "-m",
+            "ingestd.cli",
+            *args[:1],
+            "--config",
+            str(env.config_path),
+            *args[1:],
+        ],
         capture_output=True,
         text=True,
         check=check,

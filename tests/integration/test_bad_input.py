@@ -7,7 +7,6 @@ import os
 from pathlib import Path
 
 from ingestd.db import Database
-
 from tests.conftest import Env, run_cli
 from tests.fixtures.files import pdf_bytes, write
 
@@ -24,7 +23,9 @@ def _log_lines(stderr: str) -> list[dict[str, object]]:
     return out
 
 
-def test_bad_files_are_refused_and_the_rest_ingested(make_env: object, db: Database, tenant: str) -> None:
+def test_bad_files_are_refused_and_the_rest_ingested(
+    make_env: object, db: Database, tenant: str
+) -> None:
     """Symlink, FIFO, empty, oversize, ELF-as-PDF and bad names are refused; good files pass."""
     env: Env = make_env(intake={"max_file_size": LIMIT})  # type: ignore[operator]
     inbox = env.root / "inbox"

@@ -13,7 +13,6 @@ import signal
 import pytest
 
 from ingestd.db import Database
-
 from tests.conftest import Env, run_cli
 from tests.fixtures.files import pdf_bytes, write
 
@@ -33,7 +32,10 @@ def test_sigkill_at_each_step_then_rerun(
     env: Env, db: Database, tenant: str, point: str, orphans_expected: str | None
 ) -> None:
     """0 files lost, 0 duplicate documents, 0 documents without job, verify sees the orphan."""
-    files = [write(env.root / "in" / f"Brief {i}.pdf", pdf_bytes(seed=i, pad_to=50_000)) for i in range(N_FILES)]
+    files = [
+        write(env.root / "in" / f"Brief {i}.pdf", pdf_bytes(seed=i, pad_to=50_000))
+        for i in range(N_FILES)
+    ]
     shas = {hashlib.sha256(f.read_bytes()).hexdigest() for f in files}
 
     crashed = run_cli(

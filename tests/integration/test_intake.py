@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import stat
-from pathlib import Path
 
 import pytest
 
@@ -12,7 +11,6 @@ from ingestd.db import Database
 from ingestd.errors import TenantNotActive, TenantNotFound
 from ingestd.intake import Disposal, IntakeItem, Outcome, Reason
 from ingestd.runtime import make_intake
-
 from tests.conftest import Env
 from tests.fixtures.files import pdf_bytes, png_bytes, write
 
@@ -41,7 +39,11 @@ def test_ingest_archives_then_records_document_and_job(env: Env, db: Database, t
     assert stat.S_IMODE(path.stat().st_mode) == 0o440
     assert hashlib.sha256(path.read_bytes()).hexdigest() == sha
     job = _rows(db, "SELECT * FROM processing_jobs")[0]
-    assert (job["document_id"], job["kind"], job["status"]) == (doc["id"], "analyze-document", "queued")
+    assert (job["document_id"], job["kind"], job["status"]) == (
+        doc["id"],
+        "analyze-document",
+        "queued",
+    )
     assert job["derive_title"] is False
     assert job["payload"] == {"document_id": doc["id"], "force": False}
 
@@ -106,12 +108,17 @@ def test_same_bytes_for_two_tenants_are_two_documents(env: Env, db: Database, te
 def test_suspended_tenant_leaves_the_file_in_place(env: Env, db: Database, tenant: str) -> None:
     """A tenant that is not active raises TenantNotActive; nothing archived, source kept."""
     with db.transaction() as tx:
-        tx.one("tenant_set_status", {"name": tenant, "status": "suspended", "from_statuses": ["active"]})
+        tx.one(
+            "tenant_set_status",
+            {"name": tenant, "status": "suspended", "from_statuses": ["active"]},
+        )
     src = write(env.root / "x.pdf", pdf_bytes())
     with pytest.raises(TenantNotActive):
         make_intake(env.config, db).ingest(IntakeItem(path=src, tenant=tenant))
     assert src.exists()
-    assert not env.config.paths.archive_dir.exists() or not any(env.config.paths.archive_dir.rglob("*.*"))
+    assert not env.config.paths.archive_dir.exists() or not any(
+        env.config.paths.archive_dir.rglob("*.*")
+    )
 
 
 def test_unknown_tenant(env: Env, db: Database) -> None:
@@ -125,7 +132,9 @@ def test_unknown_tenant(env: Env, db: Database) -> None:
 def test_keep_disposal_leaves_source(env: Env, db: Database, tenant: str) -> None:
     """Disposal.keep records the document but leaves the source for the caller."""
     src = write(env.root / "x.pdf", pdf_bytes())
-    res = make_intake(env.config, db).ingest(IntakeItem(path=src, tenant=tenant), disposal=Disposal.keep)
+    res = make_intake(env.config, db).ingest(
+        IntakeItem(path=src, tenant=tenant), disposal=Disposal.keep
+    )
     assert res.outcome is Outcome.ingested and src.exists()
 
 

@@ -49,7 +49,9 @@ def test_processing_jobs_has_every_seed_column_and_default(db: Database) -> None
 def test_processing_jobs_has_every_seed_index(db: Database) -> None:
     """The three indexes of seed 000 exist on exactly the seed's columns."""
     with db.transaction() as tx:
-        rows = tx.raw("SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'processing_jobs'")
+        rows = tx.raw(
+            "SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'processing_jobs'"
+        )
     defs = {r["indexname"]: r["indexdef"] for r in rows}
     for name, cols in SEED_INDEXES.items():
         assert name in defs, name
@@ -61,7 +63,8 @@ def test_document_fk_cascades_as_in_the_seed(db: Database) -> None:
     with db.transaction() as tx:
         rows = tx.raw(
             "SELECT confdeltype, confrelid::regclass::text AS ref, "
-            "  (SELECT attname FROM pg_attribute WHERE attrelid = conrelid AND attnum = conkey[1]) AS col "
+            "  (SELECT attname FROM pg_attribute"
+            "   WHERE attrelid = conrelid AND attnum = conkey[1]) AS col "
             "FROM pg_constraint WHERE conrelid = 'processing_jobs'::regclass AND contype = 'f'"
         )
     fks = {r["col"]: (r["ref"], r["confdeltype"]) for r in rows}
@@ -97,7 +100,8 @@ def test_documents_and_tenants_columns(db: Database) -> None:
 def _catalog_snapshot(db: Database) -> list[tuple[str, ...]]:
     with db.transaction() as tx:
         rows = tx.raw(
-            "SELECT table_name, column_name, data_type, is_nullable, coalesce(column_default, '') AS d "
+            "SELECT table_name, column_name, data_type, is_nullable,"
+            " coalesce(column_default, '') AS d "
             "FROM information_schema.columns WHERE table_schema = 'public' "
             "UNION ALL SELECT tablename, indexname, indexdef, '', '' FROM pg_indexes "
             "WHERE schemaname = 'public' ORDER BY 1, 2"

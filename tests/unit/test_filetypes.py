@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from ingestd import filetypes
-
 from tests.fixtures.files import pdf_bytes, png_bytes
 
 

@@ -1,0 +1,52 @@
+# Two commands on a fresh Debian 12: `make demo` and `make test`.
+# Both install what is missing: apt packages (as root), a venv, the Python packages.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+# Everything the suite and the demo use from Debian.
+APT_PACKAGES := postgresql tesseract-ocr tesseract-ocr-deu tesseract-ocr-eng ghostscript \
+                python3-venv ca-certificates
+
+.PHONY: help deps venv lint typecheck test test-fast demo bench clean
+
+help:
+	@echo "make demo    run the appliance on an embedded Postgres with sample scans"
+	@echo "make test    lint, type-check and run the whole test suite"
+	@echo "make bench   run the benchmarks (prints tables)"
+
+deps:
+	@scripts/ensure-system-deps.sh $(APT_PACKAGES)
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $@
+
+venv: deps $(VENV)/.installed
+
+lint: venv
+	$(BIN)/ruff check .
+
+typecheck: venv
+	$(BIN)/mypy
+
+test: lint typecheck
+	$(BIN)/pytest -q
+
+# Without the tests marked slow (minutes each).
+test-fast: venv
+	$(BIN)/pytest -q -m "not slow"
+
+demo: venv
+	$(BIN)/python scripts/demo.py
+
+bench: venv
+	$(BIN)/python bench/intake.py
+
+clean:
+	rm -rf $(VENV) .demo .bench .pytest_cache .mypy_cache .ruff_cache *.egg-info

@@ -1,0 +1,40 @@
+"""Shared helpers for the benchmarks: a durable embedded Postgres and table printing."""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import statistics
+import tempfile
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from ingestd.pgcluster import EmbeddedPostgres
+
+
+@contextlib.contextmanager
+def bench_cluster(durable: bool = True) -> Iterator[EmbeddedPostgres]:
+    """A private cluster with production settings (fsync on) in a fresh temp dir."""
+    base = Path(tempfile.mkdtemp(prefix="ingestd-bench-pg-"))
+    base.chmod(0o711)
+    cluster = EmbeddedPostgres(base / "pgdata", durable=durable, dbname="bench")
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop("fast")
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def median(values: Sequence[float]) -> float:
+    return statistics.median(values)
+
+
+def print_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
+    cells = [[str(h) for h in headers], *[[str(c) for c in r] for r in rows]]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    line = "| " + " | ".join(h.ljust(w) for h, w in zip(cells[0], widths, strict=True)) + " |"
+    print(line)
+    print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    for r in cells[1:]:
+        print("| " + " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) + " |")

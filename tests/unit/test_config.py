@@ -1,0 +1,139 @@
+"""Config validation: precise messages with key paths; the example file matches the schema."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from ingestd.config import Config, load_config, parse_config
+from ingestd.errors import ConfigError
+
+EXAMPLE = Path(__file__).parents[2] / "config" / "ingestd.example.toml"
+
+
+def _problems(data: dict[str, Any]) -> list[str]:
+    with pytest.raises(ConfigError) as exc:
+        parse_config(data)
+    return exc.value.problems
+
+
+def test_defaults_are_valid() -> None:
+    """An empty file is a valid config with documented defaults."""
+    cfg = parse_config({})
+    assert cfg.database.url is None
+    assert cfg.paths.archive_dir == Path("/var/lib/ingestd/archive")
+    assert cfg.intake.duplicates == "skip"
+
+
+def test_bad_enum_names_key_value_and_allowed() -> None:
+    """A wrong choice names the key path, the bad value and the allowed values."""
+    [problem] = _problems({"intake": {"duplicates": "keep"}})
+    assert problem.startswith("intake.duplicates:")
+    assert "'keep'" in problem and "'skip'" in problem and "'refuse'" in problem
+
+
+def test_unknown_key_is_an_error() -> None:
+    """A misspelt key is reported instead of silently keeping the default."""
+    [problem] = _problems({"intake": {"max_file_sise": 10}})
+    assert problem.startswith("intake.max_file_sise: unknown key")
+
+
+def test_all_problems_are_reported_at_once() -> None:
+    """Every problem in a file is listed, not only the first."""
+    problems = _problems(
+        {"intake": {"max_file_size": "lots", "allowed_types": ["pdf", "exe"]}, "log": {"level": 3}}
+    )
+    keys = sorted(p.split(":")[0] for p in problems)
+    assert keys == ["intake.allowed_types[1]", "intake.max_file_size", "log.level"]
+
+
+def test_sizes_accept_units() -> None:
+    """max_file_size takes bytes or a unit string."""
+    assert parse_config({"intake": {"max_file_size": "2 MiB"}}).intake.max_file_size == 2 * 2**20
+
+
+def test_broken_placeholder_regex_is_refused() -> None:
+    """A regex that does not compile is a config error naming the pattern."""
+    [problem] = _problems({"titles": {"placeholder_patterns": ["Scan_(\\d+"]}})
+    assert problem.startswith("titles.placeholder_patterns:") and "Scan_(" in problem
+
+
+def test_password_in_database_url_is_refused() -> None:
+    """No plaintext secrets in config: a URL with a password is an error."""
+    [problem] = _problems({"database": {"url": "postgresql://u:secret@db/ingestd"}})
+    assert problem.startswith("database.url:") and "password" in problem
+
+
+def test_overlapping_paths_are_refused() -> None:
+    """The spool inside the archive (or any overlap) is refused."""
+    [problem] = _problems({"paths": {"archive": "/srv/a", "spool": "/srv/a/spool"}})
+    assert "paths.archive" in problem and "paths.spool" in problem
+
+
+def test_relative_paths_are_relative_to_the_config_file(tmp_path: Path) -> None:
+    """paths.* given relative resolve against the config file's directory."""
+    cfg_file = tmp_path / "ingestd.toml"
+    cfg_file.write_text('[paths]\nstate_dir = "state"\n')
+    assert load_config(cfg_file).paths.state_dir == tmp_path / "state"
+
+
+def test_toml_syntax_error_names_line(tmp_path: Path) -> None:
+    """A TOML syntax error says where."""
+    cfg_file = tmp_path / "bad.toml"
+    cfg_file.write_text("[intake\nmax_file_size = 1\n")
+    with pytest.raises(ConfigError, match="line 1"):
+        load_config(cfg_file)
+
+
+def test_example_config_is_valid() -> None:
+    """config/ingestd.example.toml passes validation."""
+    load_config(EXAMPLE)
+
+
+def _schema_keys(model: type[BaseModel], prefix: str = "") -> set[str]:
+    keys = set()
+    for name, field in model.model_fields.items():
+        ann = field.annotation
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            keys |= _schema_keys(ann, f"{prefix}{name}.")
+        else:
+            keys.add(f"{prefix}{name}")
+    return keys
+
+
+def test_example_config_documents_every_key() -> None:
+    """Every key of the schema appears in the example (set or commented out), and no other."""
+    text = EXAMPLE.read_text()
+    uncommented = "\n".join(
+        line[2:] if line.startswith("# ") and "=" in line else line for line in text.splitlines()
+    )
+    # Commented duplicates (alternative examples) collapse to one key each.
+    seen: set[str] = set()
+    section = ""
+    for line in uncommented.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("[") and not stripped.startswith("[["):
+            section = stripped.strip("[]") + "."
+        elif "=" in stripped and not stripped.startswith("#"):
+            seen.add(section + stripped.split("=", 1)[0].strip())
+    assert seen == _schema_keys(Config)
+    tomllib.loads(text)
+
+
+def test_check_config_cli_exit_codes(tmp_path: Path) -> None:
+    """check-config prints every problem with key paths and exits 3; OK files exit 0."""
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[intake]\nduplicates = "keep"\nmax_file_size = 0\n')
+    cmd = [sys.executable, "-m", "ingestd.cli", "check-config"]
+    proc = subprocess.run([*cmd, str(EXAMPLE), str(bad)], capture_output=True, text=True)
+    assert proc.returncode == 3
+    assert f"{EXAMPLE}: OK" in proc.stdout
+    assert "intake.duplicates:" in proc.stdout and "intake.max_file_size:" in proc.stdout
+    ok = subprocess.run([*cmd, str(EXAMPLE)], capture_output=True, text=True)
+    assert ok.returncode == 0
