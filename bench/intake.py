@@ -24,14 +24,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._common import bench_cluster, median, print_table  # noqa: E402
-from ingestd import log  # noqa: E402
-from ingestd.archive import LocalArchive, fsync_dir  # noqa: E402
-from ingestd.config import IntakeConfig  # noqa: E402
-from ingestd.db import Database  # noqa: E402
-from ingestd.intake import Intake, IntakeItem, Outcome  # noqa: E402
-from ingestd.samples import pdf_bytes  # noqa: E402
-from ingestd.schema import migrate  # noqa: E402
+from bench._common import bench_cluster, median, print_table
+from ingestd import log
+from ingestd.archive import LocalArchive, fsync_dir
+from ingestd.config import IntakeConfig
+from ingestd.db import Database
+from ingestd.intake import Intake, IntakeItem, Outcome
+from ingestd.samples import pdf_bytes
+from ingestd.schema import migrate
 
 
 def primitive(db: Database, workdir: Path, payloads: list[bytes]) -> float:

@@ -219,7 +219,16 @@ class Intake:
         ``FileChanged``, ``ArchiveError`` and ``FileNotFoundError``: in each case the
         source is untouched and the caller decides when to try again.
         """
-        log = self.log.bind(tenant=item.tenant, source=item.source, filename=item.name)
+        # Every intake line carries the same six keys, null until known, so one jq filter
+        # or journald match works on all of them.
+        log = self.log.bind(
+            tenant=item.tenant,
+            source=item.source,
+            filename=item.name,
+            sha256=None,
+            document_id=None,
+            job_id=None,
+        )
         try:
             result = self._ingest(item, disposal, log)
         except Refused as refusal:
@@ -363,7 +372,7 @@ class Intake:
         # source is safe to drop. This is also how a re-run after a crash finishes up.
         if disposal is Disposal.delete:
             remove_source(item.path)
-        log.info("intake.duplicate", document_id=document_id, job_id=None)
+        log.info("intake.duplicate", document_id=document_id)
         return IntakeResult(item, Outcome.duplicate, sha256=sha256, document_id=document_id)
 
     def _active_tenant_id(self, tenant: str) -> int:
