@@ -227,6 +227,14 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return ExitCode.ok if report.ok else ExitCode.archive_inconsistent
 
 
+# -- serve ------------------------------------------------------------------------------
+def cmd_serve(args: argparse.Namespace) -> int:
+    from ingestd.daemon import serve
+
+    config = _load(args)
+    return serve(config, args.config)
+
+
 # -- parser -----------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
     # --config is accepted before and after the sub-command; SUPPRESS keeps a sub-parser
@@ -267,6 +275,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--keep-source", action="store_true", help="do not remove files after COMMIT")
     s.add_argument("files", nargs="+")
     s.set_defaults(func=cmd_ingest)
+
+    s = sub.add_parser("serve", parents=[common], help="run the ingest daemon (hot folders)")
+    s.set_defaults(func=cmd_serve)
 
     s = sub.add_parser("status", parents=[common, jsonopt], help="documents and jobs by tenant")
     s.set_defaults(func=cmd_status)

@@ -111,6 +111,65 @@ class TitlesConfig(_Section):
         return v
 
 
+TENANT_NAME = r"^[a-z0-9][a-z0-9_-]{0,62}$"
+
+# Names that file managers, sync tools, Office and upload clients use while a file is
+# incomplete or that are not documents at all. Matched case-insensitively against every
+# path component below the watched folder.
+DEFAULT_IGNORE = [
+    ".*",  # dotfiles: .DS_Store, ._resource forks, .stfolder, rsync's .name.XXXXXX
+    "~$*",  # Office lock files
+    "*.part",
+    "*.filepart",  # WinSCP
+    "*.crdownload",  # Chrome
+    "*.download",  # Safari
+    "*.tmp",
+    "*.temp",
+    "*.partial",  # Firefox
+    "*.!sync",  # Syncthing-like
+    "*.sb-*",  # BBEdit/macOS safe-save
+    "Thumbs.db",
+    "desktop.ini",
+    "@eaDir",  # Synology thumbnails
+    "#recycle",  # Synology recycle bin
+    "$RECYCLE.BIN",
+    "lost+found",
+]
+
+
+class HotfoldersConfig(_Section):
+    # A file is taken once size and mtime stayed unchanged this long (and, where the
+    # kernel can tell, no local process still has it open for writing).
+    stable_seconds: Annotated[float, Field(ge=0.1, le=3600)] = 2.0
+    # Full walk of every watched folder: picks up files whose events were lost.
+    rescan_interval: Annotated[float, Field(ge=1, le=86400)] = 60.0
+    # Poll interval for folders with polling = true (NFS/SMB mounts).
+    poll_interval: Annotated[float, Field(ge=0.1, le=3600)] = 5.0
+    # Transient failures (database down) are retried with backoff up to this delay.
+    retry_max_delay: Annotated[float, Field(ge=1, le=86400)] = 300.0
+    # Intake threads shared by all hot folders.
+    workers: Annotated[int, Field(ge=1, le=32)] = 2
+    ignore: list[str] = Field(default_factory=lambda: list(DEFAULT_IGNORE))
+
+
+class WatchConfig(_Section):
+    path: Path
+    tenant: Annotated[str, Field(pattern=TENANT_NAME)]
+    tags: list[Annotated[str, Field(min_length=1, max_length=100)]] = Field(default_factory=list)
+    # Sub-folder names below `path` become tags (Buchhaltung/2026/x.pdf -> Buchhaltung, 2026).
+    subfolder_tags: bool = False
+    # inotify sees nothing on network mounts: poll instead.
+    polling: bool = False
+    # After COMMIT: move the file here instead of deleting it.
+    done: Path | None = None
+    # Permanently refused files go here with <name>.error.txt; default
+    # <state_dir>/failed/<tenant>.
+    failed: Path | None = None
+
+    def failed_dir(self, state_dir: Path) -> Path:
+        return self.failed or state_dir / "failed" / self.tenant
+
+
 class LogConfig(_Section):
     level: Literal["debug", "info", "warning", "error"] = "info"
     format: Literal["auto", "json", "console"] = "auto"
@@ -122,6 +181,46 @@ class Config(_Section):
     intake: IntakeConfig = Field(default_factory=IntakeConfig)
     titles: TitlesConfig = Field(default_factory=TitlesConfig)
     log: LogConfig = Field(default_factory=LogConfig)
+    hotfolders: HotfoldersConfig = Field(default_factory=HotfoldersConfig)
+    watch: list[WatchConfig] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _watch_paths_safe(self) -> Config:
+        p = self.paths
+        internal = {
+            "paths.state_dir": p.state_dir,
+            "paths.archive": p.archive_dir,
+            "paths.derived": p.derived_dir,
+            "paths.spool": p.spool,
+        }
+        problems = []
+        for i, w in enumerate(self.watch):
+            key = f"watch[{i}]"
+            for name, value in (("path", w.path), ("done", w.done), ("failed", w.failed)):
+                if value is not None and not value.is_absolute():
+                    problems.append(f"{key}.{name} must be an absolute path (got {str(value)!r})")
+            for iname, ipath in internal.items():
+                if _overlap(w.path, ipath):
+                    # A hot folder inside the archive or spool would feed ingestd its own
+                    # files forever.
+                    problems.append(f"{key}.path ({w.path}) overlaps {iname} ({ipath})")
+            for name, value in (("done", w.done), ("failed", w.failed_dir(p.state_dir))):
+                if value is not None and _overlap(w.path, value):
+                    problems.append(f"{key}.{name} ({value}) must be outside the watched folder")
+            for j, other in enumerate(self.watch[:i]):
+                if _overlap(w.path, other.path):
+                    problems.append(
+                        f"{key}.path ({w.path}) overlaps watch[{j}].path ({other.path})"
+                    )
+                for name, value in (
+                    ("done", other.done),
+                    ("failed", other.failed_dir(p.state_dir)),
+                ):
+                    if value is not None and _overlap(w.path, value):
+                        problems.append(f"{key}.path ({w.path}) overlaps watch[{j}].{name}")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
 
     @model_validator(mode="after")
     def _paths_disjoint(self) -> Config:
@@ -137,6 +236,10 @@ class Config(_Section):
                 if a == b or a in b.parents or b in a.parents:
                     raise ValueError(f"{ka} ({a}) and {kb} ({b}) must not overlap")
         return self
+
+
+def _overlap(a: Path, b: Path) -> bool:
+    return a == b or a in b.parents or b in a.parents
 
 
 def _format_loc(loc: tuple[int | str, ...]) -> str:
@@ -162,11 +265,17 @@ def _format_error(err: Any) -> str:
 def _resolve_relative(data: dict[str, Any], base: Path) -> None:
     # Relative paths are taken relative to the config file, not the working directory:
     # systemd and a shell would otherwise disagree about where the archive lives.
-    paths = data.get("paths")
-    if isinstance(paths, dict):
-        for key, value in list(paths.items()):
+    tables = [data.get("paths")]
+    watches = data.get("watch")
+    if isinstance(watches, list):
+        tables.extend(watches)
+    for table in tables:
+        if not isinstance(table, dict):
+            continue
+        for key in ("state_dir", "archive", "derived", "spool", "path", "done", "failed"):
+            value = table.get(key)
             if isinstance(value, str) and value and not os.path.isabs(value):
-                paths[key] = str(base / value)
+                table[key] = str(base / value)
 
 
 def parse_config(
@@ -178,7 +287,14 @@ def parse_config(
     try:
         return Config.model_validate(data)
     except ValidationError as exc:
-        problems = [_format_error(e) for e in exc.errors()]
+        problems: list[str] = []
+        for e in exc.errors():
+            if not e.get("loc"):
+                # Cross-field checks already name their keys; one line per problem.
+                msg = str(e.get("msg", "")).removeprefix("Value error, ")
+                problems.extend(msg.split("; "))
+            else:
+                problems.append(_format_error(e))
         raise ConfigError(f"{source}: {len(problems)} problem(s)", problems) from None
 
 

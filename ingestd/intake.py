@@ -77,6 +77,7 @@ class IntakeItem:
     source: str = "cli"  # "cli", "sftp:<account>", "watch:<folder>"
     filename: str | None = None  # the name the client chose; defaults to path.name
     subdir: str = ""  # sub-folder below the inbox / hot folder, kept as context
+    tags: tuple[str, ...] = ()  # assigned in the intake transaction
 
     @property
     def name(self) -> str:
@@ -330,6 +331,16 @@ class Intake:
                 },
             )
             assert job is not None
+            if item.tags:
+                tx.run(
+                    "tags_assign",
+                    {
+                        "names": list(item.tags),
+                        "tenant_id": tenant_id,
+                        "document_id": doc["id"],
+                        "origin": "intake",
+                    },
+                )
             crashpoint("before_commit")
         crashpoint("after_commit")
 

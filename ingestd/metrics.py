@@ -21,3 +21,18 @@ INTAKE_BYTES = Counter(
     "Bytes archived by intake",
     ["tenant", "source"],
 )
+WATCH_SEEN = Counter(
+    "ingestd_watch_files_seen_total",
+    "Files noticed in hot folders (events and rescans; one per file and attempt)",
+    ["tenant"],
+)
+WATCH_RETRIED = Counter(
+    "ingestd_watch_retries_total",
+    "Hot-folder files left in place after a transient failure, to be retried",
+    ["tenant", "cause"],
+)
+WATCH_QUARANTINED = Counter(
+    "ingestd_watch_quarantined_total",
+    "Hot-folder files moved to the failed folder, by reason",
+    ["tenant", "reason"],
+)

@@ -110,19 +110,22 @@ def _toml_value(v: Any) -> str:
     return '"' + str(v).replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def write_config(path: Path, sections: dict[str, dict[str, Any]]) -> None:
+def write_config(path: Path, sections: dict[str, Any]) -> None:
+    """Write sections ({name: {key: value}}) and arrays of tables ({name: [{...}, ...]})."""
     lines = []
     for section, values in sections.items():
-        lines.append(f"[{section}]")
-        lines.extend(f"{k} = {_toml_value(v)}" for k, v in values.items())
-        lines.append("")
+        tables = values if isinstance(values, list) else [values]
+        for table in tables:
+            lines.append(f"[[{section}]]" if isinstance(values, list) else f"[{section}]")
+            lines.extend(f"{k} = {_toml_value(v)}" for k, v in table.items() if v is not None)
+            lines.append("")
     path.write_text("\n".join(lines))
 
 
 @pytest.fixture
 def make_env(tmp_path: Path, db_url: str) -> Any:
-    def factory(**overrides: dict[str, Any]) -> Env:
-        sections: dict[str, dict[str, Any]] = {
+    def factory(**overrides: Any) -> Env:
+        sections: dict[str, Any] = {
             "database": {"url": db_url},
             "paths": {
                 "state_dir": str(tmp_path / "state"),
@@ -133,7 +136,10 @@ def make_env(tmp_path: Path, db_url: str) -> Any:
             "log": {"format": "json"},
         }
         for key, values in overrides.items():
-            sections.setdefault(key, {}).update(values)
+            if isinstance(values, list):
+                sections[key] = values
+            else:
+                sections.setdefault(key, {}).update(values)
         cfg_path = tmp_path / "ingestd.toml"
         write_config(cfg_path, sections)
         env = Env(tmp_path, cfg_path, Config(), db_url)
@@ -185,3 +191,15 @@ def run_cli(
         env={**os.environ, **(extra_env or {})},
         timeout=120,
     )
+
+
+def wait_until(predicate: Any, timeout: float = 30.0, interval: float = 0.05) -> None:
+    """Poll ``predicate`` until it is true; fail after ``timeout`` seconds (a bound, not a
+    timing assertion)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not reached within {timeout}s: {predicate}")
+        time.sleep(interval)

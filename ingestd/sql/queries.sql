@@ -67,3 +67,26 @@ SELECT
   (SELECT count(*) FROM processing_jobs j
     WHERE NOT EXISTS (SELECT 1 FROM documents d WHERE d.id = j.document_id))
     AS jobs_without_document;
+
+-- name: tags_assign
+-- Creates missing tag names for the tenant and links them to the document, in the
+-- intake transaction.
+WITH wanted AS (
+    SELECT DISTINCT unnest(%(names)s::text[]) AS name
+), created AS (
+    INSERT INTO tags (tenant_id, name)
+    SELECT %(tenant_id)s, name FROM wanted
+    ON CONFLICT ON CONSTRAINT tags_tenant_name_key DO NOTHING
+    RETURNING id
+), all_tags AS (
+    SELECT id FROM created
+    UNION
+    SELECT t.id FROM tags t JOIN wanted w ON w.name = t.name WHERE t.tenant_id = %(tenant_id)s
+)
+INSERT INTO document_tags (document_id, tag_id, tenant_id, origin)
+SELECT %(document_id)s, id, %(tenant_id)s, %(origin)s FROM all_tags
+ON CONFLICT DO NOTHING;
+
+-- name: document_tag_names
+SELECT t.name FROM document_tags dt JOIN tags t ON t.id = dt.tag_id
+WHERE dt.document_id = %(document_id)s ORDER BY t.name;

@@ -1,0 +1,84 @@
+"""Move a refused file out of the way, with a note saying why. Never follows a link."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import shutil
+import stat
+from datetime import UTC, datetime
+from pathlib import Path
+
+from ingestd.archive import fsync_dir
+
+ERROR_SUFFIX = ".error.txt"
+
+
+def safe_name(name: str) -> str:
+    """A file name that is valid UTF-8 and free of control characters, for the failed dir."""
+    name = name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    cleaned = "".join("_" if (ord(c) < 32 or 127 <= ord(c) < 160) else c for c in name)
+    # Leave room for ".N" and ".error.txt" within NAME_MAX (255 bytes).
+    while len(cleaned.encode()) > 230:
+        cleaned = cleaned[:-1]
+    return cleaned or "unnamed"
+
+
+def _free_target(directory: Path, name: str) -> Path:
+    target = directory / name
+    n = 1
+    while os.path.lexists(target) or os.path.lexists(f"{target}{ERROR_SUFFIX}"):
+        stem, dot, ext = name.rpartition(".")
+        target = directory / (f"{stem}.{n}.{ext}" if dot and stem else f"{name}.{n}")
+        n += 1
+    return target
+
+
+def quarantine(
+    path: Path, failed_dir: Path, *, subdir: str, tenant: str, reason: str, detail: str
+) -> Path:
+    """Move ``path`` into ``failed_dir/subdir`` and write ``<name>.error.txt`` beside it.
+
+    A symlink, FIFO or device is moved as the directory entry itself (rename never follows
+    or opens it); across filesystems such an entry has no content to keep and is removed.
+    Returns the path of the error note.
+    """
+    target_dir = failed_dir / subdir if subdir else failed_dir
+    target_dir.mkdir(parents=True, exist_ok=True, mode=0o750)
+    target = _free_target(target_dir, safe_name(path.name))
+    st = os.lstat(path)
+    note_extra = ""
+    try:
+        os.rename(path, target)
+    except OSError as exc:
+        if exc.errno != errno.EXDEV:
+            raise
+        if stat.S_ISREG(st.st_mode):
+            shutil.copy2(path, target, follow_symlinks=False)
+            with open(target, "rb") as fh:
+                os.fsync(fh.fileno())
+            os.unlink(path)
+        else:
+            os.unlink(path)
+            note_extra = "note: the entry was removed (not a regular file, other filesystem)\n"
+            target = Path(f"{target}.removed")
+    note = Path(f"{target}{ERROR_SUFFIX}")
+    text = (
+        f"file: {safe_name(str(path))}\n"
+        f"tenant: {tenant}\n"
+        f"reason: {reason}\n"
+        f"detail: {detail}\n"
+        f"time: {datetime.now(UTC).isoformat(timespec='seconds')}\n"
+        f"{note_extra}"
+    )
+    fd = os.open(note, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o640)
+    try:
+        os.write(fd, text.encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    fsync_dir(target_dir)
+    with contextlib.suppress(OSError):
+        fsync_dir(path.parent)
+    return note

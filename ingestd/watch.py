@@ -1,0 +1,465 @@
+"""Hot folders: decide when a dropped file is complete, then hand it to intake.
+
+The watcher never writes to the archive or the database. Its only jobs are:
+
+* notice files: watchdog events (inotify, or polling for network mounts), a scan at
+  start and a periodic rescan for anything whose event was lost;
+* decide when a file is complete: size and mtime unchanged for ``stable_seconds`` and,
+  where the kernel can tell (a Linux read lease), no local process holds it open for
+  writing; temp and system names are never taken;
+* afterwards: the source is gone (intake removed it after COMMIT) or moved to ``done``;
+  a permanent refusal goes to ``failed`` with a note; a transient failure leaves the
+  file where it is and retries with backoff.
+
+A path is in at most one place at a time: *pending* (waiting to be stable or to be
+retried) or *in flight* (an intake thread has it). So no file is queued twice.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import fnmatch
+import os
+import signal
+import stat
+import threading
+import time
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from watchdog.events import (
+    DirCreatedEvent,
+    DirMovedEvent,
+    FileClosedEvent,
+    FileClosedNoWriteEvent,
+    FileCreatedEvent,
+    FileDeletedEvent,
+    FileModifiedEvent,
+    FileMovedEvent,
+    FileOpenedEvent,
+    FileSystemEvent,
+    FileSystemEventHandler,
+)
+from watchdog.observers import Observer
+from watchdog.observers.polling import PollingObserver
+
+from ingestd import metrics
+from ingestd.config import Config, HotfoldersConfig, WatchConfig
+from ingestd.errors import ArchiveError, DatabaseError, TenantError
+from ingestd.intake import Disposal, FileChanged, Intake, IntakeItem, Outcome, move_source
+from ingestd.log import get_logger
+from ingestd.quarantine import quarantine
+
+# F_SETLEASE and friends (Linux); absent elsewhere, then only the stability window counts.
+_F_SETLEASE = getattr(fcntl, "F_SETLEASE", 1024)
+_F_RDLCK = getattr(fcntl, "F_RDLCK", 0)
+_F_UNLCK = getattr(fcntl, "F_UNLCK", 2)
+
+
+@dataclass(frozen=True)
+class Folder:
+    """One [[watch]] entry with its resolved directories."""
+
+    cfg: WatchConfig
+    root: Path  # realpath of cfg.path, to check containment
+    failed: Path
+
+    @property
+    def name(self) -> str:
+        return str(self.cfg.path)
+
+    @property
+    def key(self) -> tuple[str, bool]:
+        # What needs a new observer when it changes; everything else is swapped in place.
+        return (str(self.cfg.path), self.cfg.polling)
+
+
+@dataclass
+class _Pending:
+    folder: Folder
+    size: int = -1
+    mtime_ns: int = -1
+    changed_at: float = 0.0
+    due: float = 0.0
+    attempts: int = 0
+    reported: set[str] = field(default_factory=set)
+
+
+class WriterCheck:
+    """Ask the kernel whether anyone holds a file open for writing (Linux read lease).
+
+    A read lease is granted only when no process has the file open for writing. The
+    lease is dropped at once; should a writer open the file in that instant, the kernel
+    signals the lease holder (SIGIO), so that signal is ignored process-wide.
+    Returns None when the kernel cannot tell (NFS/SMB, not our file without CAP_LEASE).
+    """
+
+    def __init__(self) -> None:
+        self.enabled = threading.current_thread() is threading.main_thread()
+        if self.enabled:
+            signal.signal(signal.SIGIO, signal.SIG_IGN)
+
+    def writer_active(self, path: Path) -> bool | None:
+        if not self.enabled:
+            return None
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:
+            return None
+        try:
+            fcntl.fcntl(fd, _F_SETLEASE, _F_RDLCK)
+        except OSError as exc:
+            return True if exc.errno in (errno.EAGAIN, errno.EBUSY) else None
+        else:
+            fcntl.fcntl(fd, _F_SETLEASE, _F_UNLCK)
+            return False
+        finally:
+            os.close(fd)
+
+
+class _Handler(FileSystemEventHandler):
+    def __init__(self, hot: HotFolders, folder: Folder) -> None:
+        self.hot = hot
+        self.folder = folder
+
+    def on_any_event(self, event: FileSystemEvent) -> None:
+        try:
+            self._dispatch(event)
+        except Exception:  # an event must never kill the observer thread
+            self.hot.log.exception("watch.event_error", event=repr(event))
+
+    def _dispatch(self, event: FileSystemEvent) -> None:
+        src = os.fsdecode(event.src_path)
+        if isinstance(event, FileOpenedEvent | FileClosedNoWriteEvent):
+            return  # our own reads (and anyone's) would otherwise loop
+        if isinstance(event, DirCreatedEvent | DirMovedEvent):
+            # Files created in a new directory before its watch was added raise no event.
+            target = os.fsdecode(event.dest_path) if isinstance(event, DirMovedEvent) else src
+            self.hot.scan_tree(self.folder, Path(target))
+            return
+        if isinstance(event, FileMovedEvent):
+            self.hot.forget(Path(src))
+            self.hot.note(self.folder, Path(os.fsdecode(event.dest_path)))
+        elif isinstance(event, FileDeletedEvent):
+            self.hot.forget(Path(src))
+        elif isinstance(event, FileCreatedEvent | FileModifiedEvent | FileClosedEvent):
+            self.hot.note(self.folder, Path(src), closed=isinstance(event, FileClosedEvent))
+
+
+class HotFolders:
+    """All [[watch]] folders of one daemon; thread-safe; reloadable."""
+
+    def __init__(self, config: Config, intake: Intake, *, tick: float = 0.1) -> None:
+        self.intake = intake
+        self.log = get_logger(component="watch")
+        self._lock = threading.Lock()
+        self._pending: dict[Path, _Pending] = {}
+        self._inflight: set[Path] = set()
+        self._observers: dict[tuple[str, bool], Any] = {}
+        self._folders: dict[tuple[str, bool], Folder] = {}
+        self._missing_reported: set[str] = set()
+        self._stop = threading.Event()
+        self._tick = tick
+        self._writers = WriterCheck()
+        self._threads: list[threading.Thread] = []
+        self._apply_settings(config)
+        self._executor = ThreadPoolExecutor(
+            max_workers=self.settings.workers, thread_name_prefix="watch-intake"
+        )
+        self._desired = self._folders_from(config)
+
+    # -- configuration ------------------------------------------------------------------
+    def _apply_settings(self, config: Config) -> None:
+        self.settings: HotfoldersConfig = config.hotfolders
+        self._ignore = [p.lower() for p in config.hotfolders.ignore]
+        self._state_dir = config.paths.state_dir
+
+    def _folders_from(self, config: Config) -> dict[tuple[str, bool], Folder]:
+        out = {}
+        for w in config.watch:
+            folder = Folder(w, Path(os.path.realpath(w.path)), w.failed_dir(config.paths.state_dir))
+            out[folder.key] = folder
+        return out
+
+    def start(self) -> None:
+        self._sync_observers()
+        for target, name in (
+            (self._settle_loop, "watch-settle"),
+            (self._rescan_loop, "watch-rescan"),
+        ):
+            t = threading.Thread(target=target, name=name, daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    def reload(self, config: Config) -> None:
+        """Apply a new config: add/remove folders without touching the others."""
+        self._apply_settings(config)
+        self._desired = self._folders_from(config)
+        self._sync_observers()
+
+    def _sync_observers(self) -> None:
+        with self._lock:
+            desired = dict(self._desired)
+            current = set(self._observers)
+        for key in current - set(desired):
+            obs = self._observers.pop(key)
+            obs.stop()
+            obs.join(timeout=5)
+            with self._lock:
+                self._folders.pop(key, None)
+                for path in [p for p, c in self._pending.items() if c.folder.key == key]:
+                    del self._pending[path]
+            self.log.info("watch.removed", folder=key[0])
+        for key, folder in desired.items():
+            if key in self._observers:
+                with self._lock:
+                    self._folders[key] = folder  # tags/tenant/done/failed may have changed
+                continue
+            if not folder.cfg.path.is_dir():
+                if key[0] not in self._missing_reported:
+                    # Never create it: an unmounted share would then fill the local disk.
+                    self.log.error("watch.folder_missing", folder=key[0], tenant=folder.cfg.tenant)
+                    self._missing_reported.add(key[0])
+                continue
+            self._missing_reported.discard(key[0])
+            obs = (
+                PollingObserver(timeout=self.settings.poll_interval)
+                if folder.cfg.polling
+                else Observer()
+            )
+            obs.schedule(_Handler(self, folder), str(folder.cfg.path), recursive=True)
+            obs.daemon = True
+            obs.start()
+            with self._lock:
+                self._observers[key] = obs
+                self._folders[key] = folder
+            self.log.info(
+                "watch.added", folder=key[0], tenant=folder.cfg.tenant, polling=folder.cfg.polling
+            )
+            self.scan_tree(folder, folder.cfg.path)
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Stop observing; let running intakes finish (each is one short transaction)."""
+        self._stop.set()
+        for obs in list(self._observers.values()):
+            obs.stop()
+        for obs in list(self._observers.values()):
+            obs.join(timeout=5)
+        self._observers.clear()
+        for t in self._threads:
+            t.join(timeout=5)
+        self._executor.shutdown(wait=True, cancel_futures=True)
+
+    # -- noticing files -----------------------------------------------------------------
+    def _ignored(self, folder: Folder, path: Path) -> bool:
+        try:
+            rel = path.relative_to(folder.cfg.path)
+        except ValueError:
+            return True  # not below this folder at all
+        return any(
+            fnmatch.fnmatchcase(part.lower(), pat) for part in rel.parts for pat in self._ignore
+        )
+
+    def note(self, folder: Folder, path: Path, *, closed: bool = False) -> None:
+        """A file may have appeared or changed: (re)start its stability window."""
+        if self._ignored(folder, path):
+            return
+        now = time.monotonic()
+        with self._lock:
+            if path in self._inflight:
+                return
+            current = self._folders.get(folder.key)
+            if current is None:
+                return
+            pending = self._pending.get(path)
+            if pending is None:
+                pending = self._pending[path] = _Pending(current, changed_at=now, due=now)
+                metrics.WATCH_SEEN.labels(current.cfg.tenant).inc()
+            elif pending.attempts == 0:
+                # Activity: the window starts again (a retry keeps its backoff instead).
+                pending.changed_at = now
+                pending.due = (
+                    now if closed else min(pending.due, now + self.settings.stable_seconds)
+                )
+
+    def forget(self, path: Path) -> None:
+        with self._lock:
+            self._pending.pop(path, None)
+
+    def scan_tree(self, folder: Folder, top: Path) -> int:
+        """Note every file below ``top`` (startup, rescan, new sub-folder). No links followed."""
+        found = 0
+        for dirpath, dirs, files in os.walk(top, followlinks=False):
+            base = Path(dirpath)
+            keep = []
+            for d in dirs:
+                if (base / d).is_symlink():
+                    files.append(d)  # a symlinked folder is refused like a symlinked file
+                elif not self._ignored(folder, base / d):
+                    keep.append(d)
+            dirs[:] = keep
+            for f in files:
+                self.note(folder, base / f)
+                found += 1
+        return found
+
+    def _rescan_loop(self) -> None:
+        while not self._stop.wait(self.settings.rescan_interval):
+            try:
+                self._sync_observers()  # folders that were missing may have appeared
+                for folder in list(self._folders.values()):
+                    self.scan_tree(folder, folder.cfg.path)
+            except Exception:
+                self.log.exception("watch.rescan_error")
+
+    # -- deciding completeness ----------------------------------------------------------
+    def _settle_loop(self) -> None:
+        while not self._stop.wait(self._tick):
+            try:
+                self._settle_once()
+            except Exception:
+                self.log.exception("watch.settle_error")
+
+    def _settle_once(self) -> None:
+        now = time.monotonic()
+        capacity = self.settings.workers * 2  # bounded hand-off queue: memory stays flat
+        with self._lock:
+            room = capacity - len(self._inflight)
+            due = [(p, c) for p, c in self._pending.items() if c.due <= now]
+        due.sort(key=lambda pc: pc[1].due)
+        for path, pending in due:
+            if room <= 0:
+                break
+            if self._ready(path, pending, now):
+                with self._lock:
+                    if self._pending.get(path) is not pending:
+                        continue
+                    del self._pending[path]
+                    self._inflight.add(path)
+                room -= 1
+                self._executor.submit(self._ingest, path, pending)
+
+    def _ready(self, path: Path, pending: _Pending, now: float) -> bool:
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            self.forget(path)
+            return False
+        except OSError:
+            pending.due = now + self.settings.stable_seconds
+            return False
+        if not stat.S_ISREG(st.st_mode):
+            return True  # links, FIFOs, devices: no content to wait for; intake refuses them
+        window = self.settings.stable_seconds
+        if (st.st_size, st.st_mtime_ns) != (pending.size, pending.mtime_ns):
+            pending.size, pending.mtime_ns = st.st_size, st.st_mtime_ns
+            pending.changed_at = now
+            pending.due = now + window
+            return False
+        if now - pending.changed_at < window:
+            pending.due = pending.changed_at + window
+            return False
+        if self._writers.writer_active(path):
+            # Someone still has it open for writing (a paused writer): not complete.
+            pending.changed_at = now
+            pending.due = now + window
+            return False
+        return True
+
+    # -- taking a file ------------------------------------------------------------------
+    def _item(self, folder: Folder, path: Path) -> IntakeItem:
+        rel = path.relative_to(folder.cfg.path)
+        parts = rel.parts[:-1]
+        tags = list(folder.cfg.tags)
+        if folder.cfg.subfolder_tags:
+            tags.extend(p for p in parts if p not in tags)
+        return IntakeItem(
+            path=path,
+            tenant=folder.cfg.tenant,
+            source=f"watch:{folder.cfg.path}",
+            filename=path.name,
+            subdir="/".join(parts),
+            tags=tuple(tags),
+        )
+
+    def _contained(self, folder: Folder, path: Path) -> bool:
+        # Every directory between the root and the file must be a real directory: a
+        # symlinked sub-folder must not smuggle in /etc/passwd (O_NOFOLLOW only guards
+        # the last component).
+        real_parent = Path(os.path.realpath(path.parent))
+        rel_parent = path.parent.relative_to(folder.cfg.path)
+        return real_parent == folder.root / rel_parent
+
+    def _ingest(self, path: Path, pending: _Pending) -> None:
+        folder = pending.folder
+        tenant = folder.cfg.tenant
+        retry_cause: str | None = None
+        try:
+            item = self._item(folder, path)
+            log = self.log.bind(tenant=tenant, folder=folder.name, filename=item.name)
+            if not self._contained(folder, path):
+                log.warning("watch.escape_refused", path=str(path))
+                return
+            disposal = Disposal.keep if folder.cfg.done else Disposal.delete
+            result = self.intake.ingest(item, disposal=disposal)
+            if result.outcome is Outcome.refused:
+                note = quarantine(
+                    path,
+                    folder.failed,
+                    subdir=item.subdir,
+                    tenant=tenant,
+                    reason=str(result.reason),
+                    detail=result.detail,
+                )
+                metrics.WATCH_QUARANTINED.labels(tenant, str(result.reason)).inc()
+                log.warning("watch.quarantined", reason=str(result.reason), note=str(note))
+            elif folder.cfg.done:
+                done_dir = folder.cfg.done / item.subdir if item.subdir else folder.cfg.done
+                move_source(path, done_dir)
+        except FileNotFoundError:
+            pass  # gone (moved away by a user): nothing to do
+        except TenantError as exc:
+            retry_cause = "tenant_inactive"
+            if "tenant" not in pending.reported:
+                # Reported once per file, then retried quietly until the tenant is active.
+                pending.reported.add("tenant")
+                self.log.warning("watch.tenant_not_active", tenant=tenant, filename=path.name,
+                                 detail=exc.message)  # fmt: skip
+        except (DatabaseError, FileChanged, ArchiveError, OSError) as exc:
+            retry_cause = type(exc).__name__
+            self.log.warning("watch.retry", tenant=tenant, filename=path.name,
+                             attempt=pending.attempts + 1, detail=str(exc))  # fmt: skip
+        except Exception:
+            retry_cause = "internal"
+            self.log.exception("watch.intake_error", tenant=tenant, filename=path.name)
+        finally:
+            with self._lock:
+                self._inflight.discard(path)
+                if retry_cause is not None and not self._stop.is_set():
+                    pending.attempts += 1
+                    limit = self.settings.retry_max_delay
+                    if retry_cause == "tenant_inactive":
+                        limit = min(limit, 30.0)  # pick up quickly once the tenant is active
+                    delay = min(2.0 ** min(pending.attempts, 20), limit)
+                    # Size/mtime stay recorded: if the file did not change meanwhile it is
+                    # taken as soon as the delay is over, with no second stability window.
+                    pending.due = time.monotonic() + delay
+                    self._pending.setdefault(path, pending)
+            if retry_cause is not None:
+                metrics.WATCH_RETRIED.labels(tenant, retry_cause).inc()
+
+    # -- introspection (status, tests) --------------------------------------------------
+    def snapshot(self) -> dict[str, int]:
+        with self._lock:
+            return {"pending": len(self._pending), "inflight": len(self._inflight)}
+
+    def idle(self) -> bool:
+        with self._lock:
+            return not self._pending and not self._inflight
+
+    def folders(self) -> Iterable[Folder]:
+        return list(self._folders.values())

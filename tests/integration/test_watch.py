@@ -1,0 +1,234 @@
+"""Hot folders with real watchdog observers, real files and a real PostgreSQL."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import resource
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ingestd.db import Database
+from ingestd.runtime import make_intake
+from ingestd.watch import HotFolders
+
+from tests.conftest import Env, wait_until
+from tests.fixtures.files import pdf_bytes, write
+
+FAST = {"stable_seconds": 0.5, "rescan_interval": 60, "poll_interval": 0.3, "retry_max_delay": 2}
+
+
+def _docs(db: Database) -> list[dict[str, Any]]:
+    with db.transaction() as tx:
+        return tx.raw("SELECT * FROM documents ORDER BY id")
+
+
+def _count(db: Database) -> int:
+    with db.transaction() as tx:
+        return int(tx.raw("SELECT count(*) AS n FROM documents")[0]["n"])
+
+
+@pytest.fixture
+def hot_env(make_env: Any, tmp_path: Path, tenant: str) -> Iterator[Any]:
+    """Factory: an Env with one hot folder and a running HotFolders; stopped afterwards."""
+    started: list[HotFolders] = []
+
+    def factory(
+        watch: dict[str, Any] | None = None,
+        hotfolders: dict[str, Any] | None = None,
+        cls: type[HotFolders] = HotFolders,
+        start: bool = True,
+    ) -> tuple[Env, HotFolders, Path]:
+        folder = tmp_path / "hot"
+        folder.mkdir(exist_ok=True)
+        entry = {"path": str(folder), "tenant": tenant, "failed": str(tmp_path / "failed")}
+        entry |= watch or {}
+        env: Env = make_env(watch=[entry], hotfolders={**FAST, **(hotfolders or {})})
+        db = Database(env.db_url, max_size=4).open()
+        hot = cls(env.config, make_intake(env.config, db))
+        hot._test_db = db  # type: ignore[attr-defined]
+        if start:
+            hot.start()
+        started.append(hot)
+        return env, hot, folder
+
+    yield factory
+    for hot in started:
+        hot.stop()
+        hot._test_db.close()  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("polling", [False, True], ids=["inotify", "polling"])
+def test_paused_writer_gives_one_full_document(hot_env: Any, db: Database, polling: bool) -> None:
+    """1 MB, a 3 s pause with the file open, 1 MB more: one document of the full 2 MB."""
+    _env, hot, folder = hot_env(watch={"polling": polling})
+    data = os.urandom(2 * 1024 * 1024)
+    data = b"%PDF-1.4\n" + data[9:]
+    with open(folder / "slow-scanner.pdf", "wb") as fh:
+        fh.write(data[: 1024 * 1024])
+        fh.flush()
+        os.fsync(fh.fileno())
+        time.sleep(3)  # the writer pauses longer than the stability window
+        assert _count(db) == 0
+        fh.write(data[1024 * 1024 :])
+    wait_until(lambda: _count(db) == 1)
+    wait_until(hot.idle)
+    [doc] = _docs(db)
+    assert doc["size_bytes"] == len(data)
+    assert doc["sha256"] == hashlib.sha256(data).hexdigest()
+    assert not (folder / "slow-scanner.pdf").exists()
+
+
+@pytest.mark.parametrize(("polling", "n"), [(False, 2000), (True, 300)], ids=["inotify", "polling"])
+def test_many_files_at_once_each_ingested_once(
+    hot_env: Any, db: Database, polling: bool, n: int
+) -> None:
+    """N files dropped at once: all ingested exactly once, none left, hand-off bounded."""
+    _env, hot, folder = hot_env(watch={"polling": polling}, hotfolders={"workers": 4})
+    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    for i in range(n):
+        write(folder / f"sub{i % 10}" / f"doc-{i:05d}.pdf", pdf_bytes(seed=i))
+    max_inflight = 0
+    deadline = time.monotonic() + 240
+    while _count(db) < n and time.monotonic() < deadline:
+        max_inflight = max(max_inflight, hot.snapshot()["inflight"])
+        time.sleep(0.05)
+    wait_until(hot.idle, timeout=60)
+    assert _count(db) == n
+    with db.transaction() as tx:
+        dup = tx.raw("SELECT count(*) - count(DISTINCT sha256) AS d FROM documents")[0]["d"]
+        jobs = tx.raw("SELECT count(*) AS n FROM processing_jobs")[0]["n"]
+    assert dup == 0 and jobs == n
+    assert not [p for p in folder.rglob("*") if p.is_file()]
+    assert max_inflight <= 4 * 2
+    growth_mib = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss_before) / 1024
+    assert growth_mib < 200, f"memory grew by {growth_mib:.0f} MiB"
+
+
+def test_files_present_before_start_are_ingested(hot_env: Any, db: Database) -> None:
+    """Files that arrived while ingestd was down are taken at start."""
+    _env, hot, folder = hot_env(start=False)
+    for i in range(5):
+        write(folder / f"before-{i}.pdf", pdf_bytes(seed=100 + i))
+    hot.start()
+    wait_until(lambda: _count(db) == 5)
+
+
+class _DeafHotFolders(HotFolders):
+    """Drops every event for names starting with 'lost': an event that never arrived."""
+
+    def note(self, folder: Any, path: Path, *, closed: bool = False) -> None:
+        if path.name.startswith("lost") and threading.current_thread().name != "watch-rescan":
+            return
+        super().note(folder, path, closed=closed)
+
+
+def test_file_whose_event_was_lost_is_picked_up_by_rescan(hot_env: Any, db: Database) -> None:
+    """A file with no event is found by the periodic rescan."""
+    _env, hot, folder = hot_env(hotfolders={"rescan_interval": 2}, cls=_DeafHotFolders)
+    write(folder / "lost-1.pdf", pdf_bytes(seed=200))
+    write(folder / "seen-1.pdf", pdf_bytes(seed=201))
+    wait_until(lambda: _count(db) == 2, timeout=30)
+    names = sorted(d["original_filename"] for d in _docs(db))
+    assert names == ["lost-1.pdf", "seen-1.pdf"]
+
+
+def test_part_file_renamed_to_final_name(hot_env: Any, db: Database) -> None:
+    """scan.pdf.part renamed to scan.pdf: one document named from scan.pdf."""
+    _env, hot, folder = hot_env()
+    part = write(folder / "scan.pdf.part", pdf_bytes(seed=300))
+    time.sleep(1.5)  # longer than the stability window: a .part is never taken
+    assert _count(db) == 0
+    part.rename(folder / "scan.pdf")
+    wait_until(lambda: _count(db) == 1)
+    assert _docs(db)[0]["original_filename"] == "scan.pdf"
+
+
+def test_temp_and_system_names_are_never_ingested(hot_env: Any, db: Database) -> None:
+    """Dotfiles, Office locks, browser/WinSCP temp files, Thumbs.db, @eaDir stay untouched."""
+    _env, hot, folder = hot_env(hotfolders={"rescan_interval": 1})
+    names = [
+        ".DS_Store", "._scan.pdf", "~$brief.pdf", "x.pdf.filepart", "y.pdf.crdownload",
+        "z.pdf.tmp", "Thumbs.db", "@eaDir/scan.pdf", ".stfolder/a.pdf", "w.PDF.PART",
+    ]  # fmt: skip
+    for i, name in enumerate(names):
+        write(folder / name, pdf_bytes(seed=400 + i))
+    write(folder / "real.pdf", pdf_bytes(seed=499))
+    wait_until(lambda: _count(db) == 1)
+    time.sleep(2.5)  # two rescans later: still nothing else
+    assert _count(db) == 1
+    for name in names:
+        assert (folder / name).exists(), name
+
+
+def test_bad_files_go_to_failed_with_a_reason(hot_env: Any, db: Database, tmp_path: Path) -> None:
+    """Symlink to outside, FIFO, ELF named .pdf: moved to failed with .error.txt; daemon lives."""
+    _env, hot, folder = hot_env()
+    outside = write(tmp_path / "outside" / "secret.pdf", pdf_bytes(seed=500))
+    os.symlink(outside, folder / "link.pdf")
+    os.mkfifo(folder / "pipe.pdf")
+    write(folder / "invoice.pdf", b"\x7fELF\x02\x01\x01" + os.urandom(4000))
+    os.symlink(outside.parent, folder / "linkdir")
+    failed = tmp_path / "failed"
+    wait_until(lambda: len(list(failed.glob("*.error.txt"))) == 4, timeout=30)
+    notes = {p.name: p.read_text() for p in failed.glob("*.error.txt")}
+    assert "reason: symlink" in notes["link.pdf.error.txt"]
+    assert "reason: not_regular" in notes["pipe.pdf.error.txt"]
+    assert "reason: bad_type" in notes["invoice.pdf.error.txt"]
+    assert "ELF" in notes["invoice.pdf.error.txt"]
+    assert "reason: symlink" in notes["linkdir.error.txt"]
+    assert (failed / "link.pdf").is_symlink()  # moved as a link, never followed
+    assert outside.read_bytes() == pdf_bytes(seed=500)  # the target is untouched
+    assert not any(folder.iterdir())
+    # The daemon keeps serving: a good file afterwards is ingested.
+    write(folder / "good.pdf", pdf_bytes(seed=501))
+    wait_until(lambda: _count(db) == 1)
+
+
+def test_subfolders_become_tags(hot_env: Any, db: Database) -> None:
+    """Buchhaltung/2026/x.pdf with subfolder_tags: config tags plus Buchhaltung and 2026."""
+    _env, hot, folder = hot_env(watch={"subfolder_tags": True, "tags": ["Eingang"]})
+    write(folder / "Buchhaltung" / "2026" / "Rechnung.pdf", pdf_bytes(seed=600))
+    wait_until(lambda: _count(db) == 1)
+    [doc] = _docs(db)
+    assert doc["source_subdir"] == "Buchhaltung/2026"
+    with db.transaction() as tx:
+        tags = [r["name"] for r in tx.all("document_tag_names", {"document_id": doc["id"]})]
+    assert tags == ["2026", "Buchhaltung", "Eingang"]
+
+
+def test_suspended_tenant_files_stay_in_place(
+    hot_env: Any, db: Database, tenant: str, tmp_path: Path
+) -> None:
+    """A suspended tenant's file is reported, not ingested, not moved; taken once active."""
+    with db.transaction() as tx:
+        tx.one(
+            "tenant_set_status",
+            {"name": tenant, "status": "suspended", "from_statuses": ["active"]},
+        )
+    _env, hot, folder = hot_env()
+    src = write(folder / "waiting.pdf", pdf_bytes(seed=700))
+    wait_until(lambda: hot.snapshot()["pending"] == 1 and hot._pending[src].attempts >= 1)
+    assert src.exists() and _count(db) == 0
+    assert not (tmp_path / "failed").exists() or not any((tmp_path / "failed").iterdir())
+    with db.transaction() as tx:
+        tx.one(
+            "tenant_set_status",
+            {"name": tenant, "status": "active", "from_statuses": ["suspended"]},
+        )
+    wait_until(lambda: _count(db) == 1, timeout=40)
+
+
+def test_done_folder_receives_ingested_files(hot_env: Any, db: Database, tmp_path: Path) -> None:
+    """With done configured, the source is moved there (keeping sub-folders) after COMMIT."""
+    done = tmp_path / "done"
+    _env, hot, folder = hot_env(watch={"done": str(done)})
+    write(folder / "a" / "x.pdf", pdf_bytes(seed=800))
+    wait_until(lambda: _count(db) == 1)
+    wait_until(lambda: (done / "a" / "x.pdf").exists())
+    assert not (folder / "a" / "x.pdf").exists()
