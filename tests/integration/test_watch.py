@@ -16,7 +16,6 @@ import pytest
 from ingestd.db import Database
 from ingestd.runtime import make_intake
 from ingestd.watch import HotFolders
-
 from tests.conftest import Env, wait_until
 from tests.fixtures.files import pdf_bytes, write
 
@@ -130,7 +129,7 @@ class _DeafHotFolders(HotFolders):
 
 def test_file_whose_event_was_lost_is_picked_up_by_rescan(hot_env: Any, db: Database) -> None:
     """A file with no event is found by the periodic rescan."""
-    _env, hot, folder = hot_env(hotfolders={"rescan_interval": 2}, cls=_DeafHotFolders)
+    _env, _hot, folder = hot_env(hotfolders={"rescan_interval": 2}, cls=_DeafHotFolders)
     write(folder / "lost-1.pdf", pdf_bytes(seed=200))
     write(folder / "seen-1.pdf", pdf_bytes(seed=201))
     wait_until(lambda: _count(db) == 2, timeout=30)
@@ -140,7 +139,7 @@ def test_file_whose_event_was_lost_is_picked_up_by_rescan(hot_env: Any, db: Data
 
 def test_part_file_renamed_to_final_name(hot_env: Any, db: Database) -> None:
     """scan.pdf.part renamed to scan.pdf: one document named from scan.pdf."""
-    _env, hot, folder = hot_env()
+    _env, _hot, folder = hot_env()
     part = write(folder / "scan.pdf.part", pdf_bytes(seed=300))
     time.sleep(1.5)  # longer than the stability window: a .part is never taken
     assert _count(db) == 0
@@ -151,7 +150,7 @@ def test_part_file_renamed_to_final_name(hot_env: Any, db: Database) -> None:
 
 def test_temp_and_system_names_are_never_ingested(hot_env: Any, db: Database) -> None:
     """Dotfiles, Office locks, browser/WinSCP temp files, Thumbs.db, @eaDir stay untouched."""
-    _env, hot, folder = hot_env(hotfolders={"rescan_interval": 1})
+    _env, _hot, folder = hot_env(hotfolders={"rescan_interval": 1})
     names = [
         ".DS_Store", "._scan.pdf", "~$brief.pdf", "x.pdf.filepart", "y.pdf.crdownload",
         "z.pdf.tmp", "Thumbs.db", "@eaDir/scan.pdf", ".stfolder/a.pdf", "w.PDF.PART",
@@ -168,7 +167,7 @@ def test_temp_and_system_names_are_never_ingested(hot_env: Any, db: Database) ->
 
 def test_bad_files_go_to_failed_with_a_reason(hot_env: Any, db: Database, tmp_path: Path) -> None:
     """Symlink to outside, FIFO, ELF named .pdf: moved to failed with .error.txt; daemon lives."""
-    _env, hot, folder = hot_env()
+    _env, _hot, folder = hot_env()
     outside = write(tmp_path / "outside" / "secret.pdf", pdf_bytes(seed=500))
     os.symlink(outside, folder / "link.pdf")
     os.mkfifo(folder / "pipe.pdf")
@@ -192,7 +191,7 @@ def test_bad_files_go_to_failed_with_a_reason(hot_env: Any, db: Database, tmp_pa
 
 def test_subfolders_become_tags(hot_env: Any, db: Database) -> None:
     """Buchhaltung/2026/x.pdf with subfolder_tags: config tags plus Buchhaltung and 2026."""
-    _env, hot, folder = hot_env(watch={"subfolder_tags": True, "tags": ["Eingang"]})
+    _env, _hot, folder = hot_env(watch={"subfolder_tags": True, "tags": ["Eingang"]})
     write(folder / "Buchhaltung" / "2026" / "Rechnung.pdf", pdf_bytes(seed=600))
     wait_until(lambda: _count(db) == 1)
     [doc] = _docs(db)
@@ -227,7 +226,7 @@ def test_suspended_tenant_files_stay_in_place(
 def test_done_folder_receives_ingested_files(hot_env: Any, db: Database, tmp_path: Path) -> None:
     """With done configured, the source is moved there (keeping sub-folders) after COMMIT."""
     done = tmp_path / "done"
-    _env, hot, folder = hot_env(watch={"done": str(done)})
+    _env, _hot, folder = hot_env(watch={"done": str(done)})
     write(folder / "a" / "x.pdf", pdf_bytes(seed=800))
     wait_until(lambda: _count(db) == 1)
     wait_until(lambda: (done / "a" / "x.pdf").exists())
