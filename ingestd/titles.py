@@ -70,12 +70,14 @@ _AUTO_NAME_PREFIXES = (
 _MONTH = (
     r"(?:jan(?:uary|uar)?|feb(?:ruary|ruar)?|mar(?:ch)?|märz|maerz|apr(?:il)?|ma[iy]"
     r"|jun[ei]?|jul[iy]?|aug(?:ust)?|sept?(?:ember)?|o[ck]t(?:ober)?|nov(?:ember)?"
-    r"|de[cz](?:ember)?)\.?"
+    r"|de[cz](?:ember)?)"
 )
 _TAIL_TOKEN = rf"(?:\d+|{_MONTH}|at|um)"
-# What follows an auto-name prefix: counters, dates, times. Tokens are separated by
-# at least one separator, so the pattern cannot backtrack catastrophically.
-_AUTO_NAME_TAIL = rf"(?:[ _-]*{_TAIL_TOKEN}(?:[ ._:,-]+{_TAIL_TOKEN})*)?"
+# What follows an auto-name prefix: counters, dates, times. Tokens and separators share
+# no character, so a name splits into tokens one way only and the regex cannot backtrack
+# exponentially on long hostile names. (That is why "Nov." is token "Nov" + separator
+# "." rather than a token with an optional dot; only a final dot is allowed extra.)
+_AUTO_NAME_TAIL = rf"(?:[ _-]*{_TAIL_TOKEN}(?:[ ._:,-]+{_TAIL_TOKEN})*\.?)?"
 
 _OPAQUE_ID = (
     r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"  # UUID

@@ -163,6 +163,9 @@ class HotFolders:
         self._folders: dict[tuple[str, bool], Folder] = {}
         self._missing_reported: set[str] = set()
         self._stop = threading.Event()
+        # Set when an intake thread frees a slot, so the next due file goes at once
+        # instead of waiting for the next tick.
+        self._wake = threading.Event()
         self._tick = tick
         self._writers = WriterCheck()
         self._threads: list[threading.Thread] = []
@@ -245,6 +248,7 @@ class HotFolders:
     def stop(self, timeout: float = 30.0) -> None:
         """Stop observing; let running intakes finish (each is one short transaction)."""
         self._stop.set()
+        self._wake.set()
         for obs in list(self._observers.values()):
             obs.stop()
         for obs in list(self._observers.values()):
@@ -318,7 +322,9 @@ class HotFolders:
 
     # -- deciding completeness ----------------------------------------------------------
     def _settle_loop(self) -> None:
-        while not self._stop.wait(self._tick):
+        while not self._stop.is_set():
+            self._wake.wait(self._tick)
+            self._wake.clear()
             try:
                 self._settle_once()
             except Exception:
@@ -439,6 +445,7 @@ class HotFolders:
         finally:
             with self._lock:
                 self._inflight.discard(path)
+                self._wake.set()
                 if retry_cause is not None and not self._stop.is_set():
                     pending.attempts += 1
                     limit = self.settings.retry_max_delay

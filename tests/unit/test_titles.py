@@ -353,3 +353,19 @@ def test_filename_info_is_immutable() -> None:
     info = parse_filename("Rechnung.pdf", today=TODAY)
     with pytest.raises(dataclasses.FrozenInstanceError):
         info.title = "x"  # type: ignore[misc]
+
+
+@pytest.mark.timeout(5)
+@pytest.mark.parametrize(
+    "name",
+    [
+        "Scan" + " Nov. at" * 3000 + " Rechnung",  # once exponential: "Nov." parsed two ways
+        "scan" + " 1" * 5000 + "x",
+        "1 " * 10000 + "x",
+        "a-" * 10000,
+    ],
+    ids=["month-dots", "scan-counters", "digit-runs", "hyphens"],
+)
+def test_long_hostile_names_parse_quickly(name: str) -> None:
+    """Long near-miss names do not trigger catastrophic regex backtracking."""
+    assert len(parse_filename(name, today=TODAY).title) <= MAX_TITLE_LENGTH
