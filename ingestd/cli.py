@@ -227,6 +227,25 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return ExitCode.ok if report.ok else ExitCode.archive_inconsistent
 
 
+# -- documents --------------------------------------------------------------------------
+def cmd_documents(args: argparse.Namespace) -> int:
+    from ingestd.runtime import open_database
+
+    config = _load(args)
+    with open_database(config) as db, db.transaction() as tx:
+        rows = tx.all("documents_list", {"tenant": args.tenant, "limit": args.limit})
+    if args.json:
+        _print_json(rows)
+        return ExitCode.ok
+    print(f"{'ID':>6} {'TENANT':<12} {'STATUS':<10} {'ISSUED':<10} {'TITLE':<36} TAGS")
+    for r in rows:
+        issued = r["issued_date"].isoformat() if r["issued_date"] else "-"
+        title = _shown(r["title"])[:36]
+        print(f"{r['id']:>6} {r['tenant']:<12} {r['processing_status']:<10} {issued:<10} "
+              f"{title:<36} {', '.join(r['tags'])}")  # fmt: skip
+    return ExitCode.ok
+
+
 # -- serve ------------------------------------------------------------------------------
 def cmd_serve(args: argparse.Namespace) -> int:
     from ingestd.daemon import serve
@@ -275,6 +294,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--keep-source", action="store_true", help="do not remove files after COMMIT")
     s.add_argument("files", nargs="+")
     s.set_defaults(func=cmd_ingest)
+
+    s = sub.add_parser("documents", parents=[common], help="list documents")
+    dsub = s.add_subparsers(dest="documents_cmd", required=True)
+    d = dsub.add_parser("list", parents=[common, jsonopt])
+    d.add_argument("--tenant", default=None)
+    d.add_argument("--limit", type=int, default=50)
+    d.set_defaults(func=cmd_documents)
 
     s = sub.add_parser("serve", parents=[common], help="run the ingest daemon (hot folders)")
     s.set_defaults(func=cmd_serve)

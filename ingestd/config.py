@@ -103,11 +103,9 @@ class TitlesConfig(_Section):
     @field_validator("placeholder_patterns")
     @classmethod
     def _compile(cls, v: list[str]) -> list[str]:
-        for pattern in v:
-            try:
-                re.compile(pattern)
-            except re.error as exc:
-                raise ValueError(f"{pattern!r} is not a valid regular expression: {exc}") from exc
+        from ingestd.titles import TitleRules  # compiled exactly as they will be used
+
+        TitleRules(v)  # raises ValueError naming the bad pattern
         return v
 
 

@@ -332,15 +332,14 @@ class Intake:
             )
             assert job is not None
             if item.tags:
-                tx.run(
-                    "tags_assign",
-                    {
-                        "names": list(item.tags),
-                        "tenant_id": tenant_id,
-                        "document_id": doc["id"],
-                        "origin": "intake",
-                    },
-                )
+                params = {
+                    "names": sorted(set(item.tags)),  # sorted: concurrent intakes lock alike
+                    "tenant_id": tenant_id,
+                    "document_id": doc["id"],
+                    "origin": "intake",
+                }
+                tx.run("tags_ensure", params)
+                tx.run("tags_link", params)
             crashpoint("before_commit")
         crashpoint("after_commit")
 

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMO = ROOT / ".demo"
@@ -26,6 +29,56 @@ def sh(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         print(proc.stderr, file=sys.stderr)
         raise SystemExit(f"demo step failed with exit code {proc.returncode}")
     return proc
+
+
+def hot_folder_demo(hot: Path, pdf_bytes: Any) -> None:
+    """Run the real daemon, drop scans the way departments do, show what came out."""
+    print("\n$ ingestd serve   (in the background; hot folder .demo/hot/acme)")
+    log_path = DEMO / "serve.log"
+    with open(log_path, "wb") as log_file:
+        daemon = subprocess.Popen(
+            [str(BIN), "--config", str(DEMO / "ingestd.toml"), "serve"],
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            _wait(lambda: b"daemon.ready" in log_path.read_bytes(), 60)
+            (hot / "Buchhaltung" / "2026").mkdir(parents=True)
+            drops = {
+                "Buchhaltung/2026/2026-11-20 Rechnung Stadtwerke.pdf": pdf_bytes("Strom", seed=11),
+                "Scan_20261124_101500.pdf": pdf_bytes("Betreff: Mahnung", seed=12),
+                "Vertrag Hausmeisterdienst.pdf.part": pdf_bytes("Vertrag", seed=13),
+                "~$Entwurf.pdf": b"office lock file",
+                "malware.pdf": b"MZ\x90\x00" + b"\0" * 100,
+            }
+            for rel, data in drops.items():
+                (hot / rel).write_bytes(data)
+                print(f"  dropped {rel}")
+            part = hot / "Vertrag Hausmeisterdienst.pdf.part"
+            part.rename(part.with_suffix(""))
+            print("  renamed Vertrag Hausmeisterdienst.pdf.part -> .pdf (upload finished)")
+            _wait(lambda: not list(hot.rglob("*.pdf")) or _only_ignored(hot), 60)
+        finally:
+            daemon.send_signal(signal.SIGTERM)
+            daemon.wait(timeout=60)
+    left = sorted(str(p.relative_to(hot)) for p in hot.rglob("*") if p.is_file())
+    print(f"  left in the hot folder (ignored names): {left}")
+    for note in sorted((DEMO / "failed").rglob("*.error.txt")):
+        print(f"  refused -> {note.relative_to(DEMO)}:")
+        for line in note.read_text().splitlines():
+            print(f"      {line}")
+
+
+def _only_ignored(hot: Path) -> bool:
+    return all(p.name.startswith("~$") for p in hot.rglob("*.pdf"))
+
+
+def _wait(predicate: Any, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise SystemExit("demo: timed out waiting for the daemon; see .demo/serve.log")
+        time.sleep(0.2)
 
 
 def main() -> None:
@@ -47,10 +100,15 @@ def main() -> None:
         if os.geteuid() == 0 and not p.stat().st_mode & 0o001:
             print(f"note: making {p} searchable (o+x) for the embedded PostgreSQL user")
             p.chmod(p.stat().st_mode | 0o001)
+    hot = DEMO / "hot" / "acme"
+    hot.mkdir(parents=True)
     (DEMO / "ingestd.toml").write_text(
         "# demo config: embedded database, everything under .demo/\n"
         '[paths]\nstate_dir = "state"\narchive = "archive"\nderived = "derived"\n'
-        'spool = "spool"\n\n[log]\nformat = "console"\nlevel = "warning"\n'
+        'spool = "spool"\n\n[log]\nformat = "json"\nlevel = "info"\n\n'
+        "[hotfolders]\nstable_seconds = 1.0\n\n"
+        '[[watch]]\npath = "hot/acme"\ntenant = "acme"\ntags = ["Eingang"]\n'
+        'subfolder_tags = true\nfailed = "failed/acme"\n'
     )
     inbox = DEMO / "inbox"
     inbox.mkdir()
@@ -71,7 +129,9 @@ def main() -> None:
     files = [str(inbox / n) for n in samples]
     sh("ingest", "--tenant", "acme", *files, check=False)
     print("\nleft in the inbox (refused, nothing lost):", sorted(p.name for p in inbox.iterdir()))
+    hot_folder_demo(hot, pdf_bytes)
     sh("tenant", "list")
+    sh("documents", "list")
     sh("status")
     sh("verify")
     print("\narchive:")

@@ -68,25 +68,30 @@ SELECT
     WHERE NOT EXISTS (SELECT 1 FROM documents d WHERE d.id = j.document_id))
     AS jobs_without_document;
 
--- name: tags_assign
--- Creates missing tag names for the tenant and links them to the document, in the
--- intake transaction.
-WITH wanted AS (
-    SELECT DISTINCT unnest(%(names)s::text[]) AS name
-), created AS (
-    INSERT INTO tags (tenant_id, name)
-    SELECT %(tenant_id)s, name FROM wanted
-    ON CONFLICT ON CONSTRAINT tags_tenant_name_key DO NOTHING
-    RETURNING id
-), all_tags AS (
-    SELECT id FROM created
-    UNION
-    SELECT t.id FROM tags t JOIN wanted w ON w.name = t.name WHERE t.tenant_id = %(tenant_id)s
-)
+-- name: tags_ensure
+-- Two statements, not one: a tag created by a concurrent intake is invisible to this
+-- statement's snapshot (ON CONFLICT waits for it but returns nothing), while the next
+-- statement (tags_link) sees it.
+INSERT INTO tags (tenant_id, name)
+SELECT %(tenant_id)s, name FROM unnest(%(names)s::text[]) AS name
+ON CONFLICT ON CONSTRAINT tags_tenant_name_key DO NOTHING;
+
+-- name: tags_link
 INSERT INTO document_tags (document_id, tag_id, tenant_id, origin)
-SELECT %(document_id)s, id, %(tenant_id)s, %(origin)s FROM all_tags
+SELECT %(document_id)s, t.id, %(tenant_id)s, %(origin)s
+FROM tags t WHERE t.tenant_id = %(tenant_id)s AND t.name = ANY(%(names)s::text[])
 ON CONFLICT DO NOTHING;
 
 -- name: document_tag_names
 SELECT t.name FROM document_tags dt JOIN tags t ON t.id = dt.tag_id
 WHERE dt.document_id = %(document_id)s ORDER BY t.name;
+
+-- name: documents_list
+SELECT d.id, t.name AS tenant, d.title, d.issued_date, d.original_filename, d.source,
+       d.processing_status, d.size_bytes, d.created_at,
+       coalesce((SELECT array_agg(g.name ORDER BY g.name) FROM document_tags dt
+                 JOIN tags g ON g.id = dt.tag_id WHERE dt.document_id = d.id), '{}') AS tags
+FROM documents d JOIN tenants t ON t.id = d.tenant_id
+WHERE (%(tenant)s::text IS NULL OR t.name = %(tenant)s)
+ORDER BY d.id DESC
+LIMIT %(limit)s;

@@ -143,3 +143,28 @@ def test_nfd_filename_is_stored_nfc(env: Env, db: Database, tenant: str) -> None
     src = write(env.root / "Ku\u0308ndigung Vertrag.pdf", pdf_bytes())
     make_intake(env.config, db).ingest(IntakeItem(path=src, tenant=tenant))
     assert _rows(db, "SELECT title FROM documents")[0]["title"] == "K\u00fcndigung Vertrag"
+
+
+def test_concurrent_intakes_creating_the_same_tag_both_get_it(
+    env: Env, db: Database, tenant: str
+) -> None:
+    """Two threads ingesting with the same new tag: each document carries the tag."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    intake = make_intake(env.config, db)
+    items = [
+        IntakeItem(
+            path=write(env.root / f"t{i}.pdf", pdf_bytes(seed=900 + i)),
+            tenant=tenant,
+            tags=(f"tag{i // 8}", "Eingang"),
+        )  # fmt: skip
+        for i in range(32)
+    ]
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(intake.ingest, items))
+    for res in results:
+        with db.transaction() as tx:
+            names = [
+                r["name"] for r in tx.all("document_tag_names", {"document_id": res.document_id})
+            ]
+        assert "Eingang" in names and len(names) == 2, names
