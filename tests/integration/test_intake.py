@@ -157,7 +157,7 @@ def test_concurrent_intakes_creating_the_same_tag_both_get_it(
             path=write(env.root / f"t{i}.pdf", pdf_bytes(seed=900 + i)),
             tenant=tenant,
             tags=(f"tag{i // 8}", "Eingang"),
-        )  # fmt: skip
+        )
         for i in range(32)
     ]
     with ThreadPoolExecutor(4) as pool:
