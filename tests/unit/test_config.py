@@ -142,3 +142,31 @@ def test_check_config_cli_exit_codes(tmp_path: Path) -> None:
     assert "intake.duplicates:" in proc.stdout and "intake.max_file_size:" in proc.stdout
     ok = subprocess.run([*cmd, str(EXAMPLE)], capture_output=True, text=True)
     assert ok.returncode == 0
+
+
+def test_hot_folder_loops_are_config_errors() -> None:
+    """A watched folder inside the archive/spool, or a failed/done folder inside it, is refused."""
+    problems = _problems(
+        {
+            "paths": {"state_dir": "/var/lib/ingestd", "spool": "/var/spool/ingestd"},
+            "watch": [
+                {"path": "/var/lib/ingestd/archive/acme", "tenant": "acme"},
+                {"path": "/srv/hot/b", "tenant": "b", "failed": "/srv/hot/b/failed"},
+                {"path": "/srv/hot/c", "tenant": "c", "done": "/srv/hot/c/done"},
+                {"path": "/var/spool/ingestd/x", "tenant": "d"},
+            ],
+        }
+    )
+    text = "\n".join(problems)
+    assert "watch[0].path (/var/lib/ingestd/archive/acme) overlaps paths.archive" in text
+    assert "watch[1].failed (/srv/hot/b/failed) must be outside the watched folder" in text
+    assert "watch[2].done (/srv/hot/c/done) must be outside the watched folder" in text
+    assert "watch[3].path (/var/spool/ingestd/x) overlaps paths.spool" in text
+
+
+def test_nested_hot_folders_are_refused() -> None:
+    """Two [[watch]] entries where one contains the other would take files twice."""
+    problems = _problems(
+        {"watch": [{"path": "/srv/hot", "tenant": "a"}, {"path": "/srv/hot/x", "tenant": "b"}]}
+    )
+    assert any("watch[1].path (/srv/hot/x) overlaps watch[0].path" in p for p in problems)
