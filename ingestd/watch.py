@@ -25,7 +25,6 @@ import signal
 import stat
 import threading
 import time
-from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -468,5 +467,5 @@ class HotFolders:
         with self._lock:
             return not self._pending and not self._inflight
 
-    def folders(self) -> Iterable[Folder]:
+    def folders(self) -> list[Folder]:
         return list(self._folders.values())

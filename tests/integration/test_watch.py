@@ -139,18 +139,22 @@ def test_file_whose_event_was_lost_is_picked_up_by_rescan(hot_env: Any, db: Data
 
 def test_part_file_renamed_to_final_name(hot_env: Any, db: Database) -> None:
     """scan.pdf.part renamed to scan.pdf: one document named from scan.pdf."""
-    _env, _hot, folder = hot_env()
+    _env, hot, folder = hot_env()
     part = write(folder / "scan.pdf.part", pdf_bytes(seed=300))
-    time.sleep(1.5)  # longer than the stability window: a .part is never taken
-    assert _count(db) == 0
-    part.rename(folder / "scan.pdf")
+    # A sentinel written after the .part is taken first: by then the .part was seen too.
+    write(folder / "sentinel.pdf", pdf_bytes(seed=301))
     wait_until(lambda: _count(db) == 1)
-    assert _docs(db)[0]["original_filename"] == "scan.pdf"
+    hot.scan_tree(hot.folders()[0], folder)
+    wait_until(hot.idle)
+    assert [d["original_filename"] for d in _docs(db)] == ["sentinel.pdf"]
+    part.rename(folder / "scan.pdf")
+    wait_until(lambda: _count(db) == 2)
+    assert _docs(db)[1]["original_filename"] == "scan.pdf"
 
 
 def test_temp_and_system_names_are_never_ingested(hot_env: Any, db: Database) -> None:
     """Dotfiles, Office locks, browser/WinSCP temp files, Thumbs.db, @eaDir stay untouched."""
-    _env, _hot, folder = hot_env(hotfolders={"rescan_interval": 1})
+    _env, hot, folder = hot_env()
     names = [
         ".DS_Store", "._scan.pdf", "~$brief.pdf", "x.pdf.filepart", "y.pdf.crdownload",
         "z.pdf.tmp", "Thumbs.db", "@eaDir/scan.pdf", ".stfolder/a.pdf", "w.PDF.PART",
@@ -159,7 +163,9 @@ def test_temp_and_system_names_are_never_ingested(hot_env: Any, db: Database) ->
         write(folder / name, pdf_bytes(seed=400 + i))
     write(folder / "real.pdf", pdf_bytes(seed=499))
     wait_until(lambda: _count(db) == 1)
-    time.sleep(2.5)  # two rescans later: still nothing else
+    for _ in range(2):  # two explicit rescans, each run to completion: still nothing else
+        hot.scan_tree(hot.folders()[0], folder)
+        wait_until(hot.idle)
     assert _count(db) == 1
     for name in names:
         assert (folder / name).exists(), name
