@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 
 # Everything the suite and the demo use from Debian.
 APT_PACKAGES := postgresql tesseract-ocr tesseract-ocr-deu tesseract-ocr-eng ghostscript \
-                python3-venv ca-certificates
+                python3-venv ca-certificates openssh-client openssh-server lftp curl
 
 .PHONY: help deps venv lint typecheck test test-fast demo bench clean
 
@@ -47,6 +47,7 @@ demo: venv
 
 bench: venv
 	$(BIN)/python bench/intake.py
+	$(BIN)/python bench/sftp.py
 
 clean:
 	rm -rf $(VENV) .demo .bench .pytest_cache .mypy_cache .ruff_cache *.egg-info

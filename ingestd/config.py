@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 import tomllib
+from ipaddress import IPv4Network, IPv6Network, ip_address
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -168,6 +169,161 @@ class WatchConfig(_Section):
         return self.failed or state_dir / "failed" / self.tenant
 
 
+# Names a client uses while an upload is still incomplete; such a file is only ingested
+# once it is renamed to a name that matches none of these (case-insensitive globs).
+DEFAULT_SFTP_TEMP_NAMES = [
+    "*.part",
+    "*.filepart",  # WinSCP
+    "*.tmp",
+    "*.temp",
+    "*.partial",
+    "*.upload",
+    "*.uploading",
+    "*.inprogress",
+    ".*",  # dot-files: rsync-style .name.XXXXXX and macOS ._ resource forks
+]
+
+SFTP_USERNAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+_BCRYPT_HASH = re.compile(r"^\$2[aby]\$(0[4-9]|[12][0-9]|3[01])\$[./A-Za-z0-9]{53}$")
+
+
+def _check_authorized_key(line: str) -> str:
+    import base64
+    import binascii
+
+    parts = line.split()
+    if len(parts) < 2:
+        raise ValueError("must be an authorized_keys line: '<type> <base64> [comment]'")
+    if parts[0].startswith(("no-", "from=", "command=", "restrict", "environment=")):
+        # Options would suggest restrictions we do not enforce; the account is the policy.
+        raise ValueError("authorized_keys options are not supported; use allowed_sources")
+    try:
+        blob = base64.b64decode(parts[1], validate=True)
+    except (binascii.Error, ValueError):
+        raise ValueError(f"key data of {parts[0]!r} is not valid base64") from None
+    n = int.from_bytes(blob[:4], "big") if len(blob) >= 4 else -1
+    if n < 0 or blob[4 : 4 + n] != parts[0].encode():
+        raise ValueError(f"key data does not match its type {parts[0]!r}")
+    return line.strip()
+
+
+class SftpAccountConfig(_Section):
+    username: Annotated[str, Field(pattern=SFTP_USERNAME)]
+    tenant: Annotated[str, Field(pattern=TENANT_NAME)]
+    # bcrypt only, never a password: `ingestd account hash-password` makes one.
+    password_hash: str | None = None
+    authorized_keys: list[str] = Field(default_factory=list)
+    # Logins are accepted only from these networks (e.g. the scanner VLAN); empty = any.
+    allowed_sources: list[IPv4Network | IPv6Network] = Field(default_factory=list)
+    tags: list[Annotated[str, Field(min_length=1, max_length=100)]] = Field(default_factory=list)
+    # Directory names below the inbox (e.g. Buchhaltung/2026) become tags.
+    subfolder_tags: bool = False
+    # Pending (uploaded, not yet ingested) bytes this account may hold in the spool.
+    quota: ByteSize = ByteSize(4 * 1024 * 1024 * 1024)
+    # Allow SHA-1/CBC algorithms for this account's scanner (see sftp.legacy_algorithms).
+    legacy_algorithms: bool = False
+
+    @field_validator("password_hash")
+    @classmethod
+    def _bcrypt(cls, v: str | None) -> str | None:
+        if v is not None and not _BCRYPT_HASH.match(v):
+            raise ValueError(
+                "must be a bcrypt hash ($2b$...); make one with `ingestd account hash-password`"
+            )
+        return v
+
+    @field_validator("authorized_keys")
+    @classmethod
+    def _keys(cls, v: list[str]) -> list[str]:
+        return [_check_authorized_key(line) for line in v]
+
+    @model_validator(mode="after")
+    def _has_credential(self) -> SftpAccountConfig:
+        if not self.password_hash and not self.authorized_keys:
+            raise ValueError(
+                f"sftp account {self.username!r} needs password_hash and/or authorized_keys"
+            )
+        return self
+
+
+class SftpBansConfig(_Section):
+    enabled: bool = True
+    # Failed logins add to a per-IP score within `observation` seconds; reaching
+    # `threshold` bans the IP. An unknown user scores higher than a wrong password:
+    # scanners with a stale password must not lock themselves out as fast as a spray.
+    threshold: Annotated[int, Field(ge=1, le=10000)] = 15
+    score_unknown_user: Annotated[int, Field(ge=0, le=1000)] = 2
+    score_wrong_password: Annotated[int, Field(ge=0, le=1000)] = 1
+    observation: Annotated[float, Field(ge=1, le=86400 * 7)] = 1800.0
+    # The first ban lasts ban_time; each repeat doubles it, up to max_ban_time.
+    ban_time: Annotated[float, Field(ge=1, le=86400 * 30)] = 1800.0
+    max_ban_time: Annotated[float, Field(ge=1, le=86400 * 365)] = 7 * 86400.0
+    # Never banned (monitoring hosts, the admin's own network).
+    safelist: list[IPv4Network | IPv6Network] = Field(default_factory=list)
+
+
+class SftpConfig(_Section):
+    listen: str = "0.0.0.0:2222"
+    max_connections: Annotated[int, Field(ge=1, le=10000)] = 100
+    max_connections_per_ip: Annotated[int, Field(ge=1, le=10000)] = 20
+    # Seconds from TCP accept to a successful login.
+    auth_timeout: Annotated[float, Field(ge=1, le=600)] = 30.0
+    # Seconds without an SFTP request before the connection is closed.
+    idle_timeout: Annotated[float, Field(ge=5, le=86400)] = 600.0
+    max_auth_attempts: Annotated[int, Field(ge=1, le=100)] = 6
+    # SHA-1 host-key signatures (ssh-rsa), diffie-hellman-group14-sha1, aes-cbc and
+    # hmac-sha1 for old scanners. Off by default; per account via accounts[].legacy_algorithms.
+    legacy_algorithms: bool = False
+    temp_names: list[str] = Field(default_factory=lambda: list(DEFAULT_SFTP_TEMP_NAMES))
+    # SSH flow control: a larger window lets the client keep more writes in flight.
+    window_size: Annotated[ByteSize, Field(ge=65536, le=2**31 - 1)] = ByteSize(16 * 1024 * 1024)
+    max_packet_size: Annotated[ByteSize, Field(ge=32768, le=262144)] = ByteSize(262144)
+    # Threads taking completed uploads from the spool through intake.
+    spool_workers: Annotated[int, Field(ge=1, le=32)] = 2
+    # Spool files are retried with backoff up to this delay while the database is down.
+    retry_max_delay: Annotated[float, Field(ge=1, le=86400)] = 60.0
+    bans: SftpBansConfig = Field(default_factory=SftpBansConfig)
+    accounts: list[SftpAccountConfig] = Field(default_factory=list)
+
+    @field_validator("listen")
+    @classmethod
+    def _listen(cls, v: str) -> str:
+        parse_listen(v)
+        return v
+
+    @property
+    def address(self) -> tuple[str, int]:
+        return parse_listen(self.listen)
+
+    @model_validator(mode="after")
+    def _unique_users(self) -> SftpConfig:
+        seen: set[str] = set()
+        for i, acct in enumerate(self.accounts):
+            if acct.username in seen:
+                raise ValueError(f"sftp.accounts[{i}].username {acct.username!r} is used twice")
+            seen.add(acct.username)
+        return self
+
+    def account(self, username: str) -> SftpAccountConfig | None:
+        for acct in self.accounts:
+            if acct.username == username:
+                return acct
+        return None
+
+
+def parse_listen(value: str) -> tuple[str, int]:
+    """``host:port`` or ``[v6]:port`` -> (host, port)."""
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError("must be 'address:port', e.g. '0.0.0.0:2222' or '[::]:2222'")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    try:
+        ip_address(host)
+    except ValueError:
+        raise ValueError(f"{host!r} is not an IP address") from None
+    return host, int(port)
+
+
 class LogConfig(_Section):
     level: Literal["debug", "info", "warning", "error"] = "info"
     format: Literal["auto", "json", "console"] = "auto"
@@ -181,6 +337,7 @@ class Config(_Section):
     log: LogConfig = Field(default_factory=LogConfig)
     hotfolders: HotfoldersConfig = Field(default_factory=HotfoldersConfig)
     watch: list[WatchConfig] = Field(default_factory=list)
+    sftp: SftpConfig = Field(default_factory=SftpConfig)
 
     @model_validator(mode="after")
     def _watch_paths_safe(self) -> Config:

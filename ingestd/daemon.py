@@ -1,4 +1,4 @@
-"""``ingestd serve``: the long-running ingest daemon (hot folders; SFTP and spool join here).
+"""``ingestd serve``: the long-running ingest daemon: SFTP server, spool intake, hot folders.
 
 Signal handlers only set flags; the main loop reads them. SIGTERM/SIGINT stop
 gracefully (running intakes finish: each is one short transaction), SIGHUP reloads the
@@ -16,6 +16,7 @@ from ingestd import log
 from ingestd.config import Config, load_config
 from ingestd.errors import ConfigError
 from ingestd.runtime import make_intake, open_database
+from ingestd.sftp.service import SftpService
 from ingestd.watch import HotFolders
 
 
@@ -46,8 +47,12 @@ def serve(config: Config, config_path: Path | None) -> int:
     with open_database(config) as db:
         intake = make_intake(config, db)
         hot = HotFolders(config, intake)
+        sftp = SftpService(config, intake)
+        # The spool first: uploads acknowledged before a crash are ingested at once.
+        sftp.start()
         hot.start()
-        logger.info("daemon.ready", hot_folders=len(config.watch))
+        logger.info("daemon.ready", hot_folders=len(config.watch),
+                    sftp_accounts=len(config.sftp.accounts))  # fmt: skip
         try:
             while not flags.stop.is_set():
                 flags.wake.wait(1.0)
@@ -62,12 +67,16 @@ def serve(config: Config, config_path: Path | None) -> int:
                         )
                         continue
                     log.configure(new.log.level, new.log.format)
-                    hot.intake = make_intake(new, db)
+                    new_intake = make_intake(new, db)
+                    hot.intake = new_intake
                     hot.reload(new)
+                    sftp.reload(new, new_intake)
                     config = new
                     logger.info("daemon.reloaded", hot_folders=len(new.watch))
         finally:
             logger.info("daemon.stopping")
+            sftp.stop_listening()
             hot.stop()
+            sftp.stop()
     logger.info("daemon.stopped")
     return 0

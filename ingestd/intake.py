@@ -112,7 +112,7 @@ class Refused(Exception):
         self.detail = detail
 
 
-def _check_filename(name: str, max_bytes: int) -> None:
+def check_filename(name: str, max_bytes: int) -> None:
     try:
         encoded = name.encode("utf-8")
     except UnicodeEncodeError:
@@ -243,7 +243,7 @@ class Intake:
 
     def _ingest(self, item: IntakeItem, disposal: Disposal, log: Any) -> IntakeResult:
         cfg = self.config
-        _check_filename(item.name, cfg.max_filename_bytes)
+        check_filename(item.name, cfg.max_filename_bytes)
         fd, st = _open_regular(item.path)
         try:
             if st.st_size == 0:

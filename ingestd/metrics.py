@@ -36,3 +36,38 @@ WATCH_QUARANTINED = Counter(
     "Hot-folder files moved to the failed folder, by reason",
     ["tenant", "reason"],
 )
+SFTP_CONNECTIONS = Counter(
+    "ingestd_sftp_connections_total",
+    "SFTP connections by how they ended up (accepted, banned, limit, handshake_failed)",
+    ["result"],
+)
+SFTP_AUTH_FAILURES = Counter(
+    "ingestd_sftp_auth_failures_total",
+    "Failed SFTP logins by reason (unknown_user, wrong_password, wrong_key, ...)",
+    ["reason"],
+)
+SFTP_UPLOADS = Counter(
+    "ingestd_sftp_uploads_total",
+    "Uploads completed into the spool (CLOSE acknowledged)",
+    ["tenant"],
+)
+SFTP_UPLOAD_BYTES = Counter(
+    "ingestd_sftp_upload_bytes_total",
+    "Bytes of uploads completed into the spool",
+    ["tenant"],
+)
+SFTP_REFUSED = Counter(
+    "ingestd_sftp_refused_total",
+    "SFTP requests refused (escape attempts, permissions, quota, size)",
+    ["reason"],
+)
+SPOOL_RETRIED = Counter(
+    "ingestd_spool_retries_total",
+    "Spooled uploads left queued after a transient intake failure",
+    ["tenant", "cause"],
+)
+SPOOL_QUARANTINED = Counter(
+    "ingestd_spool_quarantined_total",
+    "Spooled uploads moved to the failed folder, by reason",
+    ["tenant", "reason"],
+)

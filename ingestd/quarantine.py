@@ -36,17 +36,25 @@ def _free_target(directory: Path, name: str) -> Path:
 
 
 def quarantine(
-    path: Path, failed_dir: Path, *, subdir: str, tenant: str, reason: str, detail: str
+    path: Path,
+    failed_dir: Path,
+    *,
+    subdir: str,
+    tenant: str,
+    reason: str,
+    detail: str,
+    name: str | None = None,
 ) -> Path:
     """Move ``path`` into ``failed_dir/subdir`` and write ``<name>.error.txt`` beside it.
 
     A symlink, FIFO or device is moved as the directory entry itself (rename never follows
     or opens it); across filesystems such an entry has no content to keep and is removed.
+    ``name`` is the file's real name when ``path`` is a spool file with an internal name.
     Returns the path of the error note.
     """
     target_dir = failed_dir / subdir if subdir else failed_dir
     target_dir.mkdir(parents=True, exist_ok=True, mode=0o750)
-    target = _free_target(target_dir, safe_name(path.name))
+    target = _free_target(target_dir, safe_name(name or path.name))
     st = os.lstat(path)
     note_extra = ""
     try:
@@ -65,7 +73,7 @@ def quarantine(
             target = Path(f"{target}.removed")
     note = Path(f"{target}{ERROR_SUFFIX}")
     text = (
-        f"file: {safe_name(str(path))}\n"
+        f"file: {safe_name(name if name else str(path))}\n"
         f"tenant: {tenant}\n"
         f"reason: {reason}\n"
         f"detail: {detail}\n"

@@ -1,0 +1,119 @@
+"""Server host keys: ed25519 and RSA, made on first start, stable across restarts.
+
+An admin types the fingerprint into a scanner's web UI once; regenerating keys would make
+every scanner refuse to connect, so an existing key is never replaced, and a key file
+with loose permissions is refused rather than silently fixed.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+import paramiko
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ed25519, rsa
+
+from ingestd.archive import fsync_dir
+from ingestd.errors import ConfigError
+
+KEY_TYPES = ("ed25519", "rsa")
+RSA_BITS = 3072
+
+
+@dataclass(frozen=True)
+class HostKey:
+    kind: str
+    path: Path
+    key: paramiko.PKey
+
+    @property
+    def algorithm(self) -> str:
+        return self.key.get_name()
+
+    @property
+    def fingerprint(self) -> str:
+        """OpenSSH's SHA256 fingerprint, as `ssh-keygen -lf` and ssh clients print it."""
+        digest = hashlib.sha256(self.key.asbytes()).digest()
+        return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
+
+    @property
+    def md5_fingerprint(self) -> str:
+        """The MD5 form; older scanner UIs still show it."""
+        digest = hashlib.md5(self.key.asbytes(), usedforsecurity=False).hexdigest()
+        return "MD5:" + ":".join(digest[i : i + 2] for i in range(0, len(digest), 2))
+
+    @property
+    def public_line(self) -> str:
+        return f"{self.algorithm} {self.key.get_base64()}"
+
+
+def key_dir(state_dir: Path) -> Path:
+    return state_dir / "hostkeys"
+
+
+def _generate(kind: str) -> bytes:
+    key: ed25519.Ed25519PrivateKey | rsa.RSAPrivateKey
+    if kind == "ed25519":
+        key = ed25519.Ed25519PrivateKey.generate()
+    else:
+        key = rsa.generate_private_key(public_exponent=65537, key_size=RSA_BITS)
+    return key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.OpenSSH,
+        serialization.NoEncryption(),
+    )
+
+
+def _write_new(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".tmp-{path.name}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    # link(): never replaces a key another process created meanwhile.
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        pass
+    finally:
+        os.unlink(tmp)
+    fsync_dir(path.parent)
+
+
+def _load(kind: str, path: Path) -> paramiko.PKey:
+    st = os.lstat(path)
+    if not stat.S_ISREG(st.st_mode):
+        raise ConfigError(f"host key {path} is not a regular file")
+    if st.st_mode & 0o077:
+        raise ConfigError(
+            f"host key {path} has mode {stat.S_IMODE(st.st_mode):04o}; "
+            "it must not be readable by group or others (chmod 600)"
+        )
+    cls = paramiko.Ed25519Key if kind == "ed25519" else paramiko.RSAKey
+    try:
+        return cls.from_private_key_file(str(path))
+    except (paramiko.SSHException, ValueError) as exc:
+        raise ConfigError(f"host key {path} cannot be read: {exc}") from exc
+
+
+def load_or_create(state_dir: Path, *, create: bool = True) -> list[HostKey]:
+    """The host keys under ``state_dir/hostkeys``, generating missing ones if ``create``."""
+    directory = key_dir(state_dir)
+    if create:
+        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    keys = []
+    for kind in KEY_TYPES:
+        path = directory / f"ssh_host_{kind}_key"
+        if not os.path.lexists(path):
+            if not create:
+                continue
+            _write_new(path, _generate(kind))
+        keys.append(HostKey(kind, path, _load(kind, path)))
+    return keys

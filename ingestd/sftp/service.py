@@ -1,0 +1,65 @@
+"""The SFTP part of ``ingestd serve``: spool, spool intake loop and (with accounts) server.
+
+The spool intake runs even without accounts: files acknowledged before an account was
+removed from the config must still be ingested.
+"""
+
+from __future__ import annotations
+
+from ingestd.config import Config
+from ingestd.intake import Intake
+from ingestd.log import get_logger
+from ingestd.sftp import hostkeys
+from ingestd.sftp.bans import BanList
+from ingestd.sftp.server import SftpServer
+from ingestd.sftp.spool import Spool
+from ingestd.sftp.spool_intake import SpoolIntake
+
+
+class SftpService:
+    def __init__(self, config: Config, intake: Intake) -> None:
+        self.config = config
+        self.log = get_logger(component="sftp")
+        self.spool = Spool(config.paths.spool, config.sftp.temp_names)
+        self.loop = SpoolIntake(
+            self.spool,
+            intake,
+            failed_root=config.paths.state_dir / "failed",
+            workers=config.sftp.spool_workers,
+            retry_max_delay=config.sftp.retry_max_delay,
+        )
+        self.server: SftpServer | None = None
+
+    def start(self) -> None:
+        self.spool.open()
+        self.loop.start()
+        if self.config.sftp.accounts:
+            self._start_server(self.config)
+        else:
+            self.log.info("sftp.disabled", reason="no [[sftp.accounts]] configured")
+
+    def _start_server(self, config: Config) -> None:
+        state_dir = config.paths.state_dir
+        state_dir.mkdir(parents=True, exist_ok=True)
+        keys = hostkeys.load_or_create(state_dir)
+        bans = BanList(config.sftp.bans, state_dir)
+        self.server = SftpServer(config, self.spool, keys, bans)
+        self.server.start()
+
+    def reload(self, config: Config, intake: Intake) -> None:
+        self.loop.intake = intake
+        self.spool.temp_names = [p.lower() for p in config.sftp.temp_names]
+        if self.server is not None:
+            self.server.reload(config)
+        elif config.sftp.accounts:
+            self._start_server(config)
+        self.config = config
+
+    def stop_listening(self) -> None:
+        """No new uploads; sessions end (their open uploads are aborted, not ingested)."""
+        if self.server is not None:
+            self.server.stop()
+
+    def stop(self) -> None:
+        self.stop_listening()
+        self.loop.stop()

@@ -1,0 +1,130 @@
+"""Take completed uploads from the spool through intake, oldest first.
+
+The same ``Intake.ingest`` as hot folders and the CLI. A transient failure (database
+down, tenant suspended, archive not writable) leaves the spool entry where it is and
+retries it with exponential backoff; a permanent refusal moves the bytes to the failed
+folder with a note, so nothing is lost and nothing blocks the queue.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from ingestd import metrics
+from ingestd.errors import ArchiveError, DatabaseError, TenantError
+from ingestd.intake import FileChanged, Intake, IntakeItem, Outcome
+from ingestd.log import get_logger
+from ingestd.quarantine import quarantine
+from ingestd.sftp.spool import Entry, Spool
+
+
+class SpoolIntake:
+    def __init__(
+        self,
+        spool: Spool,
+        intake: Intake,
+        *,
+        failed_root: Path,
+        workers: int = 2,
+        retry_max_delay: float = 60.0,
+    ) -> None:
+        self.spool = spool
+        self.intake = intake
+        self.failed_root = failed_root
+        self.workers = workers
+        self.retry_max_delay = retry_max_delay
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="spool-intake")
+        self._inflight = 0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.log = get_logger(component="spool")
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="spool-loop", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        self._stop.set()
+        self.spool.wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+        # Running intakes finish (each is one short transaction); queued ones stay spooled.
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            with self._lock:
+                free = 2 * self.workers - self._inflight
+            claimed = self.spool.claim_ready(time.monotonic(), free) if free > 0 else []
+            for entry in claimed:
+                with self._lock:
+                    self._inflight += 1
+                self._pool.submit(self._ingest, entry)
+            due = self.spool.next_due()
+            timeout = 1.0 if due is None else max(0.01, min(1.0, due - time.monotonic()))
+            self.spool.wake.wait(timeout)
+            self.spool.wake.clear()
+
+    def _ingest(self, entry: Entry) -> None:
+        log = self.log.bind(tenant=entry.tenant, account=entry.account, filename=entry.filename,
+                            spool_id=entry.id)  # fmt: skip
+        retry_cause: str | None = None
+        try:
+            item = IntakeItem(
+                path=self.spool.data_path(entry),
+                tenant=entry.tenant,
+                source=f"sftp:{entry.account}",
+                filename=entry.filename,
+                subdir=entry.subdir,
+                tags=tuple(entry.tags),
+            )
+            result = self.intake.ingest(item)
+            if result.outcome is Outcome.refused:
+                failed = self.failed_root / entry.tenant / "sftp" / entry.account
+                note = quarantine(
+                    item.path,
+                    failed,
+                    subdir=entry.subdir,
+                    tenant=entry.tenant,
+                    reason=str(result.reason),
+                    detail=result.detail,
+                    name=entry.filename,
+                )
+                metrics.SPOOL_QUARANTINED.labels(entry.tenant, str(result.reason)).inc()
+                log.warning("spool.quarantined", reason=str(result.reason), note=str(note))
+            self.spool.finish(entry)
+        except FileNotFoundError:
+            # The data file is gone: intake finished it before a crash, or an admin moved it.
+            log.warning("spool.entry_missing")
+            self.spool.finish(entry)
+        except TenantError as exc:
+            retry_cause = "tenant_inactive"
+            if retry_cause not in entry.reported:
+                entry.reported.add(retry_cause)
+                log.warning("spool.tenant_not_active", detail=exc.message)
+        except (DatabaseError, FileChanged, ArchiveError, OSError) as exc:
+            retry_cause = type(exc).__name__
+            log.warning("spool.retry", attempt=entry.attempts + 1, detail=str(exc))
+        except Exception:
+            retry_cause = "internal"
+            log.exception("spool.intake_error")
+        finally:
+            if retry_cause is not None:
+                limit = self.retry_max_delay
+                if retry_cause == "tenant_inactive":
+                    limit = min(limit, 30.0)
+                delay = min(2.0 ** min(entry.attempts, 20), limit)
+                self.spool.unclaim(entry, delay)
+                metrics.SPOOL_RETRIED.labels(entry.tenant, retry_cause).inc()
+            with self._lock:
+                self._inflight -= 1
+            self.spool.wake.set()
+
+    def idle(self) -> bool:
+        with self._lock:
+            inflight = self._inflight
+        return inflight == 0 and self.spool.snapshot()["pending"] == 0

@@ -1,0 +1,607 @@
+"""The account's chrooted view: ``/`` is its inbox under ``paths.spool``; nothing else exists.
+
+Every path from the client is canonicalised here and only here (``resolve``); a NUL
+byte, a control character or a ``..`` above the root is refused with an SFTP error and a
+log line naming the account and the path. We never create symlinks, and any found on the
+way (an admin's mistake) is refused, not followed. Uploads go to a private partial file
+per handle; CLOSE fsyncs it and hands it to the spool (see spool.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import stat
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import paramiko
+from paramiko.sftp import (
+    CMD_CLOSE,
+    CMD_EXTENDED,
+    CMD_FSETSTAT,
+    CMD_FSTAT,
+    CMD_NAMES,
+    CMD_READ,
+    CMD_READDIR,
+    CMD_WRITE,
+    SFTP_FAILURE,
+    SFTP_NO_SUCH_FILE,
+    SFTP_OK,
+    SFTP_OP_UNSUPPORTED,
+    SFTP_PERMISSION_DENIED,
+)
+
+from ingestd import metrics
+from ingestd.archive import fsync_dir
+from ingestd.config import SftpAccountConfig
+from ingestd.intake import Refused, check_filename
+from ingestd.sftp.spool import Entry, QuotaExceeded, Spool
+
+_HANDLE_COMMANDS = {CMD_CLOSE, CMD_READ, CMD_WRITE, CMD_FSTAT, CMD_FSETSTAT, CMD_READDIR}
+PENDING_FILE_MODE = 0o100640
+DIR_ATTR_MODE = 0o040750
+
+
+class SftpRefusal(Exception):
+    """A request we refuse; carries the SFTP status code and the reason for the log."""
+
+    def __init__(self, code: int, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.reason = reason
+        self.message = message
+
+
+def _refuse(reason: str, message: str, code: int = SFTP_PERMISSION_DENIED) -> SftpRefusal:
+    return SftpRefusal(code, reason, message)
+
+
+def resolve(vpath: str) -> tuple[str, ...]:
+    """Canonicalise a client path to components below the inbox root, or refuse it."""
+    if "\x00" in vpath:
+        raise _refuse("nul_byte", "path contains a NUL byte")
+    if any(ord(c) < 32 or ord(c) == 127 for c in vpath):
+        raise _refuse("control_character", "path contains control characters")
+    parts: list[str] = []
+    for comp in vpath.split("/"):
+        if comp in ("", "."):
+            continue
+        if comp == "..":
+            if not parts:
+                raise _refuse("path_escape", "path leads outside your inbox")
+            parts.pop()
+            continue
+        parts.append(comp)
+    return tuple(parts)
+
+
+def vpath_of(parts: tuple[str, ...]) -> str:
+    return "/" + "/".join(parts)
+
+
+@dataclass
+class Session:
+    """What one authenticated connection knows: who it is and what it did."""
+
+    account: SftpAccountConfig
+    remote_ip: str
+    conn_id: str
+    spool: Spool
+    max_file_size: int
+    max_filename_bytes: int
+    log: Any
+    legacy: list[str] = field(default_factory=list)
+    last_activity: float = field(default_factory=time.monotonic)
+    uploads: int = 0
+    upload_bytes: int = 0
+    # Files this session completed, by virtual path: a scanner that stats or setstats
+    # its file right after CLOSE gets an answer even if intake already took it.
+    recent: dict[str, paramiko.SFTPAttributes] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def touch(self) -> None:
+        self.last_activity = time.monotonic()
+
+    def remember(self, vpath: str, size: int, mtime: float) -> None:
+        attr = paramiko.SFTPAttributes()
+        attr.st_size, attr.st_mode = size, PENDING_FILE_MODE
+        attr.st_mtime = attr.st_atime = int(mtime)
+        with self.lock:
+            self.recent[vpath] = attr
+            if len(self.recent) > 1000:
+                self.recent.pop(next(iter(self.recent)))
+
+
+def _attrs(st: os.stat_result, name: str) -> paramiko.SFTPAttributes:
+    attr = paramiko.SFTPAttributes.from_stat(st, name)
+    # Never show our uid/gid or real permissions: the client only needs file vs directory.
+    attr.st_uid = attr.st_gid = 0
+    attr.st_mode = DIR_ATTR_MODE if stat.S_ISDIR(st.st_mode) else PENDING_FILE_MODE
+    return attr
+
+
+def _entry_attrs(entry: Entry) -> paramiko.SFTPAttributes:
+    attr = paramiko.SFTPAttributes()
+    attr.filename = entry.filename
+    attr.st_size, attr.st_mode = entry.size, PENDING_FILE_MODE
+    attr.st_uid = attr.st_gid = 0
+    attr.st_mtime = attr.st_atime = int(entry.mtime)
+    return attr
+
+
+class UploadHandle(paramiko.SFTPHandle):
+    """One open write handle: bytes go to a private partial file, no fsync until CLOSE."""
+
+    def __init__(self, vfs: InboxSFTP, parts: tuple[str, ...], flags: int) -> None:
+        super().__init__(flags)
+        self.vfs = vfs
+        self.session = vfs.session
+        self.parts = parts
+        self.partial, self.fd = vfs.spool.new_partial(vfs.account.username)
+        self.size = 0  # bytes reserved against the quota
+        self.failed: SftpRefusal | None = None
+        self.closed = False
+
+    def seed_from(self, existing: Path) -> None:
+        """Open without TRUNC on an existing temp-named file: continue from its bytes."""
+        with open(existing, "rb") as src, os.fdopen(os.dup(self.fd), "wb") as dst:
+            shutil.copyfileobj(src, dst)
+        self._grow(os.fstat(self.fd).st_size)
+
+    def _grow(self, end: int) -> None:
+        if end <= self.size:
+            return
+        if end > self.session.max_file_size:
+            raise _refuse(
+                "too_large",
+                f"file exceeds the size limit of {self.session.max_file_size} bytes",
+                SFTP_FAILURE,
+            )
+        acct = self.vfs.account
+        try:
+            self.vfs.spool.reserve(acct.username, end - self.size, int(acct.quota))
+        except QuotaExceeded as exc:
+            raise _refuse("quota_exceeded", f"quota exceeded: {exc}", SFTP_FAILURE) from None
+        self.size = end
+
+    def write(self, offset: int, data: bytes) -> int:
+        if self.failed is not None:
+            return self.failed.code
+        try:
+            self._grow(offset + len(data))
+        except SftpRefusal as exc:
+            self.failed = exc
+            self.vfs.refused("write", self.parts, exc)
+            return exc.code
+        os.pwrite(self.fd, data, offset)
+        return SFTP_OK
+
+    def read(self, offset: int, length: int) -> int:
+        return SFTP_PERMISSION_DENIED
+
+    def stat(self) -> paramiko.SFTPAttributes | int:
+        return _attrs(os.fstat(self.fd), self.parts[-1])
+
+    def chattr(self, attr: paramiko.SFTPAttributes) -> int:
+        try:
+            self.vfs.check_setstat(attr)
+        except SftpRefusal as exc:
+            self.vfs.refused("fsetstat", self.parts, exc)
+            return exc.code
+        if attr._flags & attr.FLAG_SIZE and attr.st_size is not None:
+            self._grow(attr.st_size)
+            os.ftruncate(self.fd, attr.st_size)
+        return SFTP_OK
+
+    def close(self) -> int:
+        """CLOSE: fsync, then hand the file to the spool. The reply waits for this."""
+        if self.closed:
+            return SFTP_OK
+        self.closed = True
+        if self.failed is not None:
+            self.abort()
+            return self.failed.code
+        try:
+            os.fsync(self.fd)
+            st = os.fstat(self.fd)
+        except OSError as exc:
+            self.abort()
+            self.session.log.error("sftp.upload_failed", path=vpath_of(self.parts),
+                                   detail=f"fsync: {exc}")  # fmt: skip
+            return SFTP_FAILURE
+        os.close(self.fd)
+        self.fd = -1
+        try:
+            self.vfs.complete_upload(self.partial, self.parts, st.st_size, st.st_mtime)
+        except SftpRefusal as exc:
+            self._discard()
+            self.vfs.refused("close", self.parts, exc)
+            return exc.code
+        except OSError as exc:
+            self._discard()
+            self.session.log.error("sftp.upload_failed", path=vpath_of(self.parts),
+                                   detail=str(exc))  # fmt: skip
+            return SFTP_FAILURE
+        return SFTP_OK
+
+    def _discard(self) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.partial)
+        self.vfs.spool.release(self.vfs.account.username, self.size)
+        self.size = 0
+
+    def abort(self) -> None:
+        """The connection dropped (or the upload failed) before a good CLOSE: no document."""
+        self.closed = True
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+        self._discard()
+
+
+class InboxSFTP(paramiko.SFTPServerInterface):
+    """paramiko calls these per request; ``server`` is our ServerInterface."""
+
+    def __init__(self, server: Any, *args: Any, **kwargs: Any) -> None:
+        super().__init__(server, *args, **kwargs)
+        session = getattr(server, "session", None)
+        if session is None:  # no login: paramiko never gets here, but be sure
+            raise RuntimeError("SFTP subsystem without an authenticated session")
+        self.session: Session = session
+        self.account = session.account
+        self.spool = session.spool
+        self.root = session.spool.inbox(self.account.username)
+        self.real_root = os.path.realpath(self.root)
+
+    # -- helpers ------------------------------------------------------------------------
+    def refused(self, op: str, parts: tuple[str, ...] | str, exc: SftpRefusal) -> None:
+        path = parts if isinstance(parts, str) else vpath_of(parts)
+        metrics.SFTP_REFUSED.labels(exc.reason).inc()
+        self.session.log.warning("sftp.refused", op=op, path=path, reason=exc.reason,
+                                 detail=exc.message)  # fmt: skip
+
+    def _real(self, parts: tuple[str, ...]) -> Path:
+        real = self.root.joinpath(*parts)
+        # Any symlink on the way would make realpath differ from the lexical path.
+        if (
+            parts
+            and os.path.lexists(real)
+            and os.path.realpath(real) != os.path.join(self.real_root, *parts)
+        ):
+            raise _refuse("symlink", "symbolic links are not allowed")
+        return real
+
+    def _lstat(self, parts: tuple[str, ...]) -> os.stat_result | None:
+        try:
+            st = os.lstat(self._real(parts))
+        except FileNotFoundError:
+            return None
+        if stat.S_ISLNK(st.st_mode):
+            raise _refuse("symlink", "symbolic links are not allowed")
+        return st
+
+    def _parent_dir(self, parts: tuple[str, ...]) -> Path:
+        parent = parts[:-1]
+        st = self._lstat(parent) if parent else os.lstat(self.root)
+        if st is None or not stat.S_ISDIR(st.st_mode):
+            raise _refuse("no_parent", "the folder does not exist", SFTP_NO_SUCH_FILE)
+        return self._real(parent)
+
+    def _name_ok(self, name: str) -> None:
+        try:
+            check_filename(name, self.session.max_filename_bytes)
+        except Refused as exc:
+            raise _refuse("bad_filename", exc.detail, SFTP_FAILURE) from None
+
+    def _subdir(self, parts: tuple[str, ...]) -> str:
+        return "/".join(parts[:-1])
+
+    def _pending(self, parts: tuple[str, ...]) -> Entry | None:
+        if not parts:
+            return None
+        return self.spool.find(self.account.username, self._subdir(parts), parts[-1])
+
+    def check_setstat(self, attr: paramiko.SFTPAttributes) -> None:
+        # Clients send times after an upload (`put -p`, scp -p, lftp); accepted, not applied:
+        # the archive keeps the time of receipt. Ownership and permissions are ours.
+        if attr._flags & (attr.FLAG_PERMISSIONS | attr.FLAG_UIDGID):
+            raise _refuse("setstat_permissions", "changing permissions or owner is not allowed")
+
+    # -- requests -------------------------------------------------------------------------
+    def canonicalize(self, path: str) -> str:
+        return vpath_of(resolve(path))
+
+    def open(self, path: str, flags: int, attr: paramiko.SFTPAttributes) -> Any:
+        parts = resolve(path)
+        if not parts:
+            raise _refuse("is_directory", "cannot open the inbox itself", SFTP_FAILURE)
+        if not flags & (os.O_WRONLY | os.O_RDWR):
+            # A drop box: files go in, nothing is read back out.
+            raise _refuse("read_refused", "reading files is not allowed")
+        self._parent_dir(parts)
+        self._name_ok(parts[-1])
+        st = self._lstat(parts)
+        if st is not None and stat.S_ISDIR(st.st_mode):
+            raise _refuse("is_directory", "a folder of that name exists", SFTP_FAILURE)
+        if flags & os.O_EXCL and (st is not None or self._pending(parts) is not None):
+            raise _refuse("exists", "the file already exists", SFTP_FAILURE)
+        handle = UploadHandle(self, parts, flags)
+        try:
+            if st is not None and not flags & os.O_TRUNC:
+                handle.seed_from(self._real(parts))
+        except SftpRefusal:
+            handle.abort()
+            raise
+        self.session.log.debug("sftp.open", path=vpath_of(parts))
+        return handle
+
+    def complete_upload(self, partial: Path, parts: tuple[str, ...], size: int,
+                        mtime: float) -> None:  # fmt: skip
+        """The upload under ``partial`` is CLOSEd and fsynced: publish it."""
+        name = parts[-1]
+        vpath = vpath_of(parts)
+        if self.spool.is_temp_name(name):
+            # Stays visible under its temp name until the client renames it.
+            parent = self._parent_dir(parts)
+            target = parent / name
+            old = self._lstat(parts)
+            os.replace(partial, target)
+            fsync_dir(parent)
+            if old is not None:
+                self.spool.release(self.account.username, old.st_size)
+            self.session.log.info("sftp.upload_staged", path=vpath, size=size)
+        else:
+            self._enqueue(partial, parts, size, mtime)
+        self.session.remember(vpath, size, mtime)
+
+    def _enqueue(self, src: Path, parts: tuple[str, ...], size: int, mtime: float) -> None:
+        acct = self.account
+        subdir = self._subdir(parts)
+        tags = list(acct.tags)
+        if acct.subfolder_tags and subdir:
+            tags.extend(subdir.split("/"))
+        entry = self.spool.make_entry(
+            account=acct.username,
+            tenant=acct.tenant,
+            filename=parts[-1],
+            subdir=subdir,
+            size=size,
+            mtime=mtime,
+            remote_ip=self.session.remote_ip,
+            tags=tags,
+        )
+        self.spool.enqueue(src, entry)
+        self.session.uploads += 1
+        self.session.upload_bytes += size
+        metrics.SFTP_UPLOADS.labels(acct.tenant).inc()
+        metrics.SFTP_UPLOAD_BYTES.labels(acct.tenant).inc(size)
+        self.session.log.info("sftp.upload_complete", path=vpath_of(parts), size=size,
+                              spool_id=entry.id)  # fmt: skip
+
+    def list_folder(self, path: str) -> Any:
+        parts = resolve(path)
+        st = self._lstat(parts) if parts else os.lstat(self.root)
+        if st is None:
+            return SFTP_NO_SUCH_FILE
+        if not stat.S_ISDIR(st.st_mode):
+            raise _refuse("not_directory", "not a folder", SFTP_FAILURE)
+        out = []
+        with os.scandir(self._real(parts)) as it:
+            for entry in it:
+                est = entry.stat(follow_symlinks=False)
+                if stat.S_ISDIR(est.st_mode) or stat.S_ISREG(est.st_mode):
+                    out.append(_attrs(est, entry.name))
+        out.extend(_entry_attrs(e) for e in self.spool.pending(self.account.username,
+                                                                 "/".join(parts)))  # fmt: skip
+        return out
+
+    def stat(self, path: str) -> Any:
+        parts = resolve(path)
+        if not parts:
+            return _attrs(os.lstat(self.root), "/")
+        st = self._lstat(parts)
+        if st is not None:
+            return _attrs(st, parts[-1])
+        entry = self._pending(parts)
+        if entry is not None:
+            return _entry_attrs(entry)
+        with self.session.lock:
+            recent = self.session.recent.get(vpath_of(parts))
+        return recent if recent is not None else SFTP_NO_SUCH_FILE
+
+    lstat = stat
+
+    def remove(self, path: str) -> int:
+        parts = resolve(path)
+        st = self._lstat(parts) if parts else None
+        if st is not None:
+            if stat.S_ISDIR(st.st_mode):
+                raise _refuse("is_directory", "use rmdir for folders", SFTP_FAILURE)
+            os.unlink(self._real(parts))
+            self.spool.release(self.account.username, st.st_size)
+            self.session.log.info("sftp.removed", path=vpath_of(parts))
+            return SFTP_OK
+        entry = self._pending(parts)
+        if entry is None:
+            return SFTP_NO_SUCH_FILE
+        if not self.spool.remove(entry):
+            raise _refuse("being_ingested", "the file is already being archived", SFTP_FAILURE)
+        self.session.log.info("sftp.removed_pending", path=vpath_of(parts), spool_id=entry.id)
+        return SFTP_OK
+
+    def rename(self, oldpath: str, newpath: str) -> int:
+        return self._rename(oldpath, newpath, overwrite=False)
+
+    def posix_rename(self, oldpath: str, newpath: str) -> int:
+        return self._rename(oldpath, newpath, overwrite=True)
+
+    def _rename(self, oldpath: str, newpath: str, *, overwrite: bool) -> int:
+        old, new = resolve(oldpath), resolve(newpath)
+        if not old or not new:
+            raise _refuse("rename_root", "cannot rename the inbox", SFTP_FAILURE)
+        if new[: len(old)] == old and len(new) > len(old):
+            raise _refuse("rename_into_self", "cannot move a folder into itself", SFTP_FAILURE)
+        new_parent = self._parent_dir(new)
+        self._name_ok(new[-1])
+        target = self._lstat(new)
+        if target is not None and (not overwrite or stat.S_ISDIR(target.st_mode)):
+            raise _refuse("exists", "the target already exists", SFTP_FAILURE)
+        if self._pending(new) is not None and not overwrite:
+            raise _refuse("exists", "the target already exists", SFTP_FAILURE)
+        st = self._lstat(old)
+        if st is not None:
+            real_old = self._real(old)
+            if stat.S_ISREG(st.st_mode) and not self.spool.is_temp_name(new[-1]):
+                # The scanner's "upload as x.tmp, rename to x.pdf": now it is complete.
+                if target is not None:
+                    os.unlink(self._real(new))
+                    self.spool.release(self.account.username, target.st_size)
+                self._enqueue(real_old, new, st.st_size, st.st_mtime)
+                fsync_dir(real_old.parent)
+                self.session.remember(vpath_of(new), st.st_size, st.st_mtime)
+                return SFTP_OK
+            os.replace(real_old, new_parent / new[-1]) if overwrite else os.rename(
+                real_old, new_parent / new[-1]
+            )
+            fsync_dir(new_parent)
+            self.session.log.info("sftp.renamed", old=vpath_of(old), new=vpath_of(new))
+            return SFTP_OK
+        entry = self._pending(old)
+        if entry is None:
+            return SFTP_NO_SUCH_FILE
+        if self.spool.is_temp_name(new[-1]):
+            raise _refuse("rename_to_temp", "a completed upload cannot get a temp name",
+                          SFTP_FAILURE)  # fmt: skip
+        if not self.spool.rename(entry, self._subdir(new), new[-1]):
+            raise _refuse("being_ingested", "the file is already being archived", SFTP_FAILURE)
+        self.session.log.info("sftp.renamed_pending", old=vpath_of(old), new=vpath_of(new))
+        return SFTP_OK
+
+    def mkdir(self, path: str, attr: paramiko.SFTPAttributes) -> int:
+        parts = resolve(path)
+        if not parts:
+            raise _refuse("exists", "the inbox exists", SFTP_FAILURE)
+        parent = self._parent_dir(parts)
+        self._name_ok(parts[-1])
+        try:
+            os.mkdir(parent / parts[-1], 0o700)
+        except FileExistsError:
+            raise _refuse("exists", "the folder already exists", SFTP_FAILURE) from None
+        fsync_dir(parent)
+        self.session.log.info("sftp.mkdir", path=vpath_of(parts))
+        return SFTP_OK
+
+    def rmdir(self, path: str) -> int:
+        parts = resolve(path)
+        if not parts:
+            raise _refuse("rmdir_root", "cannot remove the inbox", SFTP_FAILURE)
+        st = self._lstat(parts)
+        if st is None:
+            return SFTP_NO_SUCH_FILE
+        if not stat.S_ISDIR(st.st_mode):
+            raise _refuse("not_directory", "not a folder", SFTP_FAILURE)
+        if self.spool.pending_under(self.account.username, "/".join(parts)):
+            raise _refuse("not_empty", "the folder holds files waiting to be archived",
+                          SFTP_FAILURE)  # fmt: skip
+        try:
+            os.rmdir(self._real(parts))
+        except OSError:
+            raise _refuse("not_empty", "the folder is not empty", SFTP_FAILURE) from None
+        self.session.log.info("sftp.rmdir", path=vpath_of(parts))
+        return SFTP_OK
+
+    def chattr(self, path: str, attr: paramiko.SFTPAttributes) -> int:
+        self.check_setstat(attr)
+        if attr._flags & attr.FLAG_SIZE:
+            raise _refuse("setstat_size", "truncating a closed file is not allowed")
+        result = self.stat(path)
+        return SFTP_OK if isinstance(result, paramiko.SFTPAttributes) else int(result)
+
+    def symlink(self, target_path: str, path: str) -> int:
+        raise _refuse("symlink", "symbolic links are not allowed")
+
+    def readlink(self, path: str) -> Any:
+        raise _refuse("symlink", "symbolic links are not allowed")
+
+
+class IngestSFTPServer(paramiko.SFTPServer):
+    """paramiko's SFTP subsystem with three fixes for an upload server.
+
+    - CLOSE can fail: paramiko always answers OK, but our CLOSE is the durability point
+      and must report a failed fsync, quota or size limit.
+    - Refusals carry a reason: one place maps ``SftpRefusal`` to a status and a log line.
+    - A dropped connection aborts open uploads instead of closing (= completing) them.
+    """
+
+    server: InboxSFTP
+    file_table: dict[bytes, Any]
+    folder_table: dict[bytes, Any]
+
+    def _process(self, t: int, request_number: int, msg: paramiko.Message) -> None:
+        self.server.session.touch()
+        start = msg.packet.tell()
+        try:
+            if t == CMD_CLOSE:
+                self._close(request_number, msg)
+                return
+            if t == CMD_EXTENDED:
+                tag = msg.get_text()
+                if tag == "hardlink@openssh.com":
+                    raise _refuse("hardlink", "hard links are not allowed")
+                if tag == "posix-rename@openssh.com":
+                    old, new = msg.get_text(), msg.get_text()
+                    self._send_status(request_number, self.server.posix_rename(old, new))
+                    return
+                self._send_status(request_number, SFTP_OP_UNSUPPORTED)
+                return
+            super()._process(t, request_number, msg)
+        except SftpRefusal as exc:
+            self._refused(t, msg, start, exc)
+            self._send_status(request_number, exc.code, exc.message)
+        except UnicodeDecodeError:
+            bad = _refuse("bad_encoding", "path is not valid UTF-8", SFTP_FAILURE)
+            self._refused(t, msg, start, bad)
+            self._send_status(request_number, bad.code, bad.message)
+
+    def _refused(self, t: int, msg: paramiko.Message, start: int, exc: SftpRefusal) -> None:
+        # Re-read the request's first field: for every path request it is the path, which
+        # the log line must name (escaped, it may be the attack itself).
+        op = CMD_NAMES.get(t, str(t)).removeprefix("CMD_").lower()
+        path = "?"
+        if t not in _HANDLE_COMMANDS:
+            with contextlib.suppress(Exception):
+                msg.packet.seek(start)
+                raw = msg.get_string()
+                if t == CMD_EXTENDED:
+                    raw = msg.get_string()
+                path = raw.decode("utf-8", "backslashreplace").replace("\x00", "\\x00")
+        self.server.refused(op, path, exc)
+
+    def _close(self, request_number: int, msg: paramiko.Message) -> None:
+        handle = msg.get_binary()
+        if handle in self.folder_table:
+            del self.folder_table[handle]
+            self._send_status(request_number, SFTP_OK)
+            return
+        fobj = self.file_table.pop(handle, None)
+        if fobj is None:
+            self._send_status(request_number, paramiko.sftp.SFTP_BAD_MESSAGE, "Invalid handle")
+            return
+        result = fobj.close()
+        code = result if isinstance(result, int) else SFTP_OK
+        self._send_status(request_number, code, "" if code == SFTP_OK else "upload failed")
+
+    def finish_subsystem(self) -> None:
+        for fobj in list(self.file_table.values()):
+            if isinstance(fobj, UploadHandle) and not fobj.closed:
+                fobj.abort()
+                self.server.session.log.warning(
+                    "sftp.upload_aborted", path=vpath_of(fobj.parts), size=fobj.size
+                )
+        self.file_table = {}
+        super().finish_subsystem()
