@@ -174,8 +174,12 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 # -- status -----------------------------------------------------------------------------
 def cmd_status(args: argparse.Namespace) -> int:
     from ingestd.runtime import open_database
+    from ingestd.sftp.bans import read_bans
+    from ingestd.sftp.spool import spool_counts
 
     config = _load(args)
+    spool = spool_counts(config.paths.spool)
+    bans = read_bans(config.paths.state_dir)
     with open_database(config) as db, db.transaction() as tx:
         docs = tx.all("status_documents")
         jobs = tx.all("status_jobs")
@@ -187,8 +191,16 @@ def cmd_status(args: argparse.Namespace) -> int:
         t = tenants.setdefault(r["tenant"], {"documents": {}, "jobs": {}})
         t["jobs"].setdefault(r["kind"], {})[r["status"]] = r["n"]
     if args.json:
-        _print_json({"tenants": tenants})
+        _print_json({"tenants": tenants, "spool": spool, "sftp_bans": bans})
         return ExitCode.ok
+    print(f"spool: {spool['pending']} upload(s) waiting for intake ({spool['bytes']} bytes)")
+    if bans:
+        print(f"sftp bans: {len(bans)}")
+        for b in bans:
+            print(f"  {b['ip']:<40} {b['remaining']:>8} s left  (ban #{b['bans']})")
+    else:
+        print("sftp bans: none")
+    print()
     print(f"{'TENANT':<20} {'WHAT':<24} {'QUEUED':>7} {'PROC':>7} {'DONE':>7} {'FAILED':>7}")
     for name, t in sorted(tenants.items()):
         rows = [("documents", t["documents"])] + [
@@ -197,6 +209,53 @@ def cmd_status(args: argparse.Namespace) -> int:
         for label, counts in rows:
             n = [counts.get(k, 0) for k in ("queued", "processing", "done", "failed")]
             print(f"{name:<20} {label:<24} {n[0]:>7} {n[1]:>7} {n[2]:>7} {n[3]:>7}")
+    return ExitCode.ok
+
+
+# -- sftp: host keys, password hashes ----------------------------------------------------
+def cmd_hostkeys(args: argparse.Namespace) -> int:
+    from ingestd.sftp import hostkeys
+
+    config = _load(args)
+    keys = hostkeys.load_or_create(config.paths.state_dir)
+    if args.json:
+        rows = []
+        for k in keys:
+            rows.append({"algorithm": k.algorithm, "sha256": k.fingerprint,
+                         "md5": k.md5_fingerprint, "public_key": k.public_line,
+                         "path": str(k.path)})  # fmt: skip
+        _print_json(rows)
+        return ExitCode.ok
+    port = config.sftp.address[1]
+    for k in keys:
+        print(f"{k.algorithm:<12} {k.fingerprint}")
+        print(f"{'':<12} {k.md5_fingerprint}")
+    # What an admin pastes into known_hosts (or a scanner that wants the whole key).
+    name = f"[HOST]:{port}" if port != 22 else "HOST"
+    print()
+    for k in keys:
+        print(f"{name} {k.public_line}")
+    return ExitCode.ok
+
+
+def cmd_hash_password(args: argparse.Namespace) -> int:
+    import getpass
+
+    from ingestd.sftp.accounts import hash_password
+
+    if sys.stdin.isatty():
+        password = getpass.getpass("Password: ")
+        if getpass.getpass("Again: ") != password:
+            print("ingestd: the passwords differ", file=sys.stderr)
+            return ExitCode.usage
+    else:
+        # One line from stdin, for scripts: `printf %s "$pw" | ingestd account hash-password`
+        password = sys.stdin.readline().rstrip("\n")
+    try:
+        print(hash_password(password, args.rounds))
+    except ValueError as exc:
+        print(f"ingestd: {exc}", file=sys.stderr)
+        return ExitCode.usage
     return ExitCode.ok
 
 
@@ -302,7 +361,23 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--limit", type=int, default=50)
     d.set_defaults(func=cmd_documents)
 
-    s = sub.add_parser("serve", parents=[common], help="run the ingest daemon (hot folders)")
+    s = sub.add_parser("hostkeys", parents=[common, jsonopt],
+                       help="print the SFTP host key fingerprints (made if missing)")  # fmt: skip
+    s.set_defaults(func=cmd_hostkeys)
+
+    s = sub.add_parser("account", parents=[common], help="SFTP account helpers")
+    asub = s.add_subparsers(dest="account_cmd", required=True)
+    a = asub.add_parser(
+        "hash-password",
+        parents=[common],
+        help="bcrypt hash for sftp.accounts[].password_hash (password on stdin or prompted)",
+    )
+    a.add_argument("--rounds", type=int, default=12, choices=range(4, 32), metavar="4..31",
+                   help="bcrypt cost (default 12)")  # fmt: skip
+    a.set_defaults(func=cmd_hash_password)
+
+    s = sub.add_parser("serve", parents=[common],
+                       help="run the daemon: SFTP server, spool intake, hot folders")  # fmt: skip
     s.set_defaults(func=cmd_serve)
 
     s = sub.add_parser("status", parents=[common, jsonopt], help="documents and jobs by tenant")

@@ -314,7 +314,7 @@ class SftpConfig(_Section):
 def parse_listen(value: str) -> tuple[str, int]:
     """``host:port`` or ``[v6]:port`` -> (host, port)."""
     host, sep, port = value.rpartition(":")
-    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+    if not sep or not port.isdigit() or not 0 <= int(port) < 65536:  # 0: any free port
         raise ValueError("must be 'address:port', e.g. '0.0.0.0:2222' or '[::]:2222'")
     host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
     try:

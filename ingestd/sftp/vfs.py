@@ -604,4 +604,9 @@ class IngestSFTPServer(paramiko.SFTPServer):
                     "sftp.upload_aborted", path=vpath_of(fobj.parts), size=fobj.size
                 )
         self.file_table = {}
+        # OpenSSH's sftp-server reports exit status 0 when the session ends; scp checks it
+        # and exits 1 without it, although every file arrived.
+        with contextlib.suppress(Exception):
+            if not self.sock.closed:
+                self.sock.send_exit_status(0)
         super().finish_subsystem()
