@@ -91,6 +91,15 @@ class Rig:
                 " ORDER BY d.id"
             )
 
+    def documents_or_none(self) -> list[dict[str, Any]] | None:
+        """The documents, or None while the database is unreachable."""
+        from ingestd.errors import DatabaseError
+
+        try:
+            return self.documents()
+        except DatabaseError:
+            return None
+
     def wait_documents(self, n: int, timeout: float = 60.0) -> list[dict[str, Any]]:
         wait_until(lambda: len(self.documents()) >= n, timeout=timeout)
         return self.documents()
@@ -200,13 +209,14 @@ def make_rig(
     log_fh = open(log_path, "a", buffering=1)  # noqa: SIM115 - closed at teardown
 
     def factory(sftp: dict[str, Any] | None = None, accounts: list[dict[str, Any]] | None = None,
-                **sections: Any) -> Rig:  # fmt: skip
+                database: Database | None = None, **sections: Any) -> Rig:  # fmt: skip
+        the_db = database or db
         sftp_cfg = {"listen": "127.0.0.1:0", "retry_max_delay": 1, "spool_workers": 2,
                     "accounts": accounts if accounts is not None else _accounts(
                         password_hashes, client_key)}  # fmt: skip
         sftp_cfg.update(sftp or {})
         data: dict[str, Any] = {
-            "database": {"url": db.conninfo},
+            "database": {"url": the_db.conninfo},
             "paths": {"state_dir": str(tmp_path / "state"), "archive": str(tmp_path / "archive"),
                       "spool": str(tmp_path / "spool")},  # fmt: skip
             "sftp": sftp_cfg,
@@ -214,9 +224,9 @@ def make_rig(
         }
         config = parse_config(data)
         log.configure("debug", "json", stream=log_fh)
-        service = SftpService(config, make_intake(config, db))
+        service = SftpService(config, make_intake(config, the_db))
         service.start()
-        rig = Rig(config, service, db, tmp_path, client_key, log_path)
+        rig = Rig(config, service, the_db, tmp_path, client_key, log_path)
         (tmp_path / "upload").mkdir(exist_ok=True)
         started.append(rig)
         return rig

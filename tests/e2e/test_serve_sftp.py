@@ -1,0 +1,116 @@
+"""`ingestd serve` with SFTP as a real process: SIGKILL after CLOSE, restart, status."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from ingestd.db import Database
+from ingestd.sftp.accounts import hash_password
+from tests.conftest import Env, run_cli, wait_until, write_config
+from tests.fixtures.files import pdf_bytes
+
+SSH = ["-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
+       "-o", "LogLevel=ERROR", "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes"]  # fmt: skip
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Serve:
+    def __init__(self, root: Path, config: Path) -> None:
+        self.root, self.config = root, config
+        self.log_path = root / "serve.log"
+
+    def start(self) -> None:
+        self.log = open(self.log_path, "ab")  # noqa: SIM115 - closed in wait()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "ingestd.cli", "serve", "--config", str(self.config)],
+            stdout=self.log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        wait_until(lambda: self.events("daemon.ready"), timeout=60)
+
+    def events(self, name: str) -> list[dict[str, Any]]:
+        out = []
+        for line in self.log_path.read_text(errors="replace").splitlines():
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            if rec.get("event") == name:
+                out.append(rec)
+        return out
+
+    def wait(self, sig: int = signal.SIGTERM) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        code = self.proc.wait(timeout=60)
+        self.log.close()
+        return code
+
+
+def test_sigkill_after_close_loses_nothing(tmp_path: Path, db_url: str) -> None:
+    """Uploads acknowledged just before a SIGKILL are ingested when serve comes back."""
+    key = tmp_path / "id_ed25519"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    port = _free_port()
+    cfg = tmp_path / "ingestd.toml"
+    write_config(cfg, {
+        "database": {"url": db_url},
+        "paths": {"state_dir": str(tmp_path / "state"), "spool": str(tmp_path / "spool"),
+                  "archive": str(tmp_path / "archive")},
+        "log": {"format": "json"},
+        "sftp": {"listen": f"127.0.0.1:{port}", "retry_max_delay": 1},
+        "sftp.accounts": [{"username": "scan1", "tenant": "acme",
+                           "password_hash": hash_password("pw-1", rounds=4),
+                           "authorized_keys": [key.with_suffix(".pub").read_text().strip()]}],
+    })  # fmt: skip
+    env = Env(tmp_path, cfg, None, db_url)  # type: ignore[arg-type]
+    assert run_cli(env, "tenant", "create", "acme").returncode == 0
+    assert run_cli(env, "tenant", "suspend", "acme").returncode == 0  # keep uploads queued
+    serve = Serve(tmp_path, cfg)
+    serve.start()
+    up = tmp_path / "up"
+    up.mkdir()
+    for i in range(5):
+        (up / f"k{i}.pdf").write_bytes(pdf_bytes(f"kill {i}", pad_to=50_000, seed=900 + i))
+    batch = tmp_path / "batch"
+    batch.write_text("".join(f"put k{i}.pdf\n" for i in range(5)))
+    result = subprocess.run(
+        ["sftp", "-b", str(batch), "-P", str(port), "-i", str(key), *SSH, "scan1@127.0.0.1"],
+        capture_output=True, text=True, timeout=60, cwd=up, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert serve.wait(signal.SIGKILL) == -signal.SIGKILL
+
+    status = run_cli(env, "status", "--json")
+    assert json.loads(status.stdout)["spool"]["pending"] == 5
+    assert run_cli(env, "tenant", "activate", "acme").returncode == 0
+    serve.start()
+    try:
+        def count() -> int:
+            with Database(db_url) as db, db.transaction() as tx:
+                return int(tx.raw("SELECT count(*) AS n FROM documents")[0]["n"])
+
+        wait_until(lambda: count() == 5, timeout=60)
+        # The host key is the one made at first start; hostkeys prints what clients see.
+        keys = json.loads(run_cli(env, "hostkeys", "--json").stdout)
+        scan = subprocess.run(["ssh-keyscan", "-p", str(port), "-t", "ed25519", "127.0.0.1"],
+                              capture_output=True, text=True, timeout=30)  # fmt: skip
+        listed = subprocess.run(["ssh-keygen", "-lf", "-"], input=scan.stdout,
+                                capture_output=True, text=True, check=True)  # fmt: skip
+        assert keys[0]["sha256"] in listed.stdout
+        assert oct(os.stat(keys[0]["path"]).st_mode & 0o777) == "0o600"
+    finally:
+        assert serve.wait() == 0
+    assert serve.events("spool.recovered")

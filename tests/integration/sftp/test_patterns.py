@@ -1,0 +1,197 @@
+"""What real scanners do: temp names, date folders, setstat, ls, same-name uploads, quotas."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+
+import pytest
+
+from tests.conftest import wait_until
+from tests.fixtures.files import pdf_bytes
+from tests.integration.sftp.conftest import Rig
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def test_temp_name_then_rename(rig: Rig) -> None:
+    """`x.tmp` is not ingested at CLOSE; renaming it to `x.pdf` completes the upload."""
+    src = rig.write_pdf("a.pdf", 10)
+    with rig.paramiko() as sftp:
+        sftp.put(str(src), "x.tmp")
+        rig.wait_idle()
+        assert sftp.listdir("/") == ["x.tmp"]
+        assert rig.documents() == []
+        sftp.rename("x.tmp", "x.pdf")
+    docs = rig.wait_documents(1)
+    assert docs[0]["original_filename"] == "x.pdf"
+    assert docs[0]["sha256"] == _sha(src.read_bytes())
+    assert list(rig.spool.inbox("scan1").iterdir()) == []
+
+
+def test_openssh_part_rename(rig: Rig) -> None:
+    """OpenSSH: `put a.pdf scan.pdf.part` + `rename` ingests once, under the final name."""
+    rig.write_pdf("a.pdf", 11)
+    result = rig.sftp_batch("scan1", ["put a.pdf scan.pdf.part", "rename scan.pdf.part scan.pdf"])
+    assert result.returncode == 0, result.stderr
+    docs = rig.wait_documents(1)
+    assert [d["original_filename"] for d in docs] == ["scan.pdf"]
+
+
+def test_mkdir_date_folders_then_upload(make_rig: object) -> None:
+    """mkdir 2026, 2026/11, upload into it: the sub-folder is kept as context and tags."""
+    rig: Rig = make_rig()  # type: ignore[operator]
+    rig.write_pdf("a.pdf", 12)
+    result = rig.sftp_batch(
+        "scan1", ["ls", "mkdir 2026", "mkdir 2026/11", "put a.pdf 2026/11/Scan_0002.pdf"]
+    )
+    assert result.returncode == 0, result.stderr
+    docs = rig.wait_documents(1)
+    assert docs[0]["source_subdir"] == "2026/11"
+    with rig.paramiko() as sftp:
+        assert sftp.listdir("/") == ["2026"]
+        assert sftp.listdir("/2026/11") == []  # ingested: no longer pending
+
+
+def test_subfolder_tags(make_rig: object, password_hashes: dict[str, str]) -> None:
+    """An account with subfolder_tags tags documents with the folder names below its inbox."""
+    accounts = [{"username": "scan1", "tenant": "acme", "password_hash": password_hashes["scan1"],
+                 "tags": ["Scanner 2.OG"], "subfolder_tags": True}]  # fmt: skip
+    rig: Rig = make_rig(accounts=accounts)  # type: ignore[operator]
+    src = rig.write_pdf("a.pdf", 13)
+    with rig.paramiko() as sftp:
+        sftp.mkdir("Buchhaltung")
+        sftp.put(str(src), "Buchhaltung/rechnung.pdf")
+    doc = rig.wait_documents(1)[0]
+    with rig.db.transaction() as tx:
+        tags = tx.all("document_tag_names", {"document_id": doc["id"]})
+    assert sorted(t["name"] for t in tags) == ["Buchhaltung", "Scanner 2.OG"]
+
+
+def test_setstat_times_after_upload_is_accepted(rig: Rig) -> None:
+    """utime after CLOSE succeeds (also once ingested); chmod is refused."""
+    src = rig.write_pdf("a.pdf", 14)
+    with rig.paramiko() as sftp:
+        sftp.put(str(src), "s.pdf")
+        sftp.utime("s.pdf", (1_700_000_000, 1_700_000_000))
+        rig.wait_documents(1)
+        sftp.utime("s.pdf", (1_700_000_000, 1_700_000_000))
+        assert sftp.stat("s.pdf").st_size == src.stat().st_size
+        with pytest.raises(PermissionError):
+            sftp.chmod("s.pdf", 0o777)
+    assert rig.logs("sftp.refused")[-1]["reason"] == "setstat_permissions"
+
+
+def test_ls_before_upload_and_pending_listing(rig: Rig) -> None:
+    """An empty inbox lists empty; a pending upload is listed until it is ingested."""
+    with rig.db.transaction() as tx:
+        tx.raw("UPDATE tenants SET status = 'suspended' WHERE name = 'acme'")
+    src = rig.write_pdf("a.pdf", 15)
+    with rig.paramiko() as sftp:
+        assert sftp.listdir("/") == []
+        sftp.put(str(src), "waiting.pdf")
+        assert sftp.listdir("/") == ["waiting.pdf"]
+        assert sftp.stat("waiting.pdf").st_size == src.stat().st_size
+    with rig.paramiko("scan2") as other:
+        assert other.listdir("/") == []  # the same tenant's other account sees nothing
+    with rig.db.transaction() as tx:
+        tx.raw("UPDATE tenants SET status = 'active' WHERE name = 'acme'")
+    rig.wait_documents(1, timeout=90)
+    with rig.paramiko() as sftp:
+        assert sftp.listdir("/") == []
+
+
+def test_remove_own_pending_file(rig: Rig) -> None:
+    """A pending (not yet ingested) upload can be deleted by its account: no document."""
+    with rig.db.transaction() as tx:
+        tx.raw("UPDATE tenants SET status = 'suspended' WHERE name = 'acme'")
+    src = rig.write_pdf("a.pdf", 16)
+    with rig.paramiko() as sftp:
+        sftp.put(str(src), "oops.pdf")
+        wait_until(lambda: rig.logs("spool.tenant_not_active"))
+        wait_until(lambda: rig.spool.snapshot()["inflight"] == 0)
+        sftp.remove("oops.pdf")
+        assert sftp.listdir("/") == []
+    assert rig.spool.usage("scan1") == 0
+    with rig.db.transaction() as tx:
+        tx.raw("UPDATE tenants SET status = 'active' WHERE name = 'acme'")
+    rig.wait_idle()
+    assert rig.documents() == []
+
+
+def test_two_scanners_same_name_at_once(rig: Rig) -> None:
+    """Two connections of one account write `same.pdf` interleaved: both ingested, intact."""
+    payloads = [pdf_bytes(f"scanner {i}", pad_to=400_000, seed=100 + i) for i in range(2)]
+    with rig.paramiko() as a, rig.paramiko() as b:
+        fa, fb = a.open("same.pdf", "wb"), b.open("same.pdf", "wb")
+        for off in range(0, 400_000, 32_768):
+            fa.write(payloads[0][off : off + 32_768])
+            fb.write(payloads[1][off : off + 32_768])
+        fb.close()
+        fa.close()
+    docs = rig.wait_documents(2)
+    assert {d["original_filename"] for d in docs} == {"same.pdf"}
+    assert {d["sha256"] for d in docs} == {_sha(p) for p in payloads}
+
+
+def test_many_parallel_uploads_same_name(rig: Rig) -> None:
+    """Eight threads upload `scan.pdf` at once: eight documents, each with its own bytes."""
+    payloads = [pdf_bytes(f"p{i}", pad_to=100_000, seed=200 + i) for i in range(8)]
+    errors: list[BaseException] = []
+
+    def upload(data: bytes) -> None:
+        try:
+            with rig.paramiko("scan2") as sftp, sftp.open("scan.pdf", "wb") as fh:
+                fh.write(data)
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=upload, args=(p,)) for p in payloads]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert errors == []
+    docs = rig.wait_documents(8)
+    assert {d["sha256"] for d in docs} == {_sha(p) for p in payloads}
+
+
+def test_quota_and_size_limit(make_rig: object, password_hashes: dict[str, str]) -> None:
+    """Over the account quota or the file size limit: the write fails, nothing is kept."""
+    accounts = [{"username": "scan1", "tenant": "acme", "password_hash": password_hashes["scan1"],
+                 "quota": 150_000}]  # fmt: skip
+    rig: Rig = make_rig(accounts=accounts, intake={"max_file_size": 120_000})  # type: ignore[operator]
+    big = rig.write_pdf("big.pdf", 17, size=130_000)
+    with rig.paramiko() as sftp:
+        with pytest.raises(OSError):  # noqa: PT011 - paramiko maps SFTP_FAILURE to OSError
+            sftp.put(str(big), "big.pdf")
+        assert sftp.listdir("/") == []
+    reasons = [r["reason"] for r in rig.logs("sftp.refused")]
+    assert "too_large" in reasons
+    wait_until(lambda: rig.partials() == [])
+    assert rig.spool.usage("scan1") == 0
+    with rig.db.transaction() as tx:
+        tx.raw("UPDATE tenants SET status = 'suspended' WHERE name = 'acme'")
+    with rig.paramiko() as sftp:
+        one = rig.write_pdf("one.pdf", 18, size=100_000)
+        sftp.put(str(one), "one.pdf")
+        with pytest.raises(OSError):  # noqa: PT011
+            sftp.put(str(rig.write_pdf("two.pdf", 19, size=100_000)), "two.pdf")
+    assert "quota_exceeded" in [r["reason"] for r in rig.logs("sftp.refused")]
+    assert rig.spool.usage("scan1") == one.stat().st_size
+
+
+def test_refused_content_is_quarantined_with_reason(rig: Rig) -> None:
+    """An upload intake refuses (not a document) goes to the failed folder with a note."""
+    with rig.paramiko() as sftp, sftp.open("evil.pdf", "wb") as fh:
+        fh.write(b"MZ\x90\x00 this is an executable")
+    rig.wait_idle()
+    notes = rig.failed_notes()
+    assert len(notes) == 1
+    assert notes[0].name == "evil.pdf.error.txt"
+    assert "bad_type" in notes[0].read_text()
+    assert os.path.exists(str(notes[0]).removesuffix(".error.txt"))
+    assert rig.documents() == []
