@@ -296,12 +296,14 @@ def cmd_documents(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(rows)
         return ExitCode.ok
-    print(f"{'ID':>6} {'TENANT':<12} {'STATUS':<10} {'ISSUED':<10} {'TITLE':<36} TAGS")
+    print(f"{'ID':>6} {'TENANT':<12} {'SOURCE':<20} {'STATUS':<8} {'ISSUED':<10} "
+          f"{'TITLE':<30} TAGS")  # fmt: skip
     for r in rows:
         issued = r["issued_date"].isoformat() if r["issued_date"] else "-"
-        title = _shown(r["title"])[:36]
-        print(f"{r['id']:>6} {r['tenant']:<12} {r['processing_status']:<10} {issued:<10} "
-              f"{title:<36} {', '.join(r['tags'])}")  # fmt: skip
+        title = _shown(r["title"])[:30]
+        source = _shown(r["source"])[:20]
+        print(f"{r['id']:>6} {r['tenant']:<12} {source:<20} {r['processing_status']:<8} "
+              f"{issued:<10} {title:<30} {', '.join(r['tags'])}")  # fmt: skip
     return ExitCode.ok
 
 

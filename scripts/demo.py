@@ -31,9 +31,42 @@ def sh(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return proc
 
 
-def hot_folder_demo(hot: Path, pdf_bytes: Any) -> None:
-    """Run the real daemon, drop scans the way departments do, show what came out."""
-    print("\n$ ingestd serve   (in the background; hot folder .demo/hot/acme)")
+def sftp_demo(port: int, pdf_bytes: Any) -> None:
+    """A scanner's upload with the real OpenSSH sftp client: date folders, temp name."""
+    scans = DEMO / "scanner"
+    scans.mkdir()
+    (scans / "Scan_0002.pdf").write_bytes(pdf_bytes("Betreff: Angebot Dachreparatur", seed=21))
+    (scans / "BRN3C2AF4_0815.pdf").write_bytes(pdf_bytes("Lieferschein 0815", seed=22))
+    batch = DEMO / "scanner.batch"
+    batch.write_text(
+        "ls\n"
+        "mkdir 2026\n"
+        "mkdir 2026/11\n"
+        "put BRN3C2AF4_0815.pdf 2026/11/BRN3C2AF4_0815.pdf\n"
+        "put Scan_0002.pdf Scan_0002.pdf.part\n"
+        "rename Scan_0002.pdf.part Scan_0002.pdf\n"
+    )
+    cmd = [
+        "sftp", "-b", str(batch), "-P", str(port), "-i", str(DEMO / "scanner_key"),
+        "-o", "StrictHostKeyChecking=accept-new",
+        "-o", f"UserKnownHostsFile={DEMO / 'known_hosts'}",
+        "-o", "IdentitiesOnly=yes", "scanner-2og@127.0.0.1",
+    ]  # fmt: skip
+    print(f"\n$ sftp -b scanner.batch -P {port} -i scanner_key scanner-2og@127.0.0.1")
+    for line in batch.read_text().splitlines():
+        print(f"  sftp> {line}")
+    proc = subprocess.run(cmd, cwd=scans, capture_output=True, text=True, timeout=120,
+                          stdin=subprocess.DEVNULL)  # fmt: skip
+    if proc.returncode != 0:
+        print(proc.stdout + proc.stderr, file=sys.stderr)
+        raise SystemExit("demo: the sftp upload failed; see .demo/serve.log")
+    print("  uploaded (every CLOSE was answered after the file was fsynced into the spool)")
+
+
+def daemon_demo(hot: Path, pdf_bytes: Any, port: int) -> None:
+    """Run the real daemon, upload over SFTP and drop scans into a hot folder."""
+    print("\n$ ingestd serve   (in the background; SFTP on 127.0.0.1:"
+          f"{port}, hot folder .demo/hot/acme)")  # fmt: skip
     log_path = DEMO / "serve.log"
     with open(log_path, "wb") as log_file:
         daemon = subprocess.Popen(
@@ -43,6 +76,8 @@ def hot_folder_demo(hot: Path, pdf_bytes: Any) -> None:
         )
         try:
             _wait(lambda: b"daemon.ready" in log_path.read_bytes(), 60)
+            sh("hostkeys")
+            sftp_demo(port, pdf_bytes)
             (hot / "Buchhaltung" / "2026").mkdir(parents=True)
             drops = {
                 "Buchhaltung/2026/2026-11-20 Rechnung Stadtwerke.pdf": pdf_bytes("Strom", seed=11),
@@ -58,6 +93,7 @@ def hot_folder_demo(hot: Path, pdf_bytes: Any) -> None:
             part.rename(part.with_suffix(""))
             print("  renamed Vertrag Hausmeisterdienst.pdf.part -> .pdf (upload finished)")
             _wait(lambda: not list(hot.rglob("*.pdf")) or _only_ignored(hot), 60)
+            _wait(lambda: not any((DEMO / "spool" / "queue").glob("*.data")), 60)
         finally:
             daemon.send_signal(signal.SIGTERM)
             daemon.wait(timeout=60)
@@ -71,6 +107,14 @@ def hot_folder_demo(hot: Path, pdf_bytes: Any) -> None:
 
 def _only_ignored(hot: Path) -> bool:
     return all(p.name.startswith("~$") for p in hot.rglob("*.pdf"))
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def _wait(predicate: Any, timeout: float) -> None:
@@ -102,13 +146,25 @@ def main() -> None:
             p.chmod(p.stat().st_mode | 0o001)
     hot = DEMO / "hot" / "acme"
     hot.mkdir(parents=True)
+    port = _free_port()
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "scanner-2og",
+                    "-f", str(DEMO / "scanner_key")], check=True)  # fmt: skip
+    pubkey = (DEMO / "scanner_key.pub").read_text().strip()
+    print("\n$ ingestd account hash-password   (for scanners that only do passwords)")
+    hashed = subprocess.run([str(BIN), "account", "hash-password"], input="scan-pw\n",
+                            text=True, capture_output=True, check=True).stdout.strip()  # fmt: skip
+    print(hashed)
     (DEMO / "ingestd.toml").write_text(
         "# demo config: embedded database, everything under .demo/\n"
         '[paths]\nstate_dir = "state"\narchive = "archive"\nderived = "derived"\n'
         'spool = "spool"\n\n[log]\nformat = "json"\nlevel = "info"\n\n'
         "[hotfolders]\nstable_seconds = 1.0\n\n"
         '[[watch]]\npath = "hot/acme"\ntenant = "acme"\ntags = ["Eingang"]\n'
-        'subfolder_tags = true\nfailed = "failed/acme"\n'
+        'subfolder_tags = true\nfailed = "failed/acme"\n\n'
+        f'[sftp]\nlisten = "127.0.0.1:{port}"\n\n'
+        '[[sftp.accounts]]\nusername = "scanner-2og"\ntenant = "acme"\n'
+        f'password_hash = "{hashed}"\nauthorized_keys = ["{pubkey}"]\n'
+        'tags = ["Scanner 2.OG"]\nsubfolder_tags = true\n'
     )
     inbox = DEMO / "inbox"
     inbox.mkdir()
@@ -129,7 +185,7 @@ def main() -> None:
     files = [str(inbox / n) for n in samples]
     sh("ingest", "--tenant", "acme", *files, check=False)
     print("\nleft in the inbox (refused, nothing lost):", sorted(p.name for p in inbox.iterdir()))
-    hot_folder_demo(hot, pdf_bytes)
+    daemon_demo(hot, pdf_bytes, port)
     sh("tenant", "list")
     sh("documents", "list")
     sh("status")
