@@ -58,6 +58,9 @@ class ArchivedFile:
 
 class ArchiveStore(Protocol):
     def stage(self, tenant: str, src_fd: int, *, max_bytes: int, when: datetime) -> StagedFile: ...
+    def adopt(
+        self, tenant: str, src_path: Path, src_fd: int, *, max_bytes: int, when: datetime
+    ) -> StagedFile: ...
     def commit(self, staged: StagedFile, extension: str) -> ArchivedFile: ...
     def discard(self, staged: StagedFile) -> None: ...
     def path_of(self, relpath: str) -> Path: ...
@@ -106,12 +109,18 @@ class LocalArchive:
             raise ArchiveError(f"archive path escapes the archive root: {relpath!r}")
         return path
 
-    def stage(self, tenant: str, src_fd: int, *, max_bytes: int, when: datetime) -> StagedFile:
+    def _target_dir(self, tenant: str, when: datetime) -> tuple[str, Path, Path]:
         relative_dir = f"{tenant}/{when:%Y}/{when:%m}"
         target_dir = self.root / relative_dir
         try:
             makedirs_durable(target_dir)
-            temp_path = target_dir / f"{TEMP_PREFIX}{secrets.token_hex(8)}"
+        except OSError as exc:
+            raise ArchiveError(f"cannot create {target_dir}: {exc.strerror}") from exc
+        return relative_dir, target_dir, target_dir / f"{TEMP_PREFIX}{secrets.token_hex(8)}"
+
+    def stage(self, tenant: str, src_fd: int, *, max_bytes: int, when: datetime) -> StagedFile:
+        relative_dir, target_dir, temp_path = self._target_dir(tenant, when)
+        try:
             out = os.open(
                 temp_path,
                 os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
@@ -119,21 +128,8 @@ class LocalArchive:
             )
         except OSError as exc:
             raise ArchiveError(f"cannot create a file in {target_dir}: {exc.strerror}") from exc
-        digest = hashlib.sha256()
-        size = 0
-        buf = bytearray(CHUNK)
-        view = memoryview(buf)
         try:
-            src = os.fdopen(src_fd, "rb", buffering=0, closefd=False)
-            os.lseek(src_fd, 0, os.SEEK_SET)
-            while n := src.readinto(view):
-                size += n
-                if size > max_bytes:
-                    raise TooLarge(f"larger than the limit of {max_bytes} bytes")
-                digest.update(view[:n])
-                written = 0
-                while written < n:
-                    written += os.write(out, view[written:n])
+            sha256, size = _hash_fd(src_fd, max_bytes, out)
             os.fsync(out)
             # Read-only before it ever gets its final name: there is no instant at which
             # the archived name refers to a writable file.
@@ -146,7 +142,37 @@ class LocalArchive:
                 raise ArchiveError(f"cannot write {temp_path}: {exc.strerror}") from exc
             raise
         os.close(out)
-        return StagedFile(tenant, temp_path, target_dir, relative_dir, digest.hexdigest(), size)
+        return StagedFile(tenant, temp_path, target_dir, relative_dir, sha256, size)
+
+    def adopt(
+        self, tenant: str, src_path: Path, src_fd: int, *, max_bytes: int, when: datetime
+    ) -> StagedFile:
+        """Stage a file ingestd itself wrote and fsynced (the SFTP spool) by hard-linking it.
+
+        Hashing reads it (usually from the page cache); the bytes are not written a
+        second time. The source name stays until intake removes it after COMMIT, so a
+        crash in between still finds the upload in the spool. Falls back to a copy when
+        the archive is on another filesystem.
+        """
+        relative_dir, target_dir, temp_path = self._target_dir(tenant, when)
+        sha256, size = _hash_fd(src_fd, max_bytes, None)
+        try:
+            os.link(src_path, temp_path, follow_symlinks=False)
+        except OSError as exc:
+            if exc.errno == errno.EXDEV:
+                return self.stage(tenant, src_fd, max_bytes=max_bytes, when=when)
+            raise ArchiveError(f"cannot link into {target_dir}: {exc.strerror}") from exc
+        try:
+            st, linked = os.fstat(src_fd), os.lstat(temp_path)
+            if (st.st_dev, st.st_ino) != (linked.st_dev, linked.st_ino):
+                raise ArchiveError(f"{src_path} was replaced while it was archived")
+            os.fchmod(src_fd, FILE_MODE)
+            os.fsync(src_fd)  # the mode change; the bytes were fsynced at upload
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(temp_path)
+            raise
+        return StagedFile(tenant, temp_path, target_dir, relative_dir, sha256, size)
 
     def commit(self, staged: StagedFile, extension: str) -> ArchivedFile:
         name = f"{staged.sha256}.{extension}"
@@ -191,6 +217,26 @@ class LocalArchive:
             rel = os.path.relpath(dirpath, self.root)
             for f in files:
                 yield f if rel == "." else f"{rel}/{f}"
+
+
+def _hash_fd(src_fd: int, max_bytes: int, out: int | None) -> tuple[str, int]:
+    """SHA-256 and size of ``src_fd`` from offset 0, copying to ``out`` if given."""
+    digest = hashlib.sha256()
+    size = 0
+    buf = bytearray(CHUNK)
+    view = memoryview(buf)
+    src = os.fdopen(src_fd, "rb", buffering=0, closefd=False)
+    os.lseek(src_fd, 0, os.SEEK_SET)
+    while n := src.readinto(view):
+        size += n
+        if size > max_bytes:
+            raise TooLarge(f"larger than the limit of {max_bytes} bytes")
+        digest.update(view[:n])
+        if out is not None:
+            written = 0
+            while written < n:
+                written += os.write(out, view[written:n])
+    return digest.hexdigest(), size
 
 
 def is_temp(relpath: str) -> bool:

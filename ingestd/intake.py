@@ -78,6 +78,9 @@ class IntakeItem:
     filename: str | None = None  # the name the client chose; defaults to path.name
     subdir: str = ""  # sub-folder below the inbox / hot folder, kept as context
     tags: tuple[str, ...] = ()  # assigned in the intake transaction
+    # The source is a file ingestd wrote and fsynced itself (the SFTP spool): it is linked
+    # into the archive instead of copied, and nobody else can hold a hard link to it.
+    owned: bool = False
 
     @property
     def name(self) -> str:
@@ -129,7 +132,7 @@ def check_filename(name: str, max_bytes: int) -> None:
         raise Refused(Reason.bad_filename, "file name is empty or not a plain name")
 
 
-def _open_regular(path: Path) -> tuple[int, os.stat_result]:
+def _open_regular(path: Path, *, owned: bool = False) -> tuple[int, os.stat_result]:
     """Open ``path`` only if it is one regular file; never follow a symlink or block."""
     try:
         before = os.lstat(path)
@@ -161,7 +164,7 @@ def _open_regular(path: Path) -> tuple[int, os.stat_result]:
     if (st.st_dev, st.st_ino) != (before.st_dev, before.st_ino) or not stat.S_ISREG(st.st_mode):
         os.close(fd)
         raise Refused(Reason.not_regular, "file was replaced while it was opened")
-    if st.st_nlink > 1:
+    if st.st_nlink > 1 and not owned:
         # A hard link to a file elsewhere (e.g. /etc/shadow) must not be archived with
         # our privileges, and deleting "the source" would not remove the other name.
         os.close(fd)
@@ -244,7 +247,7 @@ class Intake:
     def _ingest(self, item: IntakeItem, disposal: Disposal, log: Any) -> IntakeResult:
         cfg = self.config
         check_filename(item.name, cfg.max_filename_bytes)
-        fd, st = _open_regular(item.path)
+        fd, st = _open_regular(item.path, owned=item.owned)
         try:
             if st.st_size == 0:
                 raise Refused(Reason.empty, "file is empty")
@@ -262,10 +265,13 @@ class Intake:
                     f"content is {filetypes.describe(header)}; allowed types: {allowed}",
                 )
             tenant_id = self._active_tenant_id(item.tenant)
+            limit, now = int(cfg.max_file_size), datetime.now(UTC)
             try:
-                staged = self.archive.stage(
-                    item.tenant, fd, max_bytes=int(cfg.max_file_size), when=datetime.now(UTC)
-                )
+                if item.owned:
+                    staged = self.archive.adopt(item.tenant, item.path, fd, max_bytes=limit,
+                                                when=now)  # fmt: skip
+                else:
+                    staged = self.archive.stage(item.tenant, fd, max_bytes=limit, when=now)
             except TooLarge as exc:
                 raise Refused(Reason.too_large, str(exc)) from exc
             after = os.fstat(fd)

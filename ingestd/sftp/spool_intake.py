@@ -81,6 +81,7 @@ class SpoolIntake:
                 filename=entry.filename,
                 subdir=entry.subdir,
                 tags=tuple(entry.tags),
+                owned=True,
             )
             result = self.intake.ingest(item)
             if result.outcome is Outcome.refused:
