@@ -90,3 +90,46 @@ def test_path_of_refuses_escapes(tmp_path: Path) -> None:
     archive = LocalArchive(tmp_path / "archive")
     with pytest.raises(ArchiveError):
         archive.path_of("../../etc/passwd")
+
+
+def _adopt(archive: LocalArchive, src: Path) -> object:
+    fd = os.open(src, os.O_RDONLY)
+    try:
+        return archive.adopt("acme", src, fd, max_bytes=10**9, when=WHEN)
+    finally:
+        os.close(fd)
+
+
+def test_adopt_links_an_owned_file_instead_of_copying(tmp_path: Path) -> None:
+    """adopt() archives a spool file by hard link: same inode, read-only, right hash."""
+    archive = LocalArchive(tmp_path / "archive")
+    src = tmp_path / "spooled"
+    data = os.urandom(100_000)
+    src.write_bytes(data)
+    staged = _adopt(archive, src)
+    archived = archive.commit(staged, "pdf")  # type: ignore[arg-type]
+    final = tmp_path / "archive" / archived.relpath
+    assert archived.sha256 == hashlib.sha256(data).hexdigest()
+    assert os.stat(final).st_ino == os.stat(src).st_ino
+    assert stat.S_IMODE(final.stat().st_mode) == FILE_MODE
+    src.unlink()  # what intake does after COMMIT
+    assert final.stat().st_nlink == 1
+    assert final.read_bytes() == data
+
+
+@pytest.mark.skipif(
+    not os.path.isdir("/dev/shm") or os.stat("/dev/shm").st_dev == os.stat("/tmp").st_dev,
+    reason="needs a second filesystem (/dev/shm)",
+)
+def test_adopt_copies_across_filesystems(tmp_path: Path) -> None:
+    """With the archive on another filesystem, adopt() falls back to a durable copy."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(dir="/dev/shm") as other:
+        archive = LocalArchive(Path(other) / "archive")
+        src = tmp_path / "spooled"
+        src.write_bytes(b"%PDF-1.4 across")
+        archived = archive.commit(_adopt(archive, src), "pdf")  # type: ignore[arg-type]
+        final = Path(other) / "archive" / archived.relpath
+        assert final.read_bytes() == b"%PDF-1.4 across"
+        assert os.stat(final).st_ino != os.stat(src).st_ino

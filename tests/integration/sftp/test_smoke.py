@@ -12,3 +12,22 @@ def test_paramiko_upload_is_ingested(rig: Rig) -> None:
     assert docs[0]["tenant"] == "acme"
     assert docs[0]["original_filename"] == "Scan_0001.pdf"
     assert docs[0]["source"] == "sftp:scan1"
+
+
+def test_spool_file_is_linked_into_the_archive(rig: Rig) -> None:
+    """After intake the archive holds the upload's inode alone; the spool queue is empty."""
+    import os
+    import stat
+
+    src = rig.write_pdf("b.pdf", 2, size=200_000)
+    with rig.paramiko("scan1") as sftp:
+        sftp.put(str(src), "b.pdf")
+    rig.wait_documents(1)
+    rig.wait_idle()
+    files = [p for p in rig.config.paths.archive_dir.rglob("*.pdf")]
+    assert len(files) == 1
+    st = os.stat(files[0])
+    assert st.st_nlink == 1
+    assert stat.S_IMODE(st.st_mode) == 0o440
+    assert files[0].read_bytes() == src.read_bytes()
+    assert list(rig.spool.queue_dir.iterdir()) == []
