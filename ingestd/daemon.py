@@ -14,8 +14,10 @@ from types import FrameType
 
 from ingestd import log
 from ingestd.config import Config, load_config
-from ingestd.errors import ConfigError
+from ingestd.db import Database
+from ingestd.errors import ConfigError, DatabaseError, DatabaseUnavailable
 from ingestd.runtime import make_intake, open_database
+from ingestd.schema import migrate
 from ingestd.sftp.service import SftpService
 from ingestd.watch import HotFolders
 
@@ -40,11 +42,41 @@ class Flags:
         self.wake.set()
 
 
+class _SchemaWhenReachable(threading.Thread):
+    """Migrate now, or as soon as the database answers.
+
+    The daemon must come up with Postgres down: SFTP uploads go to the spool and hot-folder
+    files stay put, both retried by their loops. This thread keeps trying the (idempotent)
+    migration meanwhile, so a database that returns empty gets its schema.
+    """
+
+    def __init__(self, db: Database, stop: threading.Event) -> None:
+        super().__init__(name="schema", daemon=True)
+        self.db, self.stop = db, stop
+        self.log = log.get_logger(component="daemon")
+
+    def run(self) -> None:
+        delay = 1.0
+        while not self.stop.is_set():
+            try:
+                migrate(self.db)
+                return
+            except DatabaseUnavailable as exc:
+                self.log.warning("daemon.database_unavailable", detail=exc.message,
+                                 retry_in=delay)  # fmt: skip
+            except DatabaseError as exc:
+                self.log.error("daemon.migrate_failed", detail=exc.message, retry_in=delay)
+            self.stop.wait(delay)
+            delay = min(delay * 2, 30.0)
+
+
 def serve(config: Config, config_path: Path | None) -> int:
     logger = log.get_logger(component="daemon")
     flags = Flags()
     flags.install()
-    with open_database(config) as db:
+    with open_database(config, migrate_schema=False) as db:
+        schema = _SchemaWhenReachable(db, flags.stop)
+        schema.start()
         intake = make_intake(config, db)
         hot = HotFolders(config, intake)
         sftp = SftpService(config, intake)
@@ -75,6 +107,7 @@ def serve(config: Config, config_path: Path | None) -> int:
                     logger.info("daemon.reloaded", hot_folders=len(new.watch))
         finally:
             logger.info("daemon.stopping")
+            schema.join(5)
             sftp.stop_listening()
             hot.stop()
             sftp.stop()

@@ -87,6 +87,16 @@ def _write_new(path: Path, data: bytes) -> None:
     fsync_dir(path.parent)
 
 
+def _give_to_state_owner(state_dir: Path, path: Path) -> None:
+    # `sudo ingestd hostkeys` before the first start must not leave root-owned keys that
+    # the daemon (running as the state directory's owner) cannot read.
+    if os.geteuid() != 0:
+        return
+    owner = os.stat(state_dir)
+    if owner.st_uid != 0:
+        os.chown(path, owner.st_uid, owner.st_gid, follow_symlinks=False)
+
+
 def _load(kind: str, path: Path) -> paramiko.PKey:
     st = os.lstat(path)
     if not stat.S_ISREG(st.st_mode):
@@ -108,6 +118,7 @@ def load_or_create(state_dir: Path, *, create: bool = True) -> list[HostKey]:
     directory = key_dir(state_dir)
     if create:
         directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        _give_to_state_owner(state_dir, directory)
     keys = []
     for kind in KEY_TYPES:
         path = directory / f"ssh_host_{kind}_key"
@@ -115,5 +126,6 @@ def load_or_create(state_dir: Path, *, create: bool = True) -> list[HostKey]:
             if not create:
                 continue
             _write_new(path, _generate(kind))
+            _give_to_state_owner(state_dir, path)
         keys.append(HostKey(kind, path, _load(kind, path)))
     return keys

@@ -114,3 +114,61 @@ def test_sigkill_after_close_loses_nothing(tmp_path: Path, db_url: str) -> None:
     finally:
         assert serve.wait() == 0
     assert serve.events("spool.recovered")
+
+
+def test_serve_starts_with_postgres_down(tmp_path: Path) -> None:
+    """serve comes up without its database, spools an upload, migrates and ingests later."""
+    import shutil
+    import tempfile
+
+    from ingestd.pgcluster import EmbeddedPostgres
+
+    base = Path(tempfile.mkdtemp(prefix="ingestd-e2e-pg-"))
+    base.chmod(0o711)
+    cluster = EmbeddedPostgres(base / "pgdata", durable=False, port=5435)
+    cluster.start()
+    cluster.stop("fast")  # initialised and empty, and down
+    try:
+        key = tmp_path / "id_ed25519"
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)],
+                       check=True)  # fmt: skip
+        port = _free_port()
+        cfg = tmp_path / "ingestd.toml"
+        write_config(cfg, {
+            "database": {"url": cluster.conninfo, "connect_timeout": 1},
+            "paths": {"state_dir": str(tmp_path / "state"), "spool": str(tmp_path / "spool"),
+                      "archive": str(tmp_path / "archive")},
+            "log": {"format": "json"},
+            "sftp": {"listen": f"127.0.0.1:{port}", "retry_max_delay": 1},
+            "sftp.accounts": [{"username": "scan1", "tenant": "acme",
+                               "authorized_keys": [key.with_suffix(".pub").read_text().strip()]}],
+        })  # fmt: skip
+        serve = Serve(tmp_path, cfg)
+        serve.start()
+        try:
+            wait_until(lambda: serve.events("daemon.database_unavailable"), timeout=30)
+            up = tmp_path / "up"
+            up.mkdir()
+            (up / "early.pdf").write_bytes(pdf_bytes("early", pad_to=20_000, seed=77))
+            batch = tmp_path / "batch"
+            batch.write_text("put early.pdf\n")
+            result = subprocess.run(
+                ["sftp", "-b", str(batch), "-P", str(port), "-i", str(key), *SSH,
+                 "scan1@127.0.0.1"],
+                capture_output=True, text=True, timeout=60, cwd=up, stdin=subprocess.DEVNULL,
+            )  # fmt: skip
+            assert result.returncode == 0, result.stderr
+            cluster.start()
+            env = Env(tmp_path, cfg, None, cluster.conninfo)  # type: ignore[arg-type]
+            assert run_cli(env, "tenant", "create", "acme").returncode == 0
+
+            def count() -> int:
+                with Database(cluster.conninfo) as db, db.transaction() as tx:
+                    return int(tx.raw("SELECT count(*) AS n FROM documents")[0]["n"])
+
+            wait_until(lambda: count() == 1, timeout=90, interval=0.5)
+        finally:
+            assert serve.wait() == 0
+    finally:
+        cluster.stop("immediate")
+        shutil.rmtree(base, ignore_errors=True)
