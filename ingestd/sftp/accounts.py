@@ -77,16 +77,10 @@ class Accounts:
         return len(self._by_name)
 
     def auth_methods(self, username: str) -> list[str]:
-        acct = self._by_name.get(username)
-        if acct is None:
-            # Same answer as for a real account: do not reveal which users exist.
-            return ["password", "publickey"]
-        methods = []
-        if acct.password_hash:
-            methods.append("password")
-        if acct.authorized_keys:
-            methods.append("publickey")
-        return methods
+        # Fix: the same list for every name. A per-account list (["password"] for an
+        # account without keys) told a client which names exist; a method an account does
+        # not have simply fails (check_password runs the dummy hash for it).
+        return ["password", "publickey"]
 
     def check_password(self, username: str, password: str, remote_ip: str) -> Verdict:
         acct = self._by_name.get(username)
@@ -102,7 +96,10 @@ class Accounts:
     def check_key(self, username: str, key: paramiko.PKey, remote_ip: str) -> Verdict:
         acct = self._by_name.get(username)
         if acct is None:
-            return Verdict.unknown_user
+            # Fix: a key offered for an unknown name is a key that does not fit, as for a
+            # real account (wrong_key: not counted). As unknown_user it counted towards
+            # max_auth_attempts and bans, so offering a few keys told which names exist.
+            return Verdict.wrong_key
         blob = key.asbytes()
         found = False
         for known in self._keys[username]:

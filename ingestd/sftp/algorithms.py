@@ -42,13 +42,35 @@ def disabled_algorithms(legacy: bool) -> dict[str, list[str]]:
     return out
 
 
+def record_kex(transport: Any) -> None:
+    """Make ``transport`` remember the name of the key exchange it agrees on.
+
+    Fix: paramiko drops its kex engine at NEWKEYS and never stores the agreed name, so
+    ``negotiated`` saw no engine ("NoneType") and a SHA-1 key exchange never counted as
+    legacy. paramiko builds the engine with ``_kex_info[name](transport)``; each factory
+    here notes the name first.
+    """
+
+    def factory(name: str, cls: Any) -> Any:
+        def make(t: Any) -> Any:
+            t.ingestd_kex = name
+            return cls(t)
+
+        return make
+
+    kinds = type(transport)._kex_info
+    transport._kex_info = {name: factory(name, cls) for name, cls in kinds.items()}
+
+
 def negotiated(transport: Any) -> dict[str, str]:
     """What a finished key exchange agreed on, for the connect log line."""
-    engine = getattr(transport, "kex_engine", None)
-    kex = next(
-        (name for name, cls in transport._kex_info.items() if type(engine) is cls),
-        type(engine).__name__,
-    )
+    kex = getattr(transport, "ingestd_kex", None)
+    if kex is None:
+        engine = getattr(transport, "kex_engine", None)
+        kex = next(
+            (name for name, cls in transport._kex_info.items() if type(engine) is cls),
+            type(engine).__name__,
+        )
     return {
         "kex": kex,
         "hostkey": str(getattr(transport, "host_key_type", "")),

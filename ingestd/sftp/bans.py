@@ -105,7 +105,10 @@ class BanList:
         return False
 
     def banned_until(self, ip: str) -> float | None:
-        if not self.cfg.enabled:
+        # Fix: the safelist is checked here too, not only when counting failures: a ban
+        # made before the admin safelisted the network (kept in the state file) must not
+        # keep locking it out.
+        if not self.cfg.enabled or self._safelisted(ip):
             return None
         with self._lock:
             rec = self._records.get(ip)

@@ -10,6 +10,7 @@ until the client leaves or is idle for ``idle_timeout``.
 from __future__ import annotations
 
 import itertools
+import logging
 import socket
 import threading
 import time
@@ -22,7 +23,7 @@ from ingestd import metrics
 from ingestd.config import Config, SftpConfig
 from ingestd.log import get_logger
 from ingestd.sftp.accounts import Accounts, Verdict
-from ingestd.sftp.algorithms import disabled_algorithms, negotiated, uses_legacy
+from ingestd.sftp.algorithms import disabled_algorithms, negotiated, record_kex, uses_legacy
 from ingestd.sftp.bans import BanList
 from ingestd.sftp.hostkeys import HostKey
 from ingestd.sftp.spool import Spool
@@ -58,6 +59,9 @@ class _ServerPolicy(paramiko.ServerInterface):
         self.conn = conn
         self.session: Session | None = None
         self.log = server.log.bind(conn=conn.id, remote_ip=conn.remote_ip)
+        # The account whose key paramiko may still have to verify (see check_auth_publickey).
+        self._key_user: str | None = None
+        self._login_lock = threading.Lock()
 
     # -- authentication -------------------------------------------------------------------
     def get_allowed_auths(self, username: str) -> str:
@@ -72,32 +76,67 @@ class _ServerPolicy(paramiko.ServerInterface):
 
     def check_auth_publickey(self, username: str, key: paramiko.PKey) -> int:
         verdict = self.server.accounts.check_key(username, key, self.conn.remote_ip)
-        return self._conclude(username, "publickey", verdict)
+        if verdict is not Verdict.ok:
+            return self._conclude(username, "publickey", verdict)
+        # Fix: paramiko asks this *before* it checks the signature, and also for a client's
+        # "would you take this key?" query, which anyone holding the (public) key can send.
+        # Logging in here let a forged signature write sftp.login and escape auth_timeout.
+        # The login happens in key_login(), once paramiko says the transport is authenticated.
+        if self._legacy_refused(username):
+            return paramiko.AUTH_FAILED
+        self._key_user = username
+        return paramiko.AUTH_SUCCESSFUL
+
+    def key_login(self) -> bool:
+        """True once logged in; completes a key login whose signature paramiko verified."""
+        with self._login_lock:
+            transport = self.conn.transport
+            if (
+                self.session is None
+                and self._key_user is not None
+                and transport is not None
+                and transport.is_authenticated()
+                and transport.get_username() == self._key_user
+            ):
+                self._login(self._key_user, "publickey")
+            return self.session is not None
+
+    def _legacy_refused(self, username: str) -> bool:
+        account = self.server.accounts.get(username)
+        assert account is not None
+        allowed = self.server.cfg.legacy_algorithms or account.legacy_algorithms
+        if self.conn.legacy and not allowed:
+            self.log.warning("sftp.legacy_refused", username=_safe(username),
+                             algorithms=self.conn.legacy)  # fmt: skip
+            return True
+        return False
+
+    def _login(self, username: str, method: str) -> None:
+        conn = self.conn
+        account = self.server.accounts.get(username)
+        assert account is not None
+        self.session = Session(
+            account=account,
+            remote_ip=conn.remote_ip,
+            conn_id=conn.id,
+            spool=self.server.spool,
+            max_file_size=int(self.server.config.intake.max_file_size),
+            max_filename_bytes=self.server.config.intake.max_filename_bytes,
+            log=self.log.bind(account=account.username, tenant=account.tenant),
+            legacy=conn.legacy,
+        )
+        conn.session = self.session
+        conn.authenticated.set()
+        self.log.info("sftp.login", username=account.username, tenant=account.tenant,
+                      method=method)  # fmt: skip
 
     def _conclude(self, username: str, method: str, verdict: Verdict) -> int:
         conn = self.conn
         if verdict is Verdict.ok:
-            account = self.server.accounts.get(username)
-            assert account is not None
-            allowed = self.server.cfg.legacy_algorithms or account.legacy_algorithms
-            if conn.legacy and not allowed:
-                self.log.warning("sftp.legacy_refused", username=_safe(username),
-                                 algorithms=conn.legacy)  # fmt: skip
+            if self._legacy_refused(username):
                 return paramiko.AUTH_FAILED
-            self.session = Session(
-                account=account,
-                remote_ip=conn.remote_ip,
-                conn_id=conn.id,
-                spool=self.server.spool,
-                max_file_size=int(self.server.config.intake.max_file_size),
-                max_filename_bytes=self.server.config.intake.max_filename_bytes,
-                log=self.log.bind(account=account.username, tenant=account.tenant),
-                legacy=conn.legacy,
-            )
-            conn.session = self.session
-            conn.authenticated.set()
-            self.log.info("sftp.login", username=account.username, tenant=account.tenant,
-                          method=method)  # fmt: skip
+            with self._login_lock:
+                self._login(username, method)
             return paramiko.AUTH_SUCCESSFUL
         if verdict is Verdict.wrong_key:
             # Clients offer every key they hold; a key that does not fit is not an attack.
@@ -121,13 +160,13 @@ class _ServerPolicy(paramiko.ServerInterface):
 
     # -- what an authenticated client may open ----------------------------------------------
     def check_channel_request(self, kind: str, chanid: int) -> int:
-        if kind == "session" and self.session is not None:
+        if kind == "session" and self.key_login():
             return paramiko.OPEN_SUCCEEDED
         self._refused("channel", kind=kind)
         return paramiko.OPEN_FAILED_ADMINISTRATIVELY_PROHIBITED
 
     def check_channel_subsystem_request(self, channel: Any, name: str) -> bool:
-        if name == "sftp" and self.session is not None:
+        if name == "sftp" and self.key_login():
             return bool(super().check_channel_subsystem_request(channel, name))
         self._refused("subsystem", name=_safe(name))
         return False
@@ -204,6 +243,11 @@ class SftpServer:
 
     # -- listener ------------------------------------------------------------------------
     def start(self) -> None:
+        # paramiko logs every failed handshake (a load balancer's TCP check, a port scan)
+        # as a multi-line traceback; our own one-line JSON events say what happened.
+        paramiko_log = logging.getLogger("paramiko")
+        paramiko_log.addHandler(logging.NullHandler())
+        paramiko_log.propagate = False
         host, port = self.cfg.address
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         sock = socket.create_server(
@@ -299,6 +343,7 @@ class SftpServer:
                 disabled_algorithms=disabled_algorithms(self.legacy_offered),
             )
             conn.transport = transport
+            record_kex(transport)
             transport.local_version = SERVER_VERSION
             transport.banner_timeout = self.cfg.auth_timeout
             transport.handshake_timeout = self.cfg.auth_timeout
@@ -319,7 +364,7 @@ class SftpServer:
             log.info("sftp.connected", client=_safe(str(transport.remote_version)), **agreed)
             if conn.legacy:
                 log.warning("sftp.legacy_algorithms", algorithms=conn.legacy)
-            reason = self._wait_for_login(transport, conn)
+            reason = self._wait_for_login(transport, conn, policy)
             if reason == "ok":
                 reason = self._run_session(transport, conn)
         except Exception:
@@ -337,28 +382,34 @@ class SftpServer:
                      uploads=session.uploads if session else 0,
                      bytes=session.upload_bytes if session else 0)  # fmt: skip
 
-    def _wait_for_login(self, transport: paramiko.Transport, conn: Connection) -> str:
+    def _wait_for_login(
+        self, transport: paramiko.Transport, conn: Connection, policy: _ServerPolicy
+    ) -> str:
         deadline = conn.started + self.cfg.auth_timeout
-        while not conn.authenticated.is_set():
+        while not policy.key_login():
             if conn.kill.is_set() or self._stop.is_set():
                 return "auth_failed"
             if not transport.is_active():
                 return "client_closed"
+            if transport.is_authenticated():
+                return "ok"  # the session itself starts with the first channel
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 self.log.warning("sftp.auth_timeout", conn=conn.id, remote_ip=conn.remote_ip)
                 return "auth_timeout"
-            conn.authenticated.wait(min(remaining, 0.25))
+            conn.authenticated.wait(min(remaining, 0.1))
         return "ok"
 
     def _run_session(self, transport: paramiko.Transport, conn: Connection) -> str:
-        session = conn.session
-        assert session is not None
+        since = time.monotonic()
         while transport.is_active():
             if conn.kill.wait(1.0) or self._stop.is_set():
                 return "server_stopping"
-            if time.monotonic() - session.last_activity > self.cfg.idle_timeout:
-                session.log.info("sftp.idle_timeout", seconds=self.cfg.idle_timeout)
+            session = conn.session
+            last = session.last_activity if session is not None else since
+            if time.monotonic() - last > self.cfg.idle_timeout:
+                self.log.info("sftp.idle_timeout", conn=conn.id, remote_ip=conn.remote_ip,
+                              seconds=self.cfg.idle_timeout)  # fmt: skip
                 return "idle_timeout"
         return "client_closed"
 

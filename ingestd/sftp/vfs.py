@@ -13,6 +13,7 @@ import contextlib
 import os
 import shutil
 import stat
+import struct
 import threading
 import time
 from dataclasses import dataclass, field
@@ -23,11 +24,14 @@ import paramiko
 from paramiko.sftp import (
     CMD_CLOSE,
     CMD_EXTENDED,
+    CMD_EXTENDED_REPLY,
     CMD_FSETSTAT,
     CMD_FSTAT,
+    CMD_INIT,
     CMD_NAMES,
     CMD_READ,
     CMD_READDIR,
+    CMD_VERSION,
     CMD_WRITE,
     SFTP_FAILURE,
     SFTP_NO_SUCH_FILE,
@@ -529,18 +533,46 @@ class InboxSFTP(paramiko.SFTPServerInterface):
         raise _refuse("symlink", "symbolic links are not allowed")
 
 
+# limits@openssh.com: without it OpenSSH clients fall back to 32 KiB writes; with it they
+# send ~255 KiB per request, and every request costs Python time in this server.
+MAX_SFTP_PACKET = 256 * 1024
+MAX_SFTP_WRITE = MAX_SFTP_PACKET - 1024
+
+
 class IngestSFTPServer(paramiko.SFTPServer):
-    """paramiko's SFTP subsystem with three fixes for an upload server.
+    """paramiko's SFTP subsystem with four fixes for an upload server.
 
     - CLOSE can fail: paramiko always answers OK, but our CLOSE is the durability point
       and must report a failed fsync, quota or size limit.
     - Refusals carry a reason: one place maps ``SftpRefusal`` to a status and a log line.
     - A dropped connection aborts open uploads instead of closing (= completing) them.
+    - The version reply advertises what we do (posix-rename, limits), not check-file,
+      which needs reads a drop box refuses.
     """
 
     server: InboxSFTP
     file_table: dict[bytes, Any]
     folder_table: dict[bytes, Any]
+
+    def _send_server_version(self) -> int:
+        t, data = self._read_packet()
+        if t != CMD_INIT:
+            raise paramiko.SFTPError("Incompatible sftp protocol")
+        version = int(struct.unpack(">I", data[:4])[0])
+        msg = paramiko.Message()
+        msg.add_int(3)
+        msg.add("posix-rename@openssh.com", "1", "limits@openssh.com", "1")
+        self._send_packet(CMD_VERSION, msg)
+        return version
+
+    def _send_limits(self, request_number: int) -> None:
+        msg = paramiko.Message()
+        msg.add_int(request_number)
+        msg.add_int64(MAX_SFTP_PACKET)  # longest packet we accept
+        msg.add_int64(MAX_SFTP_WRITE)  # read length (reads are refused anyway)
+        msg.add_int64(MAX_SFTP_WRITE)  # write length
+        msg.add_int64(0)  # open handles: no fixed limit
+        self._send_packet(CMD_EXTENDED_REPLY, msg)
 
     def _process(self, t: int, request_number: int, msg: paramiko.Message) -> None:
         self.server.session.touch()
@@ -553,6 +585,9 @@ class IngestSFTPServer(paramiko.SFTPServer):
                 tag = msg.get_text()
                 if tag == "hardlink@openssh.com":
                     raise _refuse("hardlink", "hard links are not allowed")
+                if tag == "limits@openssh.com":
+                    self._send_limits(request_number)
+                    return
                 if tag == "posix-rename@openssh.com":
                     old, new = msg.get_text(), msg.get_text()
                     self._send_status(request_number, self.server.posix_rename(old, new))
