@@ -177,7 +177,11 @@ class Spool:
         finally:
             os.close(fd)
         os.rename(tmp, meta)
-        os.rename(src, self.queue_dir / f"{entry.id}.data")
+        try:
+            os.rename(src, self.queue_dir / f"{entry.id}.data")
+        except OSError:
+            os.unlink(meta)  # e.g. another session renamed the same temp file first
+            raise
         # One directory flush makes both names durable; only then is the client told.
         fsync_dir(self.queue_dir)
         with self._lock:
@@ -246,7 +250,8 @@ class Spool:
     def claim_ready(self, now: float, limit: int) -> list[Entry]:
         out: list[Entry] = []
         with self._lock:
-            for entry in sorted(self._entries.values(), key=lambda e: e.id):
+            # Insertion order is upload order (ids are time-ordered; recovery inserts sorted).
+            for entry in self._entries.values():
                 if len(out) >= limit:
                     break
                 if not entry.claimed and entry.due <= now:

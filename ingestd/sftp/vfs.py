@@ -465,7 +465,10 @@ class InboxSFTP(paramiko.SFTPServerInterface):
                 if target is not None:
                     os.unlink(self._real(new))
                     self.spool.release(self.account.username, target.st_size)
-                self._enqueue(real_old, new, st.st_size, st.st_mtime)
+                try:
+                    self._enqueue(real_old, new, st.st_size, st.st_mtime)
+                except FileNotFoundError:
+                    return SFTP_NO_SUCH_FILE  # another session took it first
                 fsync_dir(real_old.parent)
                 self.session.remember(vpath_of(new), st.st_size, st.st_mtime)
                 return SFTP_OK
