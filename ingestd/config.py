@@ -226,7 +226,7 @@ class SftpAccountConfig(_Section):
     @field_validator("password_hash")
     @classmethod
     def _bcrypt(cls, v: str | None) -> str | None:
-        if v is not None and not _BCRYPT_HASH.match(v):
+        if v is not None and not _BCRYPT_HASH.fullmatch(v):  # fullmatch: no trailing "\n"
             raise ValueError(
                 "must be a bcrypt hash ($2b$...); make one with `ingestd account hash-password`"
             )

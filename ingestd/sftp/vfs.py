@@ -31,6 +31,7 @@ from paramiko.sftp import (
     CMD_NAMES,
     CMD_READ,
     CMD_READDIR,
+    CMD_RENAME,
     CMD_VERSION,
     CMD_WRITE,
     SFTP_FAILURE,
@@ -271,12 +272,9 @@ class InboxSFTP(paramiko.SFTPServerInterface):
 
     def _real(self, parts: tuple[str, ...]) -> Path:
         real = self.root.joinpath(*parts)
-        # Any symlink on the way would make realpath differ from the lexical path.
-        if (
-            parts
-            and os.path.lexists(real)
-            and os.path.realpath(real) != os.path.join(self.real_root, *parts)
-        ):
+        # Any symlink on the way would make realpath differ from the lexical path. Checked
+        # for missing names too: "no such file" below a link would tell what exists there.
+        if parts and os.path.realpath(real) != os.path.join(self.real_root, *parts):
             raise _refuse("symlink", "symbolic links are not allowed")
         return real
 
@@ -614,10 +612,17 @@ class IngestSFTPServer(paramiko.SFTPServer):
         if t not in _HANDLE_COMMANDS:
             with contextlib.suppress(Exception):
                 msg.packet.seek(start)
-                raw = msg.get_string()
+                two_paths = t == CMD_RENAME
                 if t == CMD_EXTENDED:
-                    raw = msg.get_string()
-                path = raw.decode("utf-8", "backslashreplace").replace("\x00", "\\x00")
+                    tag = msg.get_string()  # then the extension's own fields
+                    two_paths = tag in (b"posix-rename@openssh.com", b"hardlink@openssh.com")
+                fields = [msg.get_string()]
+                if two_paths:
+                    fields.append(msg.get_string())  # both ends: either may be the attack
+                path = " -> ".join(
+                    f.decode("utf-8", "backslashreplace").replace("\x00", "\\x00")
+                    for f in fields
+                )
         self.server.refused(op, path, exc)
 
     def _close(self, request_number: int, msg: paramiko.Message) -> None:

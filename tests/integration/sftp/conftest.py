@@ -129,9 +129,9 @@ class Rig:
         key: bool = False,
         source_ip: str | None = None,
     ) -> Iterator[paramiko.SFTPClient]:
-        sock = socket.create_connection(
-            ("127.0.0.1", self.port), timeout=20, source_address=(source_ip, 0) if source_ip else None
-        )
+        source = (source_ip, 0) if source_ip else None
+        sock = socket.create_connection(("127.0.0.1", self.port), timeout=20,
+                                        source_address=source)  # fmt: skip
         transport = paramiko.Transport(sock)
         try:
             transport.connect()
@@ -217,8 +217,11 @@ def make_rig(
         sftp_cfg.update(sftp or {})
         data: dict[str, Any] = {
             "database": {"url": the_db.conninfo},
-            "paths": {"state_dir": str(tmp_path / "state"), "archive": str(tmp_path / "archive"),
-                      "spool": str(tmp_path / "spool")},  # fmt: skip
+            "paths": {
+                "state_dir": str(tmp_path / "state"),
+                "archive": str(tmp_path / "archive"),
+                "spool": str(tmp_path / "spool"),
+            },
             "sftp": sftp_cfg,
             **sections,
         }

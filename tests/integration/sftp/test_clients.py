@@ -107,9 +107,9 @@ def test_asyncssh_client(rig: Rig, auth: str) -> None:
         else:
             kwargs["password"] = PASSWORDS["scan1"]
             kwargs["client_keys"] = None
-        async with asyncssh.connect("127.0.0.1", rig.port, **kwargs) as conn:  # type: ignore[arg-type]
-            async with conn.start_sftp_client() as sftp:
-                await sftp.put(str(src), "asyncssh-upload.pdf")
+        connect = asyncssh.connect("127.0.0.1", rig.port, **kwargs)  # type: ignore[arg-type]
+        async with connect as conn, conn.start_sftp_client() as sftp:
+            await sftp.put(str(src), "asyncssh-upload.pdf")
 
     asyncio.run(asyncio.wait_for(upload(), 60))
     _expect_ingested(rig, "asyncssh-upload.pdf", src)
