@@ -154,6 +154,25 @@ def _accounts(
 
 
 # -- brute force and bans -------------------------------------------------------------------
+def _status_shows_ban(rig: Rig) -> None:
+    """`ingestd status` (another process) lists the ban the server made."""
+    import json
+
+    from tests.conftest import Env, run_cli, write_config
+
+    paths = rig.config.paths
+    cfg = rig.root / "status.toml"
+    write_config(cfg, {
+        "database": {"url": rig.db.conninfo},
+        "paths": {"state_dir": str(paths.state_dir), "spool": str(paths.spool),
+                  "archive": str(paths.archive_dir)},
+    })  # fmt: skip
+    env = Env(rig.root, cfg, rig.config, rig.db.conninfo)
+    data = json.loads(run_cli(env, "status", "--json").stdout)
+    assert [b["ip"] for b in data["sftp_bans"]] == ["127.0.0.1"]
+    assert "127.0.0.1" in run_cli(env, "status").stdout
+
+
 def test_brute_force_bans_the_source_ip(rig: Rig) -> None:
     """15 wrong passwords ban the IP before the banner, persistently; other IPs still work."""
     failures = 0
@@ -175,6 +194,7 @@ def test_brute_force_bans_the_source_ip(rig: Rig) -> None:
     events = [r["event"] for r in rig.logs() if r["event"] in ("sftp.auth_failed", "sftp.banned")]
     assert events.index("sftp.banned") == 15
     assert [b["ip"] for b in read_bans(rig.config.paths.state_dir)] == ["127.0.0.1"]
+    _status_shows_ban(rig)
 
     assert closed_before_banner(rig)
     with pytest.raises(DROPPED), rig.paramiko("scan1"):
