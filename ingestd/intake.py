@@ -39,6 +39,7 @@ from ingestd.log import get_logger
 from ingestd.titles import TitleRules, parse_filename
 
 ANALYZE = "analyze-document"
+MAX_TAG_LENGTH = 100  # tags.name CHECK in 0002_tags.sql
 
 
 class Outcome(enum.StrEnum):
@@ -337,9 +338,12 @@ class Intake:
                 },
             )
             assert job is not None
-            if item.tags:
+            # Folder names become tags: cut to the column's 100 characters, or a long
+            # folder name would fail the CHECK and the file would be retried forever.
+            tags = sorted({t.strip()[:MAX_TAG_LENGTH] for t in item.tags if t.strip()})
+            if tags:
                 params = {
-                    "names": sorted(set(item.tags)),  # sorted: concurrent intakes lock alike
+                    "names": tags,  # sorted: concurrent intakes lock alike
                     "tenant_id": tenant_id,
                     "document_id": doc["id"],
                     "origin": "intake",

@@ -195,3 +195,20 @@ def test_refused_content_is_quarantined_with_reason(rig: Rig) -> None:
     assert "bad_type" in notes[0].read_text()
     assert os.path.exists(str(notes[0]).removesuffix(".error.txt"))
     assert rig.documents() == []
+
+
+def test_long_folder_name_tag_is_cut_not_retried_forever(
+    make_rig: object, password_hashes: dict[str, str]
+) -> None:
+    """A 150-character folder name becomes a 100-character tag; the upload is ingested."""
+    accounts = [{"username": "scan1", "tenant": "acme", "password_hash": password_hashes["scan1"],
+                 "subfolder_tags": True}]  # fmt: skip
+    rig: Rig = make_rig(accounts=accounts)  # type: ignore[operator]
+    folder = "Ablage " + "x" * 143
+    with rig.paramiko() as sftp:
+        sftp.mkdir(folder)
+        sftp.put(str(rig.write_pdf("a.pdf", 60)), f"{folder}/a.pdf")
+    doc = rig.wait_documents(1)[0]
+    with rig.db.transaction() as tx:
+        tags = tx.all("document_tag_names", {"document_id": doc["id"]})
+    assert [t["name"] for t in tags] == [folder[:100]]
