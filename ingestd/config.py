@@ -282,6 +282,9 @@ class SftpConfig(_Section):
     spool_workers: Annotated[int, Field(ge=1, le=32)] = 2
     # Spool files are retried with backoff up to this delay while the database is down.
     retry_max_delay: Annotated[float, Field(ge=1, le=86400)] = 60.0
+    # A temp-named upload (x.pdf.part) never renamed for this many seconds is moved to the
+    # failed folder with a note, freeing the account's quota: its scanner gave up on it.
+    abandoned_after: Annotated[float, Field(ge=60, le=86400 * 365)] = 86400.0
     bans: SftpBansConfig = Field(default_factory=SftpBansConfig)
     accounts: list[SftpAccountConfig] = Field(default_factory=list)
 

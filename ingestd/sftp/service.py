@@ -29,6 +29,16 @@ class SftpService:
             retry_max_delay=config.sftp.retry_max_delay,
         )
         self.server: SftpServer | None = None
+        self.loop.housekeeping = self.sweep_abandoned
+
+    def sweep_abandoned(self) -> int:
+        cfg = self.config.sftp
+
+        def tenant_of(username: str) -> str | None:
+            account = cfg.account(username)
+            return account.tenant if account else None
+
+        return self.loop.sweep_abandoned(tenant_of, cfg.abandoned_after)
 
     def start(self) -> None:
         self.spool.open()

@@ -8,8 +8,10 @@ folder with a note, so nothing is lost and nothing blocks the queue.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -42,6 +44,9 @@ class SpoolIntake:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.log = get_logger(component="spool")
+        # Housekeeping the loop runs now and then (the service sets it: abandoned uploads).
+        self.housekeeping: Callable[[], object] | None = None
+        self.housekeeping_interval = 600.0
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._loop, name="spool-loop", daemon=True)
@@ -55,8 +60,44 @@ class SpoolIntake:
         # Running intakes finish (each is one short transaction); queued ones stay spooled.
         self._pool.shutdown(wait=True, cancel_futures=True)
 
+    def sweep_abandoned(self, tenant_of: Callable[[str], str | None], max_age: float) -> int:
+        """Move temp-named uploads older than ``max_age`` seconds to the failed folder."""
+        moved = 0
+        now = time.time()
+        for account_dir in sorted(self.spool.inbox_root.iterdir()):
+            account = account_dir.name
+            for dirpath, _dirs, files in os.walk(account_dir):
+                for name in files:
+                    path = Path(dirpath, name)
+                    try:
+                        st = path.lstat()
+                    except FileNotFoundError:
+                        continue
+                    if now - st.st_mtime < max_age:
+                        continue
+                    tenant = tenant_of(account) or "_no_account"
+                    subdir = os.path.relpath(dirpath, account_dir)
+                    subdir = "" if subdir == "." else subdir
+                    failed = self.failed_root / tenant / "sftp" / account
+                    note = quarantine(
+                        path, failed, subdir=subdir, tenant=tenant, reason="abandoned_upload",
+                        detail=f"temp-named upload not renamed within {int(max_age)} s",
+                    )  # fmt: skip
+                    self.spool.release(account, st.st_size)
+                    self.log.warning("spool.abandoned_upload", account=account, tenant=tenant,
+                                     filename=name, subdir=subdir, note=str(note))  # fmt: skip
+                    moved += 1
+        return moved
+
     def _loop(self) -> None:
+        next_housekeeping = time.monotonic()
         while not self._stop.is_set():
+            if self.housekeeping is not None and time.monotonic() >= next_housekeeping:
+                next_housekeeping = time.monotonic() + self.housekeeping_interval
+                try:
+                    self.housekeeping()
+                except Exception:
+                    self.log.exception("spool.housekeeping_failed")
             with self._lock:
                 free = 2 * self.workers - self._inflight
             claimed = self.spool.claim_ready(time.monotonic(), free) if free > 0 else []

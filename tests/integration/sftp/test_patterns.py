@@ -212,3 +212,24 @@ def test_long_folder_name_tag_is_cut_not_retried_forever(
     with rig.db.transaction() as tx:
         tags = tx.all("document_tag_names", {"document_id": doc["id"]})
     assert [t["name"] for t in tags] == [folder[:100]]
+
+
+def test_abandoned_temp_upload_is_moved_aside(rig: Rig) -> None:
+    """A temp-named upload never renamed goes to the failed folder with a note; quota freed."""
+    src = rig.write_pdf("a.pdf", 61)
+    with rig.paramiko() as sftp:
+        sftp.mkdir("2026")
+        sftp.put(str(src), "2026/stuck.pdf.part")
+    path = rig.spool.inbox("scan1") / "2026" / "stuck.pdf.part"
+    assert rig.spool.usage("scan1") == src.stat().st_size
+    assert rig.service.sweep_abandoned() == 0  # young: left alone
+    old = path.stat().st_mtime - 2 * rig.config.sftp.abandoned_after
+    os.utime(path, (old, old))
+    assert rig.service.sweep_abandoned() == 1
+    assert not path.exists()
+    assert rig.spool.usage("scan1") == 0
+    notes = rig.failed_notes()
+    assert [n.relative_to(rig.config.paths.state_dir / "failed").as_posix() for n in notes] == [
+        "acme/sftp/scan1/2026/stuck.pdf.part.error.txt"]  # fmt: skip
+    assert "abandoned_upload" in notes[0].read_text()
+    assert rig.logs("spool.abandoned_upload")
