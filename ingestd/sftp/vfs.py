@@ -10,6 +10,7 @@ per handle; CLOSE fsyncs it and hands it to the spool (see spool.py).
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import shutil
 import stat
@@ -183,7 +184,15 @@ class UploadHandle(paramiko.SFTPHandle):
             self.failed = exc
             self.vfs.refused("write", self.parts, exc)
             return exc.code
-        os.pwrite(self.fd, data, offset)
+        try:
+            os.pwrite(self.fd, data, offset)
+        except OSError as exc:
+            # Disk full or I/O error: the file is incomplete. Mark it so that the CLOSE a
+            # client sends after the error reports failure instead of ingesting a torso.
+            self.failed = _refuse("write_error", f"cannot store the data: {exc.strerror}",
+                                  SFTP_FAILURE)  # fmt: skip
+            self.vfs.refused("write", self.parts, self.failed)
+            return SFTP_FAILURE
         return SFTP_OK
 
     def read(self, offset: int, length: int) -> int:
@@ -534,6 +543,12 @@ class InboxSFTP(paramiko.SFTPServerInterface):
         raise _refuse("symlink", "symbolic links are not allowed")
 
 
+_ERRNO_STATUS = {
+    errno.ENOENT: SFTP_NO_SUCH_FILE,
+    errno.EACCES: SFTP_PERMISSION_DENIED,
+    errno.EPERM: SFTP_PERMISSION_DENIED,
+}
+
 # limits@openssh.com: without it OpenSSH clients fall back to 32 KiB writes; with it they
 # send ~255 KiB per request, and every request costs Python time in this server.
 MAX_SFTP_PACKET = 256 * 1024
@@ -603,6 +618,14 @@ class IngestSFTPServer(paramiko.SFTPServer):
             bad = _refuse("bad_encoding", "path is not valid UTF-8", SFTP_FAILURE)
             self._refused(t, msg, start, bad)
             self._send_status(request_number, bad.code, bad.message)
+        except OSError as exc:
+            # The filesystem said no (disk full, name too long, permissions): one status
+            # and one log line, never a traceback into paramiko's generic handler.
+            code = _ERRNO_STATUS.get(exc.errno or 0, SFTP_FAILURE)
+            err = _refuse(f"os_{errno.errorcode.get(exc.errno or 0, 'error')}",
+                          exc.strerror or str(exc), code)  # fmt: skip
+            self._refused(t, msg, start, err)
+            self._send_status(request_number, err.code, err.message)
 
     def _refused(self, t: int, msg: paramiko.Message, start: int, exc: SftpRefusal) -> None:
         # Re-read the request's first field: for every path request it is the path, which

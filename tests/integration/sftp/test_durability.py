@@ -100,3 +100,41 @@ def test_postgres_down_during_50_uploads(
         assert {d["sha256"] for d in docs} == {hashlib.sha256(p).hexdigest() for p in payloads}
         rig.wait_idle()
         rig.service.stop()
+
+
+def test_write_error_fails_the_upload_instead_of_ingesting_a_torso(rig: Rig) -> None:
+    """A failing write (here: file size limit, as with a full disk) makes CLOSE fail too."""
+    import resource
+    import signal
+
+    src = rig.write_pdf("big.pdf", 70, size=400_000)
+    old_handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (200_000, hard))
+    try:
+        with rig.paramiko() as sftp, pytest.raises(OSError):  # noqa: PT011
+            sftp.put(str(src), "torso.pdf")
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, old_handler)
+    assert "write_error" in [r["reason"] for r in rig.logs("sftp.refused")]
+    wait_until(lambda: rig.partials() == [])
+    rig.wait_idle()
+    assert rig.documents() == []
+    assert rig.spool.usage("scan1") == 0
+
+
+def test_filesystem_errors_answer_and_log(rig: Rig) -> None:
+    """A path too long for the filesystem gets an SFTP error and a log line, not a crash."""
+    with rig.paramiko() as sftp:
+        path, failed = "", None
+        for i in range(30):  # 30 x 192 bytes: longer than PATH_MAX (4096)
+            path += f"/{i:02d}" + "d" * 190
+            try:
+                sftp.mkdir(path)
+            except OSError as exc:
+                failed = exc
+                break
+        assert failed is not None
+        assert sftp.listdir("/")  # the session still works
+    assert any(r["reason"].startswith("os_") for r in rig.logs("sftp.refused"))
