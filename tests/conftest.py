@@ -7,6 +7,7 @@ an existing server instead (the role needs CREATEDB).
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import shutil
@@ -203,3 +204,32 @@ def wait_until(predicate: Any, timeout: float = 30.0, interval: float = 0.05) ->
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not reached within {timeout}s: {predicate}")
         time.sleep(interval)
+
+
+@contextlib.contextmanager
+def private_cluster(port: int, prefix: str = "ingestd-test-pg-") -> Iterator[EmbeddedPostgres]:
+    """A throwaway cluster a test may stop and start at will (the shared one must stay up)."""
+    base = Path(tempfile.mkdtemp(prefix=prefix))
+    base.chmod(0o711)  # the server runs unprivileged when the tests run as root
+    cluster = EmbeddedPostgres(base / "pgdata", durable=False, port=port)
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop("immediate")
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def read_events(path: Path, name: str | None = None) -> list[dict[str, Any]]:
+    """The JSON log lines of ``path`` (all, or those whose event is ``name``)."""
+    import json
+
+    out = []
+    for line in path.read_text(errors="replace").splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(entry, dict) and (name is None or entry.get("event") == name):
+            out.append(entry)
+    return out

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,25 +16,20 @@ import pytest
 from ingestd.db import Database
 from ingestd.pgcluster import EmbeddedPostgres
 from ingestd.schema import migrate
-from tests.conftest import wait_until, write_config
+from tests.conftest import private_cluster, read_events, wait_until, write_config
 from tests.fixtures.files import pdf_bytes, write
 
 
 @pytest.fixture
 def own_cluster() -> Iterator[EmbeddedPostgres]:
     """A private cluster this test may stop and start at will."""
-    base = Path(tempfile.mkdtemp(prefix="ingestd-e2e-pg-"))
-    base.chmod(0o711)
-    cluster = EmbeddedPostgres(base / "pgdata", durable=False, port=5433)
-    cluster.start()
-    with Database(cluster.conninfo) as db:
-        migrate(db)
-        with db.transaction() as tx:
-            tx.one("tenant_insert", {"name": "acme", "status": "active"})
-            tx.one("tenant_insert", {"name": "globex", "status": "active"})
-    yield cluster
-    cluster.stop("immediate")
-    shutil.rmtree(base, ignore_errors=True)
+    with private_cluster(5433) as cluster:
+        with Database(cluster.conninfo) as db:
+            migrate(db)
+            with db.transaction() as tx:
+                tx.one("tenant_insert", {"name": "acme", "status": "active"})
+                tx.one("tenant_insert", {"name": "globex", "status": "active"})
+        yield cluster
 
 
 class Daemon:
@@ -67,15 +59,7 @@ class Daemon:
         )
 
     def events(self, name: str) -> list[dict[str, Any]]:
-        out = []
-        for line in (self.root / "serve.log").read_text(errors="replace").splitlines():
-            try:
-                entry = json.loads(line)
-            except ValueError:
-                continue
-            if entry.get("event") == name:
-                out.append(entry)
-        return out
+        return read_events(self.root / "serve.log", name)
 
     def stop(self) -> int:
         if self.proc.poll() is None:

@@ -12,7 +12,7 @@ from typing import Any
 
 from ingestd.db import Database
 from ingestd.sftp.accounts import hash_password
-from tests.conftest import Env, run_cli, wait_until, write_config
+from tests.conftest import Env, private_cluster, read_events, run_cli, wait_until, write_config
 from tests.fixtures.files import pdf_bytes
 
 SSH = ["-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
@@ -41,15 +41,7 @@ class Serve:
         wait_until(lambda: self.events("daemon.ready"), timeout=60)
 
     def events(self, name: str) -> list[dict[str, Any]]:
-        out = []
-        for line in self.log_path.read_text(errors="replace").splitlines():
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                continue
-            if rec.get("event") == name:
-                out.append(rec)
-        return out
+        return read_events(self.log_path, name)
 
     def wait(self, sig: int = signal.SIGTERM) -> int:
         if self.proc.poll() is None:
@@ -118,17 +110,8 @@ def test_sigkill_after_close_loses_nothing(tmp_path: Path, db_url: str) -> None:
 
 def test_serve_starts_with_postgres_down(tmp_path: Path) -> None:
     """serve comes up without its database, spools an upload, migrates and ingests later."""
-    import shutil
-    import tempfile
-
-    from ingestd.pgcluster import EmbeddedPostgres
-
-    base = Path(tempfile.mkdtemp(prefix="ingestd-e2e-pg-"))
-    base.chmod(0o711)
-    cluster = EmbeddedPostgres(base / "pgdata", durable=False, port=5435)
-    cluster.start()
-    cluster.stop("fast")  # initialised and empty, and down
-    try:
+    with private_cluster(5435) as cluster:
+        cluster.stop("fast")  # initialised and empty, and down
         key = tmp_path / "id_ed25519"
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)],
                        check=True)  # fmt: skip
@@ -169,6 +152,3 @@ def test_serve_starts_with_postgres_down(tmp_path: Path) -> None:
             wait_until(lambda: count() == 1, timeout=90, interval=0.5)
         finally:
             assert serve.wait() == 0
-    finally:
-        cluster.stop("immediate")
-        shutil.rmtree(base, ignore_errors=True)

@@ -8,7 +8,6 @@ password). Log lines go to a JSON file the tests read back.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import socket
 import stat
@@ -27,7 +26,7 @@ from ingestd.db import Database
 from ingestd.runtime import make_intake
 from ingestd.sftp.accounts import hash_password
 from ingestd.sftp.service import SftpService
-from tests.conftest import wait_until
+from tests.conftest import read_events, wait_until
 from tests.fixtures.files import pdf_bytes
 
 PASSWORDS = {"scan1": "secret-1", "scan2": "secret-2", "beta1": "secret-3"}
@@ -75,13 +74,7 @@ class Rig:
 
     # -- what happened --------------------------------------------------------------------
     def logs(self, event: str | None = None) -> list[dict[str, Any]]:
-        out = []
-        for line in self.log_path.read_text(errors="replace").splitlines():
-            with contextlib.suppress(ValueError):
-                rec = json.loads(line)
-                if event is None or rec.get("event") == event:
-                    out.append(rec)
-        return out
+        return read_events(self.log_path, event)
 
     def documents(self) -> list[dict[str, Any]]:
         with self.db.transaction() as tx:

@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-import shutil
-import tempfile
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
 
@@ -15,7 +12,7 @@ from ingestd.pgcluster import EmbeddedPostgres
 from ingestd.runtime import make_intake
 from ingestd.schema import migrate
 from ingestd.sftp.service import SftpService
-from tests.conftest import wait_until
+from tests.conftest import private_cluster, wait_until
 from tests.fixtures.files import pdf_bytes
 from tests.integration.sftp.conftest import Rig
 
@@ -67,13 +64,8 @@ def test_spool_survives_restart(make_rig: Callable[..., Rig]) -> None:
 @pytest.fixture
 def own_cluster() -> Iterator[EmbeddedPostgres]:
     """A private cluster this test may stop and start."""
-    base = Path(tempfile.mkdtemp(prefix="ingestd-sftp-pg-"))
-    base.chmod(0o711)
-    cluster = EmbeddedPostgres(base / "pgdata", durable=False, port=5434)
-    cluster.start()
-    yield cluster
-    cluster.stop("immediate")
-    shutil.rmtree(base, ignore_errors=True)
+    with private_cluster(5434) as cluster:
+        yield cluster
 
 
 def test_postgres_down_during_50_uploads(
