@@ -327,6 +327,48 @@ def parse_listen(value: str) -> tuple[str, int]:
     return host, int(port)
 
 
+JOB_KINDS = ("analyze-document", "purge-document", "provision-tenant", "delete-tenant")
+
+
+class WorkerConfig(_Section):
+    # An attempt that fails is retried after retry_base * 2^retry_count seconds (seed 000:
+    # 1, 2, 4, ... s), +- retry_jitter as a fraction; past max_retries the job is failed.
+    max_retries: Annotated[int, Field(ge=0, le=100)] = 5
+    retry_base: Annotated[float, Field(gt=0, le=86400)] = 1.0
+    retry_jitter: Annotated[float, Field(ge=0, le=1)] = 0.0
+    # A running job holds a lease, renewed every lease/3 s; a worker that stops renewing
+    # (killed, host lost) has its job rescued once the lease ran out.
+    lease_seconds: Annotated[float, Field(ge=2, le=86400)] = 60.0
+    # Wake-ups come by LISTEN/NOTIFY; this poll covers lost notifications and retries.
+    poll_interval: Annotated[float, Field(ge=0.05, le=3600)] = 5.0
+    # Jobs of one tenant running at once (all workers together); 0 = no cap.
+    tenant_cap: Annotated[int, Field(ge=0, le=10000)] = 0
+    # Per-kind wall-clock limit of one attempt, in seconds; the child is killed past it.
+    timeouts: dict[str, Annotated[float, Field(gt=0, le=86400)]] = Field(
+        default_factory=lambda: {
+            "analyze-document": 1800.0,
+            "purge-document": 600.0,
+            "provision-tenant": 600.0,
+            "delete-tenant": 3600.0,
+        }
+    )
+    # SIGTERM lets the running job finish for this long, then hands it back to the queue.
+    shutdown_grace: Annotated[float, Field(ge=0, le=3600)] = 30.0
+    # Finished jobs (done/failed) older than this many seconds are deleted.
+    prune_after: Annotated[float, Field(ge=3600, le=86400 * 3650)] = 30 * 86400.0
+
+    @field_validator("timeouts")
+    @classmethod
+    def _known_kinds(cls, v: dict[str, float]) -> dict[str, float]:
+        unknown = sorted(set(v) - set(JOB_KINDS))
+        if unknown:
+            raise ValueError(f"unknown job kinds {unknown}; known: {', '.join(JOB_KINDS)}")
+        return v
+
+    def timeout_for(self, kind: str) -> float:
+        return self.timeouts.get(kind, 1800.0)
+
+
 class LogConfig(_Section):
     level: Literal["debug", "info", "warning", "error"] = "info"
     format: Literal["auto", "json", "console"] = "auto"
@@ -341,6 +383,7 @@ class Config(_Section):
     hotfolders: HotfoldersConfig = Field(default_factory=HotfoldersConfig)
     watch: list[WatchConfig] = Field(default_factory=list)
     sftp: SftpConfig = Field(default_factory=SftpConfig)
+    worker: WorkerConfig = Field(default_factory=WorkerConfig)
 
     @model_validator(mode="after")
     def _watch_paths_safe(self) -> Config:

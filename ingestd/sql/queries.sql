@@ -95,3 +95,92 @@ FROM documents d JOIN tenants t ON t.id = d.tenant_id
 WHERE (%(tenant)s::text IS NULL OR t.name = %(tenant)s)
 ORDER BY d.id DESC
 LIMIT %(limit)s;
+
+-- ===================================================================== queue (worker)
+-- name: job_claim
+SELECT j.*, t.name AS tenant, t.status AS tenant_status
+FROM ingestd_claim(%(worker)s, make_interval(secs => %(lease)s), %(tenant_cap)s) j
+JOIN tenants t ON t.id = j.tenant_id;
+
+-- name: job_heartbeat
+UPDATE processing_jobs SET lease_expires_at = now() + make_interval(secs => %(lease)s)
+WHERE id = %(id)s AND status = 'processing' AND worker_id = %(worker)s;
+
+-- name: job_done
+WITH j AS (
+    UPDATE processing_jobs
+    SET status = 'done', finished_at = now(), updated_at = now(), lease_expires_at = NULL,
+        error_message = NULL
+    WHERE id = %(id)s AND status = 'processing' AND worker_id = %(worker)s
+    RETURNING document_id
+), d AS (
+    UPDATE documents SET processing_status = 'done' WHERE id IN (SELECT document_id FROM j)
+)
+SELECT count(*) AS n FROM j;
+
+-- name: job_fail
+-- An attempt failed: retry after base * 2^retry_count s (+- jitter), or failed for good
+-- past max_retries or when the handler says the error is permanent.
+WITH j AS (
+    UPDATE processing_jobs
+    SET retry_count = CASE WHEN %(permanent)s THEN retry_count ELSE retry_count + 1 END,
+        status = CASE WHEN %(permanent)s OR retry_count + 1 > %(max_retries)s
+                      THEN 'failed' ELSE 'queued' END,
+        next_attempt_at = now() + make_interval(secs => %(base)s * power(2, retry_count)
+                                               * (1 + %(jitter)s * (2 * random() - 1))),
+        finished_at = CASE WHEN %(permanent)s OR retry_count + 1 > %(max_retries)s
+                           THEN now() END,
+        error_message = %(error)s, lease_expires_at = NULL, updated_at = now()
+    WHERE id = %(id)s AND status = 'processing' AND worker_id = %(worker)s
+    RETURNING document_id, status, retry_count, next_attempt_at
+), d AS (
+    UPDATE documents SET processing_status = j.status FROM j WHERE documents.id = j.document_id
+)
+SELECT status, retry_count, next_attempt_at FROM j;
+
+-- name: job_release
+-- Hand a job back untouched (SIGTERM past the grace period): no attempt is counted.
+WITH j AS (
+    UPDATE processing_jobs
+    SET status = 'queued', lease_expires_at = NULL, worker_id = NULL, started_at = NULL,
+        next_attempt_at = now(), updated_at = now()
+    WHERE id = %(id)s AND status = 'processing' AND worker_id = %(worker)s
+    RETURNING document_id
+), d AS (
+    UPDATE documents SET processing_status = 'queued' WHERE id IN (SELECT document_id FROM j)
+)
+SELECT count(*) AS n FROM j;
+
+-- name: jobs_rescue
+-- Leases that ran out: the worker was killed or its host is gone. Counts as an attempt,
+-- so a file that kills its worker every time still ends failed.
+WITH j AS (
+    UPDATE processing_jobs
+    SET retry_count = retry_count + 1,
+        status = CASE WHEN retry_count + 1 > %(max_retries)s THEN 'failed' ELSE 'queued' END,
+        next_attempt_at = now() + make_interval(secs => %(base)s * power(2, retry_count)
+                                               * (1 + %(jitter)s * (2 * random() - 1))),
+        finished_at = CASE WHEN retry_count + 1 > %(max_retries)s THEN now() END,
+        error_message = 'lease expired: worker ' || coalesce(worker_id, '?')
+                        || ' stopped heartbeating (killed, crashed or host lost)',
+        lease_expires_at = NULL, updated_at = now()
+    WHERE id IN (SELECT id FROM processing_jobs
+                 WHERE status = 'processing' AND lease_expires_at < now()
+                 ORDER BY lease_expires_at LIMIT 500 FOR NO KEY UPDATE SKIP LOCKED)
+    RETURNING id, document_id, status, worker_id
+), d AS (
+    UPDATE documents SET processing_status = j.status FROM j WHERE documents.id = j.document_id
+)
+SELECT id, status, worker_id FROM j;
+
+-- name: jobs_prune
+DELETE FROM processing_jobs
+WHERE id IN (SELECT id FROM processing_jobs
+             WHERE status IN ('done', 'failed')
+               AND finished_at < now() - make_interval(secs => %(age)s)
+             LIMIT 5000);
+
+-- name: job_enqueue
+INSERT INTO processing_jobs (tenant_id, document_id, kind, payload, derive_title)
+VALUES (%(tenant_id)s, %(document_id)s, %(kind)s, %(payload)s, %(derive_title)s)
+RETURNING id;

@@ -127,11 +127,11 @@ def test_cli_migrate_twice(env: object, db: Database) -> None:
         tx.raw("DROP SCHEMA public CASCADE; CREATE SCHEMA public")
     cmd = [sys.executable, "-m", "ingestd.cli", "--config", str(env.config_path), "migrate"]
     first = subprocess.run(cmd, capture_output=True, text=True, check=True)
-    assert "applied 0001_initial, 0002_tags" in first.stdout
+    assert "applied 0001_initial, 0002_tags, 0003_queue" in first.stdout
     snapshot = _catalog_snapshot(db)
     second = subprocess.run(cmd, capture_output=True, text=True, check=True)
     assert "up to date" in second.stdout
     assert _catalog_snapshot(db) == snapshot
     with db.transaction() as tx:
         versions = tx.raw("SELECT version FROM schema_migrations")
-    assert [r["version"] for r in versions] == [1, 2]
+    assert [r["version"] for r in versions] == [1, 2, 3]

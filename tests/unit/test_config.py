@@ -127,7 +127,10 @@ def test_example_config_documents_every_key() -> None:
             section = stripped.strip("[]") + "."
         elif "=" in stripped and not stripped.startswith(("#", '"')):
             seen.add(section + stripped.split("=", 1)[0].strip())
-    assert seen == _schema_keys(Config)
+    schema = _schema_keys(Config)
+    # A table-valued key (worker.timeouts) is documented by its entries.
+    seen = {next((k for k in schema if key.startswith(k + ".")), key) for key in seen}
+    assert seen == schema
     tomllib.loads(text)
 
 

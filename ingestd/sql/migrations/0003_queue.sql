@@ -1,0 +1,112 @@
+-- 0003 queue: tenant-fair dispatch, leases, wake-up, retired kinds.
+--
+-- The claim (ingestd_claim) serves the least recently served tenant that has a ready
+-- job, oldest job first, with SKIP LOCKED on both the tenant's row and the job row:
+-- concurrent workers serve different tenants, so a round gives every waiting tenant one
+-- job. Its cost is O(tenants with queued jobs x log(backlog)): a loose index scan over
+-- the partial "queued" index finds those tenants, a probe per tenant finds its job.
+
+-- Round-robin state: when each tenant was last served.
+CREATE TABLE IF NOT EXISTS queue_tenants (
+    tenant_id      BIGINT PRIMARY KEY REFERENCES tenants(id) ON DELETE CASCADE,
+    last_served_at TIMESTAMPTZ NOT NULL DEFAULT '-infinity'
+);
+INSERT INTO queue_tenants (tenant_id) SELECT id FROM tenants ON CONFLICT DO NOTHING;
+
+CREATE OR REPLACE FUNCTION ingestd_queue_tenant() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO queue_tenants (tenant_id) VALUES (NEW.id) ON CONFLICT DO NOTHING;
+    RETURN NULL;
+END $$;
+DROP TRIGGER IF EXISTS tenants_queue_row ON tenants;
+CREATE TRIGGER tenants_queue_row AFTER INSERT ON tenants
+    FOR EACH ROW EXECUTE FUNCTION ingestd_queue_tenant();
+
+ALTER TABLE processing_jobs ADD COLUMN IF NOT EXISTS finished_at TIMESTAMPTZ;
+
+-- Exactly what is runnable, in the order a tenant's jobs are served.
+CREATE INDEX IF NOT EXISTS idx_processing_jobs_ready
+    ON processing_jobs (tenant_id, next_attempt_at, id) WHERE status = 'queued';
+-- Running jobs: lease expiry (rescue) and per-tenant in-flight counts (cap).
+CREATE INDEX IF NOT EXISTS idx_processing_jobs_running
+    ON processing_jobs (lease_expires_at, tenant_id) WHERE status = 'processing';
+-- Pruning finished jobs by age.
+CREATE INDEX IF NOT EXISTS idx_processing_jobs_finished
+    ON processing_jobs (finished_at) WHERE status IN ('done', 'failed');
+
+-- Every job row is updated two or three times within seconds: vacuum early, and leave
+-- room on each page for HOT updates.
+ALTER TABLE processing_jobs SET (
+    fillfactor = 80,
+    autovacuum_vacuum_scale_factor = 0.02,
+    autovacuum_vacuum_threshold = 1000,
+    autovacuum_vacuum_insert_scale_factor = 0.05,
+    autovacuum_analyze_scale_factor = 0.02,
+    autovacuum_vacuum_cost_delay = 1
+);
+ALTER TABLE queue_tenants SET (fillfactor = 50, autovacuum_vacuum_scale_factor = 0.0,
+                               autovacuum_vacuum_threshold = 500);
+
+-- Retired kinds (seed 004): refused for new rows; old rows stay readable (NOT VALID) and
+-- fail at once when a worker meets them.
+ALTER TABLE processing_jobs ADD CONSTRAINT processing_jobs_kind_not_retired
+    CHECK (kind NOT IN ('generate-thumbnails', 'generate-ocr-text')) NOT VALID;
+
+-- One wake-up per INSERT statement (not per row): a batch of 1,000 jobs is one NOTIFY.
+CREATE OR REPLACE FUNCTION ingestd_notify_jobs() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify('ingestd_jobs', '');
+    RETURN NULL;
+END $$;
+DROP TRIGGER IF EXISTS processing_jobs_notify ON processing_jobs;
+CREATE TRIGGER processing_jobs_notify AFTER INSERT ON processing_jobs
+    FOR EACH STATEMENT EXECUTE FUNCTION ingestd_notify_jobs();
+
+CREATE OR REPLACE FUNCTION ingestd_claim(p_worker TEXT, p_lease INTERVAL, p_tenant_cap INT)
+RETURNS SETOF processing_jobs LANGUAGE plpgsql AS $$
+DECLARE
+    cand RECORD;
+    job processing_jobs;
+BEGIN
+    FOR cand IN
+        WITH RECURSIVE waiting AS (
+            -- Loose index scan: each distinct tenant_id of the partial index, one probe each.
+            (SELECT p.tenant_id FROM processing_jobs p
+             WHERE p.status = 'queued' ORDER BY p.tenant_id LIMIT 1)
+            UNION ALL
+            SELECT (SELECT p.tenant_id FROM processing_jobs p
+                    WHERE p.status = 'queued' AND p.tenant_id > w.tenant_id
+                    ORDER BY p.tenant_id LIMIT 1)
+            FROM waiting w WHERE w.tenant_id IS NOT NULL
+        )
+        SELECT q.tenant_id FROM waiting w JOIN queue_tenants q ON q.tenant_id = w.tenant_id
+        ORDER BY q.last_served_at, q.tenant_id
+    LOOP
+        -- Another worker is claiming for this tenant right now: serve the next one.
+        PERFORM 1 FROM queue_tenants WHERE tenant_id = cand.tenant_id FOR UPDATE SKIP LOCKED;
+        CONTINUE WHEN NOT FOUND;
+        IF p_tenant_cap IS NOT NULL AND (
+            SELECT count(*) FROM processing_jobs
+            WHERE tenant_id = cand.tenant_id AND status = 'processing') >= p_tenant_cap THEN
+            CONTINUE;
+        END IF;
+        UPDATE processing_jobs
+        SET status = 'processing', started_at = now(), updated_at = now(),
+            lease_expires_at = now() + p_lease, worker_id = p_worker, finished_at = NULL
+        WHERE id = (
+            SELECT r.id FROM processing_jobs r
+            WHERE r.tenant_id = cand.tenant_id AND r.status = 'queued'
+              AND r.next_attempt_at <= now()
+            ORDER BY r.next_attempt_at, r.id
+            LIMIT 1
+            FOR NO KEY UPDATE SKIP LOCKED)
+        RETURNING * INTO job;
+        CONTINUE WHEN NOT FOUND;  -- only jobs waiting for their retry time
+        UPDATE queue_tenants SET last_served_at = clock_timestamp()
+        WHERE tenant_id = cand.tenant_id;
+        UPDATE documents SET processing_status = 'processing' WHERE id = job.document_id;
+        RETURN NEXT job;
+        RETURN;
+    END LOOP;
+    RETURN;
+END $$;
