@@ -184,3 +184,7 @@ WHERE id IN (SELECT id FROM processing_jobs
 INSERT INTO processing_jobs (tenant_id, document_id, kind, payload, derive_title)
 VALUES (%(tenant_id)s, %(document_id)s, %(kind)s, %(payload)s, %(derive_title)s)
 RETURNING id;
+
+-- name: job_document
+SELECT id, tenant_id, sha256, size_bytes, archive_path, original_filename, title, mime_type
+FROM documents WHERE id = %(id)s AND tenant_id = %(tenant_id)s;

@@ -1,0 +1,83 @@
+"""Job kinds and their handlers: one module per kind, registered by name.
+
+A handler runs in the worker's child process with a ``JobContext``. It returns normally
+on success, raises ``PermanentError`` for a failure no retry can fix (an encrypted PDF,
+a malformed payload), and any other exception for a failure worth retrying.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ingestd.config import Config
+from ingestd.db import Database
+from worker.queue import RETIRED_KINDS, Job
+
+
+class PermanentError(Exception):
+    """A failure retrying cannot fix: the job goes to ``failed`` at once."""
+
+
+@dataclass
+class JobContext:
+    job: Job
+    config: Config
+    db: Database
+    log: Any
+    # Handlers may put what they derived here; the runner logs it with the outcome.
+    result: dict[str, Any] = field(default_factory=dict)
+
+
+Handler = Callable[[JobContext], None]
+
+
+@dataclass(frozen=True)
+class Kind:
+    name: str
+    handler: Handler
+    # The tenant statuses a job of this kind may run under (seed 004: analyze and purge
+    # need an active tenant; provision runs while "creating", delete while "deleting").
+    tenant_status: frozenset[str]
+
+
+REGISTRY: dict[str, Kind] = {}
+BUILTIN_MODULES = ("worker.jobs.analyze",)
+
+
+def register(
+    name: str, *, tenant_status: Iterable[str] = ("active",)
+) -> Callable[[Handler], Handler]:
+    if name in RETIRED_KINDS:
+        raise ValueError(f"{name!r} is a retired job kind")
+
+    def decorate(fn: Handler) -> Handler:
+        REGISTRY[name] = Kind(name, fn, frozenset(tenant_status))
+        return fn
+
+    return decorate
+
+
+def load(plugins: Iterable[str] = ()) -> dict[str, Kind]:
+    """Import the built-in kinds and any plugin modules (tests, benchmarks, site code)."""
+    for module in (*BUILTIN_MODULES, *plugins):
+        importlib.import_module(module)
+    return REGISTRY
+
+
+def refusal(job: Job) -> str | None:
+    """Why ``job`` must fail at once without running, or None if it may run."""
+    if job.kind in RETIRED_KINDS:
+        return (f"job kind {job.kind!r} is retired (its work runs inside analyze-document); "
+                "not retried")  # fmt: skip
+    kind = REGISTRY.get(job.kind)
+    if kind is None:
+        known = ", ".join(sorted(REGISTRY)) or "none"
+        return f"unknown job kind {job.kind!r} (known: {known}); not retried"
+    if job.tenant_status not in kind.tenant_status:
+        allowed = "/".join(sorted(kind.tenant_status))
+        return (f"tenant {job.tenant!r} is {job.tenant_status}; {job.kind} needs it {allowed}; "
+                "not retried")  # fmt: skip
+    return None
