@@ -183,6 +183,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     with open_database(config) as db, db.transaction() as tx:
         docs = tx.all("status_documents")
         jobs = tx.all("status_jobs")
+        queue = tx.all("status_queue")
     tenants: dict[str, dict[str, Any]] = {}
     for r in docs:
         t = tenants.setdefault(r["tenant"], {"documents": {}, "jobs": {}})
@@ -191,7 +192,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         t = tenants.setdefault(r["tenant"], {"documents": {}, "jobs": {}})
         t["jobs"].setdefault(r["kind"], {})[r["status"]] = r["n"]
     if args.json:
-        _print_json({"tenants": tenants, "spool": spool, "sftp_bans": bans})
+        _print_json({"tenants": tenants, "queue": queue, "spool": spool, "sftp_bans": bans})
         return ExitCode.ok
     print(f"spool: {spool['pending']} upload(s) waiting for intake ({spool['bytes']} bytes)")
     if bans:
@@ -209,6 +210,14 @@ def cmd_status(args: argparse.Namespace) -> int:
         for label, counts in rows:
             n = [counts.get(k, 0) for k in ("queued", "processing", "done", "failed")]
             print(f"{name:<20} {label:<24} {n[0]:>7} {n[1]:>7} {n[2]:>7} {n[3]:>7}")
+    if queue:
+        print()
+        print(f"{'QUEUE':<20} {'READY':>7} {'RETRY':>7} {'RUNNING':>7} {'OLDEST':>9} "
+              f"{'FAILED/1h':>9}")  # fmt: skip
+        for q in queue:
+            oldest = "-" if q["oldest_ready_seconds"] is None else f"{q['oldest_ready_seconds']}s"
+            print(f"{q['tenant']:<20} {q['ready']:>7} {q['retrying']:>7} {q['running']:>7} "
+                  f"{oldest:>9} {q['failed_last_hour']:>9}")  # fmt: skip
     return ExitCode.ok
 
 
@@ -384,6 +393,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("status", parents=[common, jsonopt], help="documents and jobs by tenant")
     s.set_defaults(func=cmd_status)
+
+    from ingestd import jobs_cli
+
+    jobs_cli.add_parser(sub, common, jsonopt)
 
     s = sub.add_parser("verify", parents=[common, jsonopt], help="re-hash the archive")
     s.add_argument("--no-rehash", action="store_true", help="check presence and size only")

@@ -188,3 +188,66 @@ RETURNING id;
 -- name: job_document
 SELECT id, tenant_id, sha256, size_bytes, archive_path, original_filename, title, mime_type
 FROM documents WHERE id = %(id)s AND tenant_id = %(tenant_id)s;
+
+-- ===================================================================== jobs (admin)
+-- name: jobs_list
+SELECT j.id, t.name AS tenant, j.kind, j.status, j.retry_count, j.document_id,
+       j.next_attempt_at, j.started_at, j.finished_at, j.created_at, j.worker_id,
+       left(j.error_message, 200) AS error
+FROM processing_jobs j JOIN tenants t ON t.id = j.tenant_id
+WHERE (%(tenant)s::text IS NULL OR t.name = %(tenant)s)
+  AND (%(status)s::text IS NULL OR j.status = %(status)s)
+  AND (%(kind)s::text IS NULL OR j.kind = %(kind)s)
+ORDER BY j.id DESC
+LIMIT %(limit)s;
+
+-- name: job_show
+SELECT j.*, t.name AS tenant, t.status AS tenant_status,
+       d.original_filename, d.processing_status AS document_status
+FROM processing_jobs j JOIN tenants t ON t.id = j.tenant_id
+LEFT JOIN documents d ON d.id = j.document_id
+WHERE j.id = %(id)s;
+
+-- name: job_retry
+-- An admin retries a failed job (or one waiting for its retry time): fresh attempts, now.
+WITH j AS (
+    UPDATE processing_jobs
+    SET status = 'queued', retry_count = 0, next_attempt_at = now(), finished_at = NULL,
+        lease_expires_at = NULL, worker_id = NULL, updated_at = now()
+    WHERE id = %(id)s AND (status = 'failed' OR (status = 'queued' AND next_attempt_at > now()))
+    RETURNING id, document_id
+), d AS (
+    UPDATE documents SET processing_status = 'queued' WHERE id IN (SELECT document_id FROM j)
+), n AS (
+    SELECT pg_notify('ingestd_jobs', '') FROM j LIMIT 1
+)
+SELECT j.id, (SELECT count(*) FROM n) AS notified FROM j;
+
+-- name: job_cancel
+-- An admin cancels a job that has not started: failed, with the reason, never retried.
+WITH j AS (
+    UPDATE processing_jobs
+    SET status = 'failed', finished_at = now(), updated_at = now(),
+        error_message = 'cancelled by an administrator'
+    WHERE id = %(id)s AND status = 'queued'
+    RETURNING id, document_id
+), d AS (
+    UPDATE documents SET processing_status = 'failed' WHERE id IN (SELECT document_id FROM j)
+)
+SELECT id FROM j;
+
+-- name: status_queue
+-- Per tenant: ready, waiting for a retry, running, oldest ready job, failures in the last hour.
+SELECT t.name AS tenant,
+       count(*) FILTER (WHERE j.status = 'queued' AND j.next_attempt_at <= now()) AS ready,
+       count(*) FILTER (WHERE j.status = 'queued' AND j.next_attempt_at > now()) AS retrying,
+       count(*) FILTER (WHERE j.status = 'processing') AS running,
+       extract(epoch FROM now() - min(j.created_at)
+               FILTER (WHERE j.status = 'queued' AND j.next_attempt_at <= now()))::bigint
+           AS oldest_ready_seconds,
+       count(*) FILTER (WHERE j.status = 'failed' AND j.finished_at > now() - interval '1 hour')
+           AS failed_last_hour
+FROM tenants t JOIN processing_jobs j ON j.tenant_id = t.id
+WHERE j.status IN ('queued', 'processing')
+   OR (j.status = 'failed' AND j.finished_at > now() - interval '1 hour')
+GROUP BY t.name ORDER BY t.name;
