@@ -197,3 +197,29 @@ def test_retired_kinds_are_refused_at_enqueue(db: Database) -> None:
         tx.raw("INSERT INTO processing_jobs (tenant_id, document_id, kind) "
                "VALUES (%(t)s, %(d)s, 'generate-thumbnails')",
                {"t": tenant_id, "d": doc})  # fmt: skip
+
+
+def test_one_tenant_feeds_several_workers_at_once(db: Database) -> None:
+    """While one claim for a tenant is open, another worker still gets that tenant's job."""
+    import threading
+
+    make_jobs(db, "solo", 5)
+    first_claimed = threading.Event()
+    release = threading.Event()
+
+    def slow_claim() -> None:
+        # A claim transaction that stays open (holding the tenant's row) for a moment.
+        with db.transaction() as tx:
+            tx.one("job_claim", {"worker": "slow", "lease": 60, "tenant_cap": None})
+            first_claimed.set()
+            release.wait(10)
+
+    t = threading.Thread(target=slow_claim)
+    t.start()
+    try:
+        assert first_claimed.wait(10)
+        job = Queue(db, WorkerConfig(), "fast").claim()
+        assert job is not None and job.tenant == "solo"
+    finally:
+        release.set()
+        t.join(10)

@@ -67,6 +67,8 @@ RETURNS SETOF processing_jobs LANGUAGE plpgsql AS $$
 DECLARE
     cand RECORD;
     job processing_jobs;
+    busy BIGINT[] := '{}';  -- tenants another worker was claiming for, in serving order
+    tid BIGINT;
 BEGIN
     FOR cand IN
         WITH RECURSIVE waiting AS (
@@ -82,31 +84,57 @@ BEGIN
         SELECT q.tenant_id FROM waiting w JOIN queue_tenants q ON q.tenant_id = w.tenant_id
         ORDER BY q.last_served_at, q.tenant_id
     LOOP
-        -- Another worker is claiming for this tenant right now: serve the next one.
+        -- Another worker is claiming for this tenant right now: serve the next tenant, and
+        -- come back to this one only if no other tenant has work (second pass below).
         PERFORM 1 FROM queue_tenants WHERE tenant_id = cand.tenant_id FOR UPDATE SKIP LOCKED;
-        CONTINUE WHEN NOT FOUND;
-        IF p_tenant_cap IS NOT NULL AND (
-            SELECT count(*) FROM processing_jobs
-            WHERE tenant_id = cand.tenant_id AND status = 'processing') >= p_tenant_cap THEN
+        IF NOT FOUND THEN
+            busy := busy || cand.tenant_id;
             CONTINUE;
         END IF;
-        UPDATE processing_jobs
-        SET status = 'processing', started_at = now(), updated_at = now(),
-            lease_expires_at = now() + p_lease, worker_id = p_worker, finished_at = NULL
-        WHERE id = (
-            SELECT r.id FROM processing_jobs r
-            WHERE r.tenant_id = cand.tenant_id AND r.status = 'queued'
-              AND r.next_attempt_at <= now()
-            ORDER BY r.next_attempt_at, r.id
-            LIMIT 1
-            FOR NO KEY UPDATE SKIP LOCKED)
-        RETURNING * INTO job;
-        CONTINUE WHEN NOT FOUND;  -- only jobs waiting for their retry time
+        job := ingestd_claim_from(cand.tenant_id, p_worker, p_lease, p_tenant_cap);
+        CONTINUE WHEN job.id IS NULL;  -- only jobs waiting for their retry time
         UPDATE queue_tenants SET last_served_at = clock_timestamp()
         WHERE tenant_id = cand.tenant_id;
-        UPDATE documents SET processing_status = 'processing' WHERE id = job.document_id;
         RETURN NEXT job;
         RETURN;
     END LOOP;
+    -- Every tenant with work is being served by another worker this instant (one big
+    -- tenant, or more workers than waiting tenants): take its next job anyway, or workers
+    -- would idle while a backlog waits. Its turn was already recorded by the other claim.
+    FOREACH tid IN ARRAY busy LOOP
+        job := ingestd_claim_from(tid, p_worker, p_lease, p_tenant_cap);
+        IF job.id IS NOT NULL THEN
+            RETURN NEXT job;
+            RETURN;
+        END IF;
+    END LOOP;
     RETURN;
+END $$;
+
+-- The oldest ready job of one tenant, marked processing; NULL fields if none (or capped).
+CREATE OR REPLACE FUNCTION ingestd_claim_from(
+    p_tenant BIGINT, p_worker TEXT, p_lease INTERVAL, p_tenant_cap INT)
+RETURNS processing_jobs LANGUAGE plpgsql AS $$
+DECLARE
+    job processing_jobs;
+BEGIN
+    IF p_tenant_cap IS NOT NULL AND (
+        SELECT count(*) FROM processing_jobs
+        WHERE tenant_id = p_tenant AND status = 'processing') >= p_tenant_cap THEN
+        RETURN job;
+    END IF;
+    UPDATE processing_jobs
+    SET status = 'processing', started_at = now(), updated_at = now(),
+        lease_expires_at = now() + p_lease, worker_id = p_worker, finished_at = NULL
+    WHERE id = (
+        SELECT r.id FROM processing_jobs r
+        WHERE r.tenant_id = p_tenant AND r.status = 'queued' AND r.next_attempt_at <= now()
+        ORDER BY r.next_attempt_at, r.id
+        LIMIT 1
+        FOR NO KEY UPDATE SKIP LOCKED)
+    RETURNING * INTO job;
+    IF FOUND THEN
+        UPDATE documents SET processing_status = 'processing' WHERE id = job.document_id;
+    END IF;
+    RETURN job;
 END $$;
