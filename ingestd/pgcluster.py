@@ -10,6 +10,7 @@ PostgreSQL refuses to run as root and should not be given root anyway.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import glob
 import hashlib
 import os
@@ -17,6 +18,7 @@ import pwd
 import shutil
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from ingestd.errors import DatabaseError
@@ -192,8 +194,24 @@ class EmbeddedPostgres:
             fh.write("\n# --- set by ingestd (embedded cluster) ---\n")
             fh.writelines(f"{k} = {v}\n" for k, v in settings.items())
 
+    @contextlib.contextmanager
+    def _startup_lock(self) -> Iterator[None]:
+        # `ingestd serve` and several `ingestd worker`s may start at the same moment; one
+        # of them initialises and starts the cluster, the others find it running.
+        self.datadir.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.datadir.parent / ".pgcluster.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
     def start(self) -> None:
         """Initialise if needed and start; remember whether we own the running server."""
+        with self._startup_lock():
+            self._start_locked()
+
+    def _start_locked(self) -> None:
         self.init()
         self._own(self.socket_dir, 0o700)
         if self.running():
@@ -234,8 +252,22 @@ class EmbeddedPostgres:
         self._owned = False
 
     def stop_if_owned(self) -> None:
-        if self._owned:
+        """Stop the server this process started, unless other processes still use it."""
+        if self._owned and not self._others_connected():
             self.stop()
+
+    def _others_connected(self) -> bool:
+        from ingestd.db import connect_once
+
+        try:
+            with connect_once(self.conninfo_for("postgres")) as conn:
+                row = conn.execute(
+                    "SELECT count(*) AS n FROM pg_stat_activity "
+                    "WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()"
+                ).fetchone()
+        except DatabaseError:
+            return False
+        return bool(row and row["n"])
 
     def __enter__(self) -> EmbeddedPostgres:
         self.start()
