@@ -324,6 +324,19 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return serve(config, args.config)
 
 
+# -- worker -----------------------------------------------------------------------------
+def cmd_worker(args: argparse.Namespace) -> int:
+    from ingestd.runtime import open_database
+    from worker.runner import Runner, load_kinds
+
+    config = _load(args)
+    load_kinds(args.plugin)  # a mistyped --plugin fails before the database is touched
+    with open_database(config, name="ingestd-worker") as db:
+        runner = Runner(config, db, config_path=args.config, plugins=args.plugin,
+                        worker_id=args.worker_id, drain=args.drain)  # fmt: skip
+        return runner.run()
+
+
 # -- parser -----------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
     # --config is accepted before and after the sub-command; SUPPRESS keeps a sub-parser
@@ -390,6 +403,16 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("serve", parents=[common],
                        help="run the daemon: SFTP server, spool intake, hot folders")  # fmt: skip
     s.set_defaults(func=cmd_serve)
+
+    s = sub.add_parser("worker", parents=[common],
+                       help="run jobs, one at a time, each in a child process")  # fmt: skip
+    s.add_argument("--drain", action="store_true",
+                   help="exit 0 once no job is ready and none is running")  # fmt: skip
+    s.add_argument("--plugin", action="append", default=[], metavar="MODULE",
+                   help="import MODULE for more job kinds (repeatable)")  # fmt: skip
+    s.add_argument("--worker-id", default=None, metavar="ID",
+                   help="name in processing_jobs.worker_id (default HOST:PID)")  # fmt: skip
+    s.set_defaults(func=cmd_worker)
 
     s = sub.add_parser("status", parents=[common, jsonopt], help="documents and jobs by tenant")
     s.set_defaults(func=cmd_status)

@@ -352,6 +352,8 @@ class WorkerConfig(_Section):
             "delete-tenant": 3600.0,
         }
     )
+    # The limit for kinds not listed in timeouts (site or test plugins).
+    timeout_default: Annotated[float, Field(gt=0, le=86400)] = 1800.0
     # SIGTERM lets the running job finish for this long, then hands it back to the queue.
     shutdown_grace: Annotated[float, Field(ge=0, le=3600)] = 30.0
     # Finished jobs (done/failed) older than this many seconds are deleted.
@@ -366,7 +368,7 @@ class WorkerConfig(_Section):
         return v
 
     def timeout_for(self, kind: str) -> float:
-        return self.timeouts.get(kind, 1800.0)
+        return self.timeouts.get(kind, self.timeout_default)
 
 
 class LogConfig(_Section):

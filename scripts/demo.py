@@ -94,6 +94,7 @@ def daemon_demo(hot: Path, pdf_bytes: Any, port: int) -> None:
             print("  renamed Vertrag Hausmeisterdienst.pdf.part -> .pdf (upload finished)")
             _wait(lambda: not list(hot.rglob("*.pdf")) or _only_ignored(hot), 60)
             _wait(lambda: not any((DEMO / "spool" / "queue").glob("*.data")), 60)
+            workers_demo()
         finally:
             daemon.send_signal(signal.SIGTERM)
             daemon.wait(timeout=60)
@@ -107,6 +108,23 @@ def daemon_demo(hot: Path, pdf_bytes: Any, port: int) -> None:
 
 def _only_ignored(hot: Path) -> bool:
     return all(p.name.startswith("~$") for p in hot.rglob("*.pdf"))
+
+
+def workers_demo() -> None:
+    """Two worker processes drain the queue: every document's analyze job ends done."""
+    print("\n$ ingestd worker --drain   (two processes, as systemd's ingestd-worker@1/@2)")
+    cmd = [str(BIN), "--config", str(DEMO / "ingestd.toml"), "worker", "--drain"]
+    with open(DEMO / "worker.log", "wb") as log_file:
+        procs = [subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT)
+                 for _ in range(2)]  # fmt: skip
+        codes = [p.wait(timeout=300) for p in procs]
+    if any(codes):
+        raise SystemExit(f"demo: a worker exited with {codes}; see .demo/worker.log")
+    import json
+
+    done = [json.loads(line) for line in (DEMO / "worker.log").read_text().splitlines()
+            if '"job.done"' in line]  # fmt: skip
+    print(f"  {len(done)} jobs done; each document's processing_status follows its job")
 
 
 def _free_port() -> int:
@@ -188,6 +206,7 @@ def main() -> None:
     daemon_demo(hot, pdf_bytes, port)
     sh("tenant", "list")
     sh("documents", "list")
+    sh("jobs", "list", "--limit", "5")
     sh("status")
     sh("verify")
     print("\narchive:")

@@ -82,7 +82,7 @@ def db_url(pg_server: PgServer, template_db: str) -> Iterator[str]:
 
 @pytest.fixture
 def db(db_url: str) -> Iterator[Database]:
-    with Database(db_url, max_size=4) as database:
+    with Database(db_url, max_size=6) as database:
         yield database
 
 

@@ -119,7 +119,11 @@ class Queue:
                 "job_claim",
                 {"worker": self.worker_id, "lease": self.config.lease_seconds, "tenant_cap": cap},
             )
-        return Job.from_row(row) if row else None
+            if row is None:
+                return None
+            tenant = tx.one("job_tenant", {"tenant_id": row["tenant_id"]})
+        assert tenant is not None  # tenants are never deleted while they have jobs
+        return Job.from_row({**row, **tenant})
 
     def heartbeat(self, job: Job) -> bool:
         """Extend the lease; False if the job is no longer ours (rescued meanwhile)."""

@@ -98,9 +98,12 @@ LIMIT %(limit)s;
 
 -- ===================================================================== queue (worker)
 -- name: job_claim
-SELECT j.*, t.name AS tenant, t.status AS tenant_status
-FROM ingestd_claim(%(worker)s, make_interval(secs => %(lease)s), %(tenant_cap)s) j
-JOIN tenants t ON t.id = j.tenant_id;
+-- Nothing joined here: this statement's snapshot predates the claim (which may wait for
+-- its turn), so a tenant created meanwhile would be missing and the claimed job lost.
+SELECT * FROM ingestd_claim(%(worker)s, make_interval(secs => %(lease)s), %(tenant_cap)s);
+
+-- name: job_tenant
+SELECT name AS tenant, status AS tenant_status FROM tenants WHERE id = %(tenant_id)s;
 
 -- name: job_heartbeat
 UPDATE processing_jobs SET lease_expires_at = now() + make_interval(secs => %(lease)s)

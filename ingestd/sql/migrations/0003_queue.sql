@@ -47,10 +47,20 @@ ALTER TABLE processing_jobs SET (
 ALTER TABLE queue_tenants SET (fillfactor = 50, autovacuum_vacuum_scale_factor = 0.0,
                                autovacuum_vacuum_threshold = 500);
 
--- Retired kinds (seed 004): refused for new rows; old rows stay readable (NOT VALID) and
--- fail at once when a worker meets them.
-ALTER TABLE processing_jobs ADD CONSTRAINT processing_jobs_kind_not_retired
-    CHECK (kind NOT IN ('generate-thumbnails', 'generate-ocr-text')) NOT VALID;
+-- Retired kinds (seed 004): refused for new rows. Not a CHECK: even NOT VALID, Postgres
+-- would check it on every UPDATE, and an old row could then never be claimed and failed.
+CREATE OR REPLACE FUNCTION ingestd_refuse_retired_kind() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    IF NEW.kind IN ('generate-thumbnails', 'generate-ocr-text') THEN
+        RAISE EXCEPTION 'job kind % is retired; its work runs inside analyze-document',
+            NEW.kind USING ERRCODE = 'check_violation';
+    END IF;
+    RETURN NEW;
+END $$;
+DROP TRIGGER IF EXISTS processing_jobs_kind_not_retired ON processing_jobs;
+CREATE TRIGGER processing_jobs_kind_not_retired BEFORE INSERT ON processing_jobs
+    FOR EACH ROW EXECUTE FUNCTION ingestd_refuse_retired_kind();
 
 -- One wake-up per INSERT statement (not per row): a batch of 1,000 jobs is one NOTIFY.
 CREATE OR REPLACE FUNCTION ingestd_notify_jobs() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -67,36 +77,59 @@ RETURNS SETOF processing_jobs LANGUAGE plpgsql AS $$
 DECLARE
     cand RECORD;
     job processing_jobs;
-    busy BIGINT[] := '{}';  -- tenants another worker was claiming for, in serving order
+    busy BIGINT[];  -- tenants another worker was claiming for, in serving order
     tid BIGINT;
+    served TIMESTAMPTZ;
+    stale BOOLEAN;
 BEGIN
-    FOR cand IN
-        WITH RECURSIVE waiting AS (
-            -- Loose index scan: each distinct tenant_id of the partial index, one probe each.
-            (SELECT p.tenant_id FROM processing_jobs p
-             WHERE p.status = 'queued' ORDER BY p.tenant_id LIMIT 1)
-            UNION ALL
-            SELECT (SELECT p.tenant_id FROM processing_jobs p
-                    WHERE p.status = 'queued' AND p.tenant_id > w.tenant_id
-                    ORDER BY p.tenant_id LIMIT 1)
-            FROM waiting w WHERE w.tenant_id IS NOT NULL
-        )
-        SELECT q.tenant_id FROM waiting w JOIN queue_tenants q ON q.tenant_id = w.tenant_id
-        ORDER BY q.last_served_at, q.tenant_id
-    LOOP
-        -- Another worker is claiming for this tenant right now: serve the next tenant, and
-        -- come back to this one only if no other tenant has work (second pass below).
-        PERFORM 1 FROM queue_tenants WHERE tenant_id = cand.tenant_id FOR UPDATE SKIP LOCKED;
-        IF NOT FOUND THEN
-            busy := busy || cand.tenant_id;
-            CONTINUE;
-        END IF;
-        job := ingestd_claim_from(cand.tenant_id, p_worker, p_lease, p_tenant_cap);
-        CONTINUE WHEN job.id IS NULL;  -- only jobs waiting for their retry time
-        UPDATE queue_tenants SET last_served_at = clock_timestamp()
-        WHERE tenant_id = cand.tenant_id;
-        RETURN NEXT job;
-        RETURN;
+    -- Claims take turns (a transaction-scoped advisory lock): each reads the serving order
+    -- as the previous claim committed it, so no tenant is served twice in a round however
+    -- many workers claim at once. The critical section is this function plus a commit
+    -- that does not wait for the WAL flush: a claim lost in a database crash only means
+    -- the job is claimed again, and jobs derive data idempotently.
+    PERFORM set_config('synchronous_commit', 'off', true);
+    PERFORM pg_advisory_xact_lock(7423001);  -- 'ingestd claim'
+    -- Up to three reads of the serving order (one suffices under the lock; kept for a
+    -- claim that runs without it, e.g. by hand).
+    FOR attempt IN 1..3 LOOP
+        busy := '{}';
+        stale := false;
+        FOR cand IN
+            WITH RECURSIVE waiting AS (
+                -- Loose index scan: each distinct tenant_id of the partial index.
+                (SELECT p.tenant_id FROM processing_jobs p
+                 WHERE p.status = 'queued' ORDER BY p.tenant_id LIMIT 1)
+                UNION ALL
+                SELECT (SELECT p.tenant_id FROM processing_jobs p
+                        WHERE p.status = 'queued' AND p.tenant_id > w.tenant_id
+                        ORDER BY p.tenant_id LIMIT 1)
+                FROM waiting w WHERE w.tenant_id IS NOT NULL
+            )
+            SELECT q.tenant_id, q.last_served_at FROM waiting w
+            JOIN queue_tenants q ON q.tenant_id = w.tenant_id
+            ORDER BY q.last_served_at, q.tenant_id
+        LOOP
+            -- Another worker is claiming for this tenant right now: try the next tenant;
+            -- come back to this one only if no other tenant has work (last resort below).
+            SELECT q.last_served_at INTO served FROM queue_tenants q
+            WHERE q.tenant_id = cand.tenant_id FOR UPDATE SKIP LOCKED;
+            IF NOT FOUND THEN
+                busy := busy || cand.tenant_id;
+                CONTINUE;
+            END IF;
+            -- Served by another worker since the order was read: its turn is over.
+            IF served IS DISTINCT FROM cand.last_served_at THEN
+                stale := true;
+                CONTINUE;
+            END IF;
+            job := ingestd_claim_from(cand.tenant_id, p_worker, p_lease, p_tenant_cap);
+            CONTINUE WHEN job.id IS NULL;  -- only jobs waiting for their retry time
+            UPDATE queue_tenants SET last_served_at = clock_timestamp()
+            WHERE tenant_id = cand.tenant_id;
+            RETURN NEXT job;
+            RETURN;
+        END LOOP;
+        EXIT WHEN NOT stale;
     END LOOP;
     -- Every tenant with work is being served by another worker this instant (one big
     -- tenant, or more workers than waiting tenants): take its next job anyway, or workers
