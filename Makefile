@@ -48,6 +48,7 @@ demo: venv
 bench: venv
 	$(BIN)/python bench/intake.py
 	$(BIN)/python bench/sftp.py
+	$(BIN)/python bench/queue.py
 
 clean:
 	rm -rf $(VENV) .demo .bench .pytest_cache .mypy_cache .ruff_cache *.egg-info

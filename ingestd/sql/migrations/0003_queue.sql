@@ -156,12 +156,15 @@ BEGIN
         WHERE tenant_id = p_tenant AND status = 'processing') >= p_tenant_cap THEN
         RETURN job;
     END IF;
+    -- clock_timestamp(): now() is when the claim's transaction began, before its turn.
     UPDATE processing_jobs
-    SET status = 'processing', started_at = now(), updated_at = now(),
-        lease_expires_at = now() + p_lease, worker_id = p_worker, finished_at = NULL
+    SET status = 'processing', started_at = clock_timestamp(), updated_at = clock_timestamp(),
+        lease_expires_at = clock_timestamp() + p_lease, worker_id = p_worker,
+        finished_at = NULL
     WHERE id = (
         SELECT r.id FROM processing_jobs r
-        WHERE r.tenant_id = p_tenant AND r.status = 'queued' AND r.next_attempt_at <= now()
+        WHERE r.tenant_id = p_tenant AND r.status = 'queued'
+          AND r.next_attempt_at <= clock_timestamp()
         ORDER BY r.next_attempt_at, r.id
         LIMIT 1
         FOR NO KEY UPDATE SKIP LOCKED)
