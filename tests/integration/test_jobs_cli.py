@@ -7,7 +7,7 @@ import json
 from ingestd.config import WorkerConfig
 from ingestd.db import Database
 from tests.conftest import Env, run_cli
-from tests.integration.test_queue import make_jobs
+from tests.fixtures.queue import make_jobs
 from worker.queue import Queue
 
 

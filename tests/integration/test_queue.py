@@ -8,31 +8,8 @@ import pytest
 
 from ingestd.config import WorkerConfig
 from ingestd.db import Database, DatabaseError
+from tests.fixtures.queue import make_jobs
 from worker.queue import JobKindRetired, Queue, enqueue
-
-
-def make_jobs(db: Database, tenant: str, n: int, kind: str = "analyze-document") -> list[int]:
-    """n documents with one queued job each for ``tenant`` (created if missing)."""
-    with db.transaction() as tx:
-        tx.raw(
-            "INSERT INTO tenants (name, status) VALUES (%(t)s, 'active') ON CONFLICT DO NOTHING",
-            {"t": tenant},
-        )
-        rows = tx.raw(
-            """
-            WITH d AS (
-                INSERT INTO documents (tenant_id, sha256, size_bytes, mime_type, extension,
-                    original_filename, source, archive_path, title, processing_status)
-                SELECT t.id, encode(sha256((t.name || g || random())::bytea), 'hex'), 1,
-                       'application/pdf', 'pdf', 'x.pdf', 'test', 'x', 'x', 'queued'
-                FROM tenants t, generate_series(1, %(n)s) g WHERE t.name = %(t)s
-                RETURNING id, tenant_id)
-            INSERT INTO processing_jobs (tenant_id, document_id, kind)
-            SELECT tenant_id, id, %(kind)s FROM d ORDER BY id RETURNING id
-            """,
-            {"t": tenant, "n": n, "kind": kind},
-        )
-    return [int(r["id"]) for r in rows]
 
 
 def tenant_of(db: Database, job_id: int) -> str:
