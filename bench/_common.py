@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import shutil
+import signal
 import statistics
+import sys
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from ingestd.pgcluster import EmbeddedPostgres
@@ -38,3 +40,25 @@ def print_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> Non
     print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
     for r in cells[1:]:
         print("| " + " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) + " |")
+
+
+class BenchError(Exception):
+    """A benchmark cannot produce a valid figure (a side failed or timed out)."""
+
+
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    # Unwind like Ctrl-C does, so servers, workers and Postgres stop and temp dirs go.
+    raise KeyboardInterrupt
+
+
+def run_main(main: Callable[[], None], what: str) -> None:
+    """Run a benchmark's main(): SIGTERM unwinds like Ctrl-C; errors exit 1, Ctrl-C 130."""
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    try:
+        main()
+    except BenchError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(1)
+    except KeyboardInterrupt:
+        print(f"interrupted; {what} stopped, temp dirs removed", file=sys.stderr)
+        sys.exit(130)

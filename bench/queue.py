@@ -44,6 +44,8 @@ from pathlib import Path
 # This file shares its name with the stdlib module ``queue`` (psycopg, concurrent.futures
 # import it): move its directory, which ``python bench/queue.py`` puts first, to the end.
 sys.path.sort(key=lambda p: Path(p or ".").resolve() == Path(__file__).resolve().parent)
+# The project root, not bench/: bench/queue.py would otherwise shadow the stdlib's queue.
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import argparse
@@ -52,7 +54,6 @@ import json
 import os
 import select
 import shutil
-import signal
 import subprocess
 import tempfile
 import threading
@@ -61,7 +62,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from bench._common import bench_cluster, median, print_table
+from bench._common import BenchError, bench_cluster, median, print_table, run_main
 from ingestd import sql
 from ingestd.config import WorkerConfig
 from ingestd.db import Database, Tx
@@ -80,10 +81,6 @@ RUN_TIMEOUT = 900.0  # seconds for one measured phase (all its workers)
 INSTALL_TIMEOUT = 900.0  # seconds for creating the pgqueuer venv
 EMPTY_SLEEP = 0.001  # a worker's pause after a claim that found nothing while jobs wait
 POLL = 0.005  # the parent's polling interval in the newcomer scenario
-
-
-class BenchError(Exception):
-    pass
 
 
 @dataclass(frozen=True)
@@ -157,18 +154,8 @@ WITH j AS (
 )
 SELECT id, tenant_id, document_id FROM j
 """
-FIFO_DONE = """
-WITH j AS (
-    UPDATE processing_jobs
-    SET status = 'done', finished_at = now(), updated_at = now(), lease_expires_at = NULL,
-        error_message = NULL
-    WHERE id = %(id)s AND status = 'processing' AND worker_id = %(worker)s
-    RETURNING document_id
-), d AS (
-    UPDATE documents SET processing_status = 'done' WHERE id IN (SELECT document_id FROM j)
-)
-SELECT count(*) AS n FROM j
-"""
+# Done is the same statement for both claims: only the choice of job differs.
+FIFO_DONE = sql.query("job_done")
 # ingestd_claim commits its transaction without waiting for the WAL flush (it sets
 # synchronous_commit off, migration 0003); the FIFO claim does the same.
 FIFO_ASYNC = True
@@ -998,18 +985,5 @@ def main() -> None:
         print(line)
 
 
-def _exit_on_sigterm(signum: int, frame: object) -> None:
-    # Unwind like Ctrl-C does, so the workers and Postgres stop and the temp dirs go.
-    raise KeyboardInterrupt
-
-
 if __name__ == "__main__":
-    signal.signal(signal.SIGTERM, _exit_on_sigterm)
-    try:
-        main()
-    except BenchError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        sys.exit(1)
-    except KeyboardInterrupt:
-        print("interrupted; workers and Postgres stopped, temp dirs removed", file=sys.stderr)
-        sys.exit(130)
+    run_main(main, "workers and Postgres")

@@ -38,12 +38,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+# The project root, not bench/: bench/queue.py would otherwise shadow the stdlib's queue.
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import paramiko
 import psycopg
 
-from bench._common import bench_cluster, median, print_table
+from bench._common import BenchError, bench_cluster, median, print_table, run_main
 from ingestd.samples import pdf_bytes
 
 SSHD = "/usr/sbin/sshd"
@@ -56,10 +58,6 @@ CLIENT_TIMEOUT = 900.0  # seconds for one batch of sftp clients, the 200 MB file
 INGEST_TIMEOUT = 300.0  # seconds to wait for uploaded files to show up in `documents`
 START_TIMEOUT = 60.0  # seconds for a server to accept TCP connections
 STOP_TIMEOUT = 60.0  # seconds for a server to exit after SIGTERM
-
-
-class BenchError(Exception):
-    pass
 
 
 @dataclass(frozen=True)
@@ -642,18 +640,5 @@ def main() -> None:
               f"{verdict} ({ratio:.2f}){caveat}")  # fmt: skip
 
 
-def _exit_on_sigterm(signum: int, frame: object) -> None:
-    # Unwind like Ctrl-C does, so the servers stop and the temp dirs go.
-    raise KeyboardInterrupt
-
-
 if __name__ == "__main__":
-    signal.signal(signal.SIGTERM, _exit_on_sigterm)
-    try:
-        main()
-    except BenchError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        sys.exit(1)
-    except KeyboardInterrupt:
-        print("interrupted; servers stopped and temp dirs removed", file=sys.stderr)
-        sys.exit(130)
+    run_main(main, "servers")

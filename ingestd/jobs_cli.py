@@ -3,17 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any
 
 from ingestd.errors import ExitCode, NotFound
-
-
-def _print_json(data: Any) -> None:
-    json.dump(data, sys.stdout, indent=2, default=str, ensure_ascii=False)
-    sys.stdout.write("\n")
-
 
 _ALLOWED = {
     "job_retry": "only failed jobs, or queued ones waiting for a retry, can be retried",
@@ -22,7 +15,7 @@ _ALLOWED = {
 
 
 def cmd_jobs(args: argparse.Namespace) -> int:
-    from ingestd.cli import _load
+    from ingestd.cli import _load, _print_json
     from ingestd.runtime import open_database
 
     config = _load(args)

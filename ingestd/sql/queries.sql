@@ -129,8 +129,7 @@ WITH j AS (
     SET retry_count = CASE WHEN %(permanent)s THEN retry_count ELSE retry_count + 1 END,
         status = CASE WHEN %(permanent)s OR retry_count + 1 > %(max_retries)s
                       THEN 'failed' ELSE 'queued' END,
-        next_attempt_at = now() + make_interval(secs => %(base)s * power(2, retry_count)
-                                               * (1 + %(jitter)s * (2 * random() - 1))),
+        next_attempt_at = ingestd_retry_at(retry_count, %(base)s, %(jitter)s),
         finished_at = CASE WHEN %(permanent)s OR retry_count + 1 > %(max_retries)s
                            THEN now() END,
         error_message = %(error)s, lease_expires_at = NULL, updated_at = now()
@@ -161,8 +160,7 @@ WITH j AS (
     UPDATE processing_jobs
     SET retry_count = retry_count + 1,
         status = CASE WHEN retry_count + 1 > %(max_retries)s THEN 'failed' ELSE 'queued' END,
-        next_attempt_at = now() + make_interval(secs => %(base)s * power(2, retry_count)
-                                               * (1 + %(jitter)s * (2 * random() - 1))),
+        next_attempt_at = ingestd_retry_at(retry_count, %(base)s, %(jitter)s),
         finished_at = CASE WHEN retry_count + 1 > %(max_retries)s THEN now() END,
         error_message = 'lease expired: worker ' || coalesce(worker_id, '?')
                         || ' stopped heartbeating (killed, crashed or host lost)',

@@ -72,6 +72,14 @@ DROP TRIGGER IF EXISTS processing_jobs_notify ON processing_jobs;
 CREATE TRIGGER processing_jobs_notify AFTER INSERT ON processing_jobs
     FOR EACH STATEMENT EXECUTE FUNCTION ingestd_notify_jobs();
 
+-- When a failed attempt runs again: base * 2^retry_count seconds (seed 000: 1, 2, 4 ...),
+-- spread by +- jitter (a fraction) so that jobs failing together do not retry together.
+CREATE OR REPLACE FUNCTION ingestd_retry_at(p_retry_count INT, p_base FLOAT8, p_jitter FLOAT8)
+RETURNS TIMESTAMPTZ LANGUAGE sql VOLATILE AS $$
+    SELECT now() + make_interval(secs => p_base * power(2, p_retry_count)
+                                         * (1 + p_jitter * (2 * random() - 1)))
+$$;
+
 CREATE OR REPLACE FUNCTION ingestd_claim(p_worker TEXT, p_lease INTERVAL, p_tenant_cap INT)
 RETURNS SETOF processing_jobs LANGUAGE plpgsql AS $$
 DECLARE
