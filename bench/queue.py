@@ -137,28 +137,34 @@ ORDER BY id
 
 # The baseline: oldest job first, whoever it belongs to (what pgqueuer and procrastinate
 # effectively do), with the same job and document updates as ingestd's claim and done.
-FIFO_INDEX = "CREATE INDEX bench_fifo_ready ON processing_jobs (id) WHERE status = 'queued'"
-FIFO_CLAIM = """
-WITH j AS (
-    UPDATE processing_jobs
-    SET status = 'processing', started_at = now(), updated_at = now(),
-        lease_expires_at = now() + make_interval(secs => %(lease)s), worker_id = %(worker)s,
-        finished_at = NULL
-    WHERE id = (SELECT id FROM processing_jobs
-                WHERE status = 'queued' AND next_attempt_at <= now()
-                ORDER BY id LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED)
-    RETURNING id, tenant_id, document_id
-), d AS (
-    UPDATE documents SET processing_status = 'processing'
-    WHERE id IN (SELECT document_id FROM j)
-)
-SELECT id, tenant_id, document_id FROM j
+FIFO_INDEX = """
+CREATE INDEX bench_fifo_ready ON processing_jobs (id) WHERE status = 'queued';
+-- A function, like ingestd_claim: one autocommitted statement that commits without
+-- waiting for the WAL flush, so both claims pay the same round trips and commit.
+CREATE FUNCTION bench_fifo_claim(p_worker TEXT, p_lease FLOAT8)
+RETURNS TABLE (id BIGINT, tenant_id BIGINT, document_id BIGINT) LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM set_config('synchronous_commit', 'off', true);
+    RETURN QUERY
+    WITH j AS (
+        UPDATE processing_jobs p
+        SET status = 'processing', started_at = now(), updated_at = now(),
+            lease_expires_at = now() + make_interval(secs => p_lease), worker_id = p_worker,
+            finished_at = NULL
+        WHERE p.id = (SELECT r.id FROM processing_jobs r
+                      WHERE r.status = 'queued' AND r.next_attempt_at <= now()
+                      ORDER BY r.id LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED)
+        RETURNING p.id, p.tenant_id, p.document_id
+    ), d AS (
+        UPDATE documents SET processing_status = 'processing'
+        WHERE documents.id IN (SELECT j.document_id FROM j)
+    )
+    SELECT j.id, j.tenant_id, j.document_id FROM j;
+END $$;
 """
+FIFO_CLAIM = "SELECT * FROM bench_fifo_claim(%(worker)s, %(lease)s)"
 # Done is the same statement for both claims: only the choice of job differs.
 FIFO_DONE = sql.query("job_done")
-# ingestd_claim commits its transaction without waiting for the WAL flush (it sets
-# synchronous_commit off, migration 0003); the FIFO claim does the same.
-FIFO_ASYNC = True
 ANY_QUEUED = "SELECT EXISTS (SELECT 1 FROM processing_jobs WHERE status = 'queued') AS q"
 
 
@@ -265,9 +271,7 @@ def worker_main(spec: dict[str, Any]) -> None:
         if time.monotonic() > deadline:
             break
         if fifo:
-            with db.transaction() as tx:
-                if FIFO_ASYNC:
-                    tx.raw("SET LOCAL synchronous_commit = off")
+            with db.autocommit() as tx:  # as Queue.claim
                 row = tx.raw(FIFO_CLAIM, params)
             job_id = row[0]["id"] if row else None
         else:
@@ -284,7 +288,7 @@ def worker_main(spec: dict[str, Any]) -> None:
             time.sleep(EMPTY_SLEEP)
             continue
         if fifo:
-            with db.transaction() as tx:
+            with db.autocommit() as tx:  # as Queue.done
                 tx.raw(FIFO_DONE, {**params, "id": job_id})
         else:
             assert job is not None
@@ -972,8 +976,8 @@ def main() -> None:
     print(
         f"\nqueue benchmark ({mode}): {os.cpu_count()} cores, PostgreSQL "
         f"{pg_version['server_version']} (durable embedded cluster, fsync on), pgqueuer "
-        f"{bench.pgq_version} (psycopg driver, durable tables); {WORKERS} worker processes; FIFO "
-        f"claim synchronous_commit {'off' if FIFO_ASYNC else 'on'}; "
+        f"{bench.pgq_version} (psycopg driver, durable tables); {WORKERS} worker processes; "
+        "claims (ingestd and FIFO) autocommitted with synchronous_commit off; "
         f"throughput N = {plan.jobs:,}, medians of {args.rounds} rounds (throughput, fairness, "
         f"newcomer); latency: {plan.claims} claims per backlog after {plan.warmup} unmeasured; "
         f"{time.monotonic() - t0:.0f} s; load average {load_before:.1f} before, "

@@ -98,9 +98,12 @@ LIMIT %(limit)s;
 
 -- ===================================================================== queue (worker)
 -- name: job_claim
--- Nothing joined here: this statement's snapshot predates the claim (which may wait for
--- its turn), so a tenant created meanwhile would be missing and the claimed job lost.
-SELECT * FROM ingestd_claim(%(worker)s, make_interval(secs => %(lease)s), %(tenant_cap)s);
+-- The tenant comes along to save a round trip, but this statement's snapshot predates the
+-- claim (which may wait for its turn): for a tenant created meanwhile it is NULL, and the
+-- caller looks it up with job_tenant. Never an inner join: the claimed job would be lost.
+SELECT c.*, t.name AS tenant, t.status AS tenant_status
+FROM ingestd_claim(%(worker)s, make_interval(secs => %(lease)s), %(tenant_cap)s) AS c
+LEFT JOIN tenants t ON t.id = c.tenant_id;
 
 -- name: job_tenant
 SELECT name AS tenant, status AS tenant_status FROM tenants WHERE id = %(tenant_id)s;

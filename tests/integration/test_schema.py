@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+from ingestd import sql
 from ingestd.db import Database
 from ingestd.schema import migrate
 
@@ -127,11 +128,21 @@ def test_cli_migrate_twice(env: object, db: Database) -> None:
         tx.raw("DROP SCHEMA public CASCADE; CREATE SCHEMA public")
     cmd = [sys.executable, "-m", "ingestd.cli", "--config", str(env.config_path), "migrate"]
     first = subprocess.run(cmd, capture_output=True, text=True, check=True)
-    assert "applied 0001_initial, 0002_tags, 0003_queue" in first.stdout
+    names = [f"{m.version:04d}_{m.name}" for m in sql.migrations()]
+    assert names[:3] == ["0001_initial", "0002_tags", "0003_queue"]
+    assert "applied " + ", ".join(names) in first.stdout
     snapshot = _catalog_snapshot(db)
     second = subprocess.run(cmd, capture_output=True, text=True, check=True)
     assert "up to date" in second.stdout
     assert _catalog_snapshot(db) == snapshot
     with db.transaction() as tx:
         versions = tx.raw("SELECT version FROM schema_migrations")
-    assert [r["version"] for r in versions] == [1, 2, 3]
+    assert [r["version"] for r in versions] == [m.version for m in sql.migrations()]
+
+
+def test_documents_leave_room_for_hot_status_updates(db: Database) -> None:
+    """documents has a fillfactor below 100, so processing_status changes stay HOT."""
+    with db.transaction() as tx:
+        row = tx.raw("SELECT reloptions FROM pg_class WHERE relname = 'documents'")[0]
+    options = dict(o.split("=", 1) for o in row["reloptions"] or [])
+    assert int(options.get("fillfactor", 100)) < 100
