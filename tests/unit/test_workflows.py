@@ -1,0 +1,535 @@
+"""On-upload workflows: conditions, chaining, title templates, signed webhook delivery."""
+
+from __future__ import annotations
+
+import dataclasses
+import http.server
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from ingestd import __version__
+from ingestd.config import parse_config
+from ingestd.config_rules import WebhookConfig, WorkflowActions, WorkflowRule, redact_url
+from ingestd.errors import ConfigError
+from worker.workflows import (
+    Applied,
+    DocumentFacts,
+    WebhookError,
+    apply_step,
+    deliver_webhook,
+    event_body,
+    event_payload,
+    plan,
+    render_title,
+    sign,
+    verify_signature,
+)
+
+FACTS = DocumentFacts(
+    tenant="acme",
+    document_id=42,
+    sha256="ab" * 32,
+    filename="Scan_0001.PDF",
+    source="sftp:scanner-2og",
+    subfolder="Buchhaltung/2026",
+    tags=("Eingang",),
+    correspondent="Telekom",
+    document_type=None,
+    title="Kündigung Mobilfunkvertrag",
+    issued_date=date(2026, 11, 3),
+    page_count=3,
+)
+
+
+def workflow(name: str = "wf", when: dict[str, Any] | None = None, **then: Any) -> WorkflowRule:
+    data = {"tenant": "acme", "name": name, "when": when or {}, "then": then}
+    return WorkflowRule.model_validate(data)
+
+
+def runs(when: dict[str, Any], facts: DocumentFacts = FACTS) -> bool:
+    return bool(plan([workflow(when=when, add_tags=["X"])], facts))
+
+
+# --- conditions -----------------------------------------------------------------------
+
+
+def test_no_conditions_always_run() -> None:
+    """A workflow without conditions runs for every document of its tenant."""
+    assert runs({})
+
+
+def test_other_tenants_workflows_never_run() -> None:
+    """Workflows are scoped to their tenant."""
+    other = WorkflowRule.model_validate(
+        {"tenant": "other", "name": "wf", "then": {"add_tags": ["X"]}}
+    )
+    assert plan([other], FACTS) == []
+
+
+@pytest.mark.parametrize(
+    ("sources", "expected"),
+    [
+        pytest.param(["sftp:scanner-*"], True, id="glob"),
+        pytest.param(["cli", "sftp:*"], True, id="any-of-them"),
+        pytest.param(["watch:*"], False, id="other-source"),
+        pytest.param(["sftp:Scanner-*"], False, id="case-sensitive"),
+    ],
+)
+def test_sources_glob(sources: list[str], expected: bool) -> None:
+    """sources: one of the globs must match the document's source."""
+    assert runs({"sources": sources}) is expected
+
+
+def test_hot_folder_sources_are_globbed_by_path() -> None:
+    """A watch source is "watch:<folder>"; a glob can pick the folder."""
+    facts = dataclasses.replace(FACTS, source="watch:/srv/hot/acme/buchhaltung")
+    assert runs({"sources": ["watch:/srv/hot/acme/*"]}, facts)
+    assert not runs({"sources": ["watch:/srv/hot/other/*"]}, facts)
+
+
+@pytest.mark.parametrize(
+    ("glob", "expected"),
+    [
+        pytest.param("*.pdf", True, id="case-insensitive"),
+        pytest.param("scan_*", True, id="prefix"),
+        pytest.param("*.tif", False, id="other-extension"),
+    ],
+)
+def test_filename_glob(glob: str, expected: bool) -> None:
+    """filename: a case-insensitive glob on the original file name."""
+    assert runs({"filename": glob}) is expected
+
+
+@pytest.mark.parametrize(
+    ("subfolder", "glob", "expected"),
+    [
+        pytest.param("Buchhaltung", "Buchhaltung", True, id="exact"),
+        pytest.param("buchhaltung", "Buchhaltung", True, id="case-insensitive"),
+        pytest.param("Buchhaltung/2026", "Buchhaltung", False, id="exact-is-not-below"),
+        pytest.param("Buchhaltung/2026", "Buchhaltung/*", True, id="below"),
+        pytest.param("Buchhaltung/2026/11", "Buchhaltung/*", True, id="any-depth"),
+        pytest.param("Buchhaltung", "Buchhaltung/*", False, id="below-is-not-itself"),
+        pytest.param("", "", True, id="top-level"),
+        pytest.param("Buchhaltung", "", False, id="top-level-only"),
+    ],
+)
+def test_subfolder_glob(subfolder: str, glob: str, expected: bool) -> None:
+    """subfolder: a glob on the sub-folder below the inbox; "" is the top level."""
+    facts = dataclasses.replace(FACTS, subfolder=subfolder)
+    assert runs({"subfolder": glob}, facts) is expected
+
+
+def test_has_tags_needs_all_of_them() -> None:
+    """has_tags: every listed tag must be on the document (case-insensitive)."""
+    facts = dataclasses.replace(FACTS, tags=("Eingang", "Rechnung"))
+    assert runs({"has_tags": ["rechnung", "Eingang"]}, facts)
+    assert not runs({"has_tags": ["Rechnung", "Mahnung"]}, facts)
+
+
+def test_correspondent_and_document_type_conditions() -> None:
+    """correspondent/document_type must equal the document's (case-insensitive)."""
+    assert runs({"correspondent": "telekom"})
+    assert not runs({"correspondent": "Vodafone"})
+    assert not runs({"document_type": "Rechnung"})  # the document has none
+
+
+def test_all_given_conditions_must_hold() -> None:
+    """Conditions combine with AND."""
+    assert runs({"sources": ["sftp:*"], "filename": "*.pdf", "correspondent": "Telekom"})
+    assert not runs({"sources": ["sftp:*"], "filename": "*.tif", "correspondent": "Telekom"})
+
+
+# --- actions and chaining -------------------------------------------------------------
+
+
+def test_workflows_chain_in_config_order() -> None:
+    """Each workflow sees what the earlier ones did; a later one cannot feed an earlier one."""
+    rules = [
+        workflow("too-early", {"has_tags": ["Rechnung"]}, add_tags=["Früh"]),
+        workflow("tag", {"correspondent": "Telekom"}, add_tags=["Rechnung", "Eingang"]),
+        workflow("type", {"has_tags": ["Rechnung"]}, document_type="Telefonrechnung"),
+        workflow(
+            "title",
+            {"document_type": "Telefonrechnung"},
+            title="{correspondent} {document_type} {year}-{month}",
+        ),
+        workflow("after-title", {"filename": "*.pdf"}, title="{title} ({page_count} S.)"),
+    ]
+    applied = plan(rules, FACTS)
+    assert [a.workflow for a in applied] == ["tag", "type", "title", "after-title"]
+    assert applied[0].add_tags == ("Rechnung",)  # "Eingang" is already there
+    assert applied[1].document_type == "Telefonrechnung"
+    assert applied[2].title == "Telekom Telefonrechnung 2026-11"
+    assert applied[3].title == "Telekom Telefonrechnung 2026-11 (3 S.)"
+
+
+def test_title_sees_the_same_workflows_correspondent() -> None:
+    """Within one workflow, the title is rendered after its correspondent is set."""
+    [step] = plan([workflow(correspondent="Vodafone", title="{correspondent}: {title}")], FACTS)
+    assert step.title == "Vodafone: Kündigung Mobilfunkvertrag"
+
+
+def test_apply_step_gives_the_facts_after_a_step() -> None:
+    """apply_step() folds an Applied into the facts, as the next workflow sees them."""
+    step = Applied("wf", ("Neu",), None, "Rechnung", "Neuer Titel", None)
+    after = apply_step(FACTS, step)
+    assert after.tags == ("Eingang", "Neu") and after.correspondent == "Telekom"
+    assert (after.document_type, after.title) == ("Rechnung", "Neuer Titel")
+
+
+def test_workflow_needs_an_action() -> None:
+    """A workflow without any action is refused."""
+    with pytest.raises(ValidationError, match="at least one action"):
+        WorkflowActions()
+
+
+# --- title templates ------------------------------------------------------------------
+
+
+def test_every_placeholder_renders() -> None:
+    """All documented keys fill in; {{ and }} are literal braces."""
+    template = (
+        "{filename}|{stem}|{correspondent}|{document_type}|{issued_date}|{year}|{month}|"
+        "{tenant}|{source}|{subfolder}|{title}|{page_count}|{{x}}"
+    )
+    assert render_title(template, FACTS) == (
+        "Scan_0001.PDF|Scan_0001|Telekom||2026-11-03|2026|11|acme|sftp:scanner-2og|"
+        "Buchhaltung/2026|Kündigung Mobilfunkvertrag|3|{x}"
+    )
+
+
+def test_missing_values_leave_no_dangling_separators() -> None:
+    """Unknown values render empty and separators at the edges go."""
+    facts = dataclasses.replace(FACTS, correspondent=None, issued_date=None)
+    assert render_title("{correspondent} - {title} {year}", facts) == "Kündigung Mobilfunkvertrag"
+
+
+def test_title_that_renders_empty_is_not_set() -> None:
+    """A template that renders to nothing leaves the title alone (Applied.title None)."""
+    facts = dataclasses.replace(FACTS, document_type=None)
+    [step] = plan([workflow(title="{document_type}", add_tags=["X"])], facts)
+    assert step.title is None
+
+
+def test_rendered_title_is_capped_at_200() -> None:
+    """A rendered title is at most 200 characters, cut at a word."""
+    facts = dataclasses.replace(FACTS, title="Wort " * 100)
+    title = render_title("{title} {title}", facts)
+    assert len(title) <= 200 and title.endswith("Wort")
+
+
+@pytest.mark.parametrize(
+    ("template", "message"),
+    [
+        pytest.param("{owner}", "unknown placeholder {owner}", id="unknown-key"),
+        pytest.param("{}", "unknown placeholder {}", id="positional"),
+        pytest.param("{0}", "unknown placeholder {0}", id="index"),
+        pytest.param("{title.__class__}", "unknown placeholder", id="attribute"),
+        pytest.param("{title[0]}", "unknown placeholder", id="item"),
+        pytest.param("{title:>9999}", "plain placeholder", id="format-spec"),
+        pytest.param("{title!r}", "plain placeholder", id="conversion"),
+        pytest.param("{title", "malformed", id="unclosed"),
+        pytest.param("title}", "malformed", id="stray-brace"),
+    ],
+)
+def test_bad_title_templates_are_refused(template: str, message: str) -> None:
+    """Only plain {key} fields of the documented keys pass validation."""
+    with pytest.raises(ValidationError, match=message):
+        WorkflowActions(title=template)
+
+
+def test_unknown_placeholder_is_a_config_problem_with_key_path() -> None:
+    """check-config names the workflow's title key and the allowed keys."""
+    bad = {"tenant": "acme", "name": "wf", "then": {"title": "{owner} {title}"}}
+    with pytest.raises(ConfigError) as exc:
+        parse_config({"workflows": [bad]})
+    [problem] = exc.value.problems
+    assert problem.startswith("workflows[0].then.title:")
+    assert "{owner}" in problem and "correspondent" in problem
+
+
+# --- webhook config and secrets -------------------------------------------------------
+
+
+def secret_file(tmp_path: Path, content: str = "s3cret\n", mode: int = 0o600) -> Path:
+    path = tmp_path / "hook.secret"
+    path.write_text(content)
+    path.chmod(mode)
+    return path
+
+
+def test_secret_from_file_strips_the_newline(tmp_path: Path) -> None:
+    """secret_file (0600) is read on use; the trailing newline of `echo` is not secret."""
+    hook = WebhookConfig(url="https://example.org/hook", secret_file=secret_file(tmp_path))
+    assert hook.secret() == b"s3cret"
+
+
+def test_group_readable_secret_file_is_fine(tmp_path: Path) -> None:
+    """0640 (root:ingestd) is how a service user gets a root-owned secret."""
+    path = secret_file(tmp_path, mode=0o640)
+    assert WebhookConfig(url="http://h/", secret_file=path).secret() == b"s3cret"
+
+
+@pytest.mark.parametrize(
+    ("content", "mode", "message"),
+    [
+        pytest.param("s3cret", 0o644, "too open", id="world-readable"),
+        pytest.param("s3cret", 0o660, "too open", id="group-writable"),
+        pytest.param("\n", 0o600, "empty", id="empty"),
+    ],
+)
+def test_unsafe_or_empty_secret_file_is_refused(
+    tmp_path: Path, content: str, mode: int, message: str
+) -> None:
+    """A secret others can read, or an empty one, is a clear error, never used."""
+    hook = WebhookConfig(url="http://h/", secret_file=secret_file(tmp_path, content, mode))
+    with pytest.raises(ConfigError, match=message):
+        hook.secret()
+
+
+def test_missing_secret_file_is_a_clear_error(tmp_path: Path) -> None:
+    """A missing secret file names the file."""
+    hook = WebhookConfig(url="http://h/", secret_file=tmp_path / "nope")
+    with pytest.raises(ConfigError, match=r"nope: no such file"):
+        hook.secret()
+
+
+def test_secret_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """secret_env reads the variable on use; an unset one is a clear error."""
+    hook = WebhookConfig(url="http://h/", secret_env="INGESTD_TEST_HOOK_SECRET")
+    monkeypatch.setenv("INGESTD_TEST_HOOK_SECRET", "from-env")
+    assert hook.secret() == b"from-env"
+    monkeypatch.delenv("INGESTD_TEST_HOOK_SECRET")
+    with pytest.raises(ConfigError, match="INGESTD_TEST_HOOK_SECRET is not set"):
+        hook.secret()
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        pytest.param({}, "exactly one of secret_file or secret_env", id="neither"),
+        pytest.param({"secret_file": "/etc/s", "secret_env": "S"}, "exactly one", id="both"),
+        pytest.param({"secret": "plain", "secret_env": "S"}, "Extra inputs", id="plaintext"),
+        pytest.param({"secret_file": "rel/s"}, "absolute", id="relative-file"),
+        pytest.param({"secret_env": "1-BAD"}, "pattern", id="bad-env-name"),
+        pytest.param({"secret_env": "S", "url": "ftp://h/x"}, "http", id="ftp"),
+        pytest.param({"secret_env": "S", "url": "https://u:pw@h/x"}, "password", id="password"),
+        pytest.param({"secret_env": "S", "url": "https:///x"}, "host", id="no-host"),
+        pytest.param({"secret_env": "S", "url": "https://h:99999/"}, "port", id="bad-port"),
+        pytest.param({"secret_env": "S", "timeout": 0}, "greater than 0", id="zero-timeout"),
+        pytest.param({"secret_env": "S", "timeout": 121}, "less than or equal", id="long"),
+    ],
+)
+def test_bad_webhook_configs_are_refused(fields: dict[str, Any], message: str) -> None:
+    """No plaintext secrets, exactly one secret source, http(s) URLs, sane timeouts."""
+    with pytest.raises(ValidationError, match=message):
+        WebhookConfig.model_validate({"url": "https://example.org/hook"} | fields)
+
+
+def test_webhook_without_secret_is_a_config_problem() -> None:
+    """check-config names the workflow's webhook when its secret is missing."""
+    bad = {"tenant": "acme", "name": "wf", "then": {"webhook": {"url": "https://h/x"}}}
+    with pytest.raises(ConfigError) as exc:
+        parse_config({"workflows": [bad]})
+    [problem] = exc.value.problems
+    assert problem.startswith("workflows[0].then.webhook:") and "secret_env" in problem
+
+
+def test_urls_are_redacted_for_logs() -> None:
+    """Errors show no user info, query, fragment or token-like path segment."""
+    url = "https://user@hooks.example.org:8443/services/T0/B0/abcdefghijklmnopqrstuvwx?key=1#f"
+    assert redact_url(url) == "https://hooks.example.org:8443/services/T0/B0/…"
+
+
+# --- signatures -----------------------------------------------------------------------
+
+
+def test_signature_round_trip() -> None:
+    """verify_signature accepts our signature and refuses any change to body or time."""
+    body = event_body(event_payload(FACTS, "wf"))
+    header = sign(b"k", "1700000000", body)
+    assert header.startswith("sha256=") and len(header) == 7 + 64
+    assert verify_signature(b"k", "1700000000", body, header)
+    assert not verify_signature(b"other", "1700000000", body, header)
+    assert not verify_signature(b"k", "1700000001", body, header)
+    assert not verify_signature(b"k", "1700000000", body + b" ", header)
+    assert not verify_signature(b"k", "17e8", body, header)
+    assert verify_signature(b"k", "1700000000", body, header, max_age=300, now=1700000100)
+    assert not verify_signature(b"k", "1700000000", body, header, max_age=300, now=1700000400)
+
+
+def test_event_payload_shape() -> None:
+    """The event names the workflow, the tenant and the document's derived facts."""
+    event = event_payload(FACTS, "wf")
+    assert event == {
+        "event": "document.analyzed",
+        "workflow": "wf",
+        "tenant": "acme",
+        "document": {
+            "id": 42,
+            "sha256": "ab" * 32,
+            "filename": "Scan_0001.PDF",
+            "title": "Kündigung Mobilfunkvertrag",
+            "issued_date": "2026-11-03",
+            "tags": ["Eingang"],
+            "correspondent": "Telekom",
+            "document_type": None,
+            "source": "sftp:scanner-2og",
+            "subfolder": "Buchhaltung/2026",
+            "page_count": 3,
+        },
+    }
+    assert json.loads(event_body(event)) == event
+    assert "Kündigung".encode() in event_body(event)  # UTF-8, not \u escapes
+
+
+# --- delivery to a real HTTP server ---------------------------------------------------
+
+
+@dataclass
+class Receiver:
+    url: str
+    status: int = 204
+    body: bytes = b""
+    delay: float = 0.0
+    headers: dict[str, str] = field(default_factory=dict)
+    calls: list[dict[str, Any]] = field(default_factory=list)
+    release: threading.Event = field(default_factory=threading.Event)
+
+
+@pytest.fixture(autouse=True)
+def _no_proxy_for_loopback(monkeypatch: pytest.MonkeyPatch) -> None:
+    # deliver_webhook honours http_proxy; the test receiver is on this host.
+    monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    """A real HTTP server on 127.0.0.1 recording each POST and answering as told."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
+    rec = Receiver(url=f"http://127.0.0.1:{server.server_address[1]}/hook")
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            rec.calls.append({"path": self.path, "headers": dict(self.headers), "body": body})
+            if rec.delay:
+                rec.release.wait(rec.delay)
+            self.send_response(rec.status)
+            for name, value in rec.headers.items():
+                self.send_header(name, value)
+            self.send_header("Content-Length", str(len(rec.body)))
+            self.end_headers()
+            self.wfile.write(rec.body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server.RequestHandlerClass = Handler
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield rec
+    finally:
+        rec.release.set()
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
+def test_webhook_delivers_one_signed_post(receiver: Receiver, tmp_path: Path) -> None:
+    """One POST with JSON body, version, event id, timestamp and a signature that verifies
+    with the secret from the 0600 secret file."""
+    hook = WebhookConfig(url=receiver.url, secret_file=secret_file(tmp_path, "k3y\n"))
+    event = event_payload(FACTS, "wf")
+    before = int(time.time())
+    assert deliver_webhook(hook, event, event_id="acme:42:wf") == 204
+    [call] = receiver.calls
+    headers = {k.lower(): v for k, v in call["headers"].items()}
+    assert call["path"] == "/hook"
+    assert headers["content-type"] == "application/json"
+    assert headers["user-agent"] == f"ingestd/{__version__}"
+    assert headers["x-ingestd-event-id"] == "acme:42:wf"
+    assert before <= int(headers["x-ingestd-timestamp"]) <= time.time()
+    assert verify_signature(
+        b"k3y", headers["x-ingestd-timestamp"], call["body"], headers["x-ingestd-signature"],
+        max_age=60,
+    )  # fmt: skip
+    assert json.loads(call["body"]) == event
+    assert call["body"] == event_body(event)  # sorted keys, compact: reproducible bytes
+
+
+def test_webhook_with_secret_from_environment(
+    receiver: Receiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """secret_env signs the request with the variable's value."""
+    monkeypatch.setenv("INGESTD_TEST_HOOK_SECRET", "env-k3y")
+    hook = WebhookConfig(url=receiver.url, secret_env="INGESTD_TEST_HOOK_SECRET")
+    receiver.status = 200
+    assert deliver_webhook(hook, {"event": "x"}, event_id="e1") == 200
+    [call] = receiver.calls
+    headers = {k.lower(): v for k, v in call["headers"].items()}
+    ts, sig = headers["x-ingestd-timestamp"], headers["x-ingestd-signature"]
+    assert verify_signature(b"env-k3y", ts, call["body"], sig)
+
+
+def test_server_error_raises_webhook_error(receiver: Receiver, tmp_path: Path) -> None:
+    """A 500 raises WebhookError with status, body excerpt and a URL without secrets."""
+    receiver.status, receiver.body = 500, b"database\non fire " + b"x" * 1000
+    hook = WebhookConfig(url=receiver.url + "?token=hunter2", secret_file=secret_file(tmp_path))
+    with pytest.raises(WebhookError) as exc:
+        deliver_webhook(hook, {"event": "x"}, event_id="e1")
+    err = exc.value
+    assert err.status == 500 and err.url == receiver.url
+    assert "HTTP 500" in err.message and "database on fire" in err.message
+    assert "hunter2" not in err.message and len(err.detail) <= 201
+    assert len(receiver.calls) == 1
+
+
+def test_redirect_is_not_followed(receiver: Receiver, tmp_path: Path) -> None:
+    """A 3xx is an error: a signed POST is never sent on to another URL."""
+    receiver.status, receiver.headers = 307, {"Location": "http://127.0.0.1:9/elsewhere"}
+    hook = WebhookConfig(url=receiver.url, secret_file=secret_file(tmp_path))
+    with pytest.raises(WebhookError) as exc:
+        deliver_webhook(hook, {"event": "x"}, event_id="e1")
+    assert exc.value.status == 307 and len(receiver.calls) == 1
+
+
+def test_slow_receiver_times_out(receiver: Receiver, tmp_path: Path) -> None:
+    """A receiver that does not answer within the timeout raises WebhookError."""
+    receiver.delay = 10
+    hook = WebhookConfig(url=receiver.url, secret_file=secret_file(tmp_path), timeout=5)
+    started = time.monotonic()
+    with pytest.raises(WebhookError, match="timed out") as exc:
+        deliver_webhook(hook, {"event": "x"}, event_id="e1", timeout=0.3)
+    assert exc.value.status is None
+    assert time.monotonic() - started < 3
+
+
+def test_connection_refused_raises_webhook_error(tmp_path: Path) -> None:
+    """Nobody listening is a (retryable) WebhookError too."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    hook = WebhookConfig(url=f"http://127.0.0.1:{port}/", secret_file=secret_file(tmp_path))
+    with pytest.raises(WebhookError, match="no response") as exc:
+        deliver_webhook(hook, {"event": "x"}, event_id="e1")
+    assert exc.value.status is None
+
+
+def test_missing_secret_is_not_sent_unsigned(receiver: Receiver, tmp_path: Path) -> None:
+    """Without a readable secret nothing is sent."""
+    hook = WebhookConfig(url=receiver.url, secret_file=tmp_path / "gone")
+    with pytest.raises(ConfigError):
+        deliver_webhook(hook, {"event": "x"}, event_id="e1")
+    assert receiver.calls == []
