@@ -43,7 +43,9 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     results: list[dict[str, Any]] = []
     for f in files:
         try:
-            load_config(f)
+            missing = _missing_ocr_languages(load_config(f))
+            if missing:
+                raise ConfigError(f"{f}: {len(missing)} problem(s)", missing)
             results.append({"file": str(f), "ok": True, "problems": []})
         except ConfigError as exc:
             results.append(
@@ -61,6 +63,25 @@ def cmd_check_config(args: argparse.Namespace) -> int:
                 if problem != r["error"]:
                     print(f"  {problem}")
     return ExitCode.ok if all(r["ok"] for r in results) else ExitCode.config_invalid
+
+
+def _missing_ocr_languages(config: Config) -> list[str]:
+    """analysis languages without an installed tesseract pack (checked here, where the
+    machine is known, not in the schema: the config may be written on another host)."""
+    from worker.ocr import OcrError, available_languages
+
+    a = config.analysis
+    wanted = {"analysis.languages": a.languages}
+    wanted |= {f"analysis.tenant_languages.{t}": v for t, v in a.tenant_languages.items()}
+    try:
+        installed = available_languages()
+    except OcrError as exc:
+        return [f"analysis.languages: cannot list tesseract's languages: {exc.message}"]
+    return [
+        f"{key}: tesseract language {lang!r} is not installed "
+        f"(apt-get install tesseract-ocr-{lang.replace('_', '-')})"
+        for key, langs in wanted.items() for lang in langs if lang not in installed
+    ]
 
 
 # -- migrate ----------------------------------------------------------------------------
@@ -296,6 +317,40 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 # -- documents --------------------------------------------------------------------------
+def cmd_documents_analyze(args: argparse.Namespace) -> int:
+    """One new analyze-document job per document of the tenant (seed 004's re-analyze)."""
+    from ingestd.db import jsonb
+    from ingestd.runtime import open_database
+
+    config = _load(args)
+    queued: list[dict[str, int]] = []
+    missing: list[int] = []
+    with open_database(config) as db, db.transaction() as tx:
+        tenant = tx.one("tenant_by_name", {"name": args.tenant})
+        if tenant is None:
+            raise TenantNotFound(f"tenant {args.tenant!r} does not exist")
+        for doc_id in args.ids:
+            row = tx.one("job_document", {"id": doc_id, "tenant_id": tenant["id"]})
+            if row is None:
+                missing.append(doc_id)
+                continue
+            job = tx.one("job_insert", {
+                "tenant_id": tenant["id"], "document_id": doc_id, "kind": "analyze-document",
+                "payload": jsonb({"document_id": doc_id, "force": args.force}),
+                "derive_title": False,
+            })  # fmt: skip
+            assert job is not None
+            queued.append({"document_id": doc_id, "job_id": int(job["id"])})
+    if args.json:
+        _print_json({"queued": queued, "not_found": missing})
+    else:
+        for q in queued:
+            print(f"document {q['document_id']}: analyze-document job {q['job_id']} queued")
+        for m in missing:
+            print(f"document {m}: no such document of tenant {args.tenant}", file=sys.stderr)
+    return ExitCode.ok if not missing else ExitCode.not_found
+
+
 def cmd_documents(args: argparse.Namespace) -> int:
     from ingestd.runtime import open_database
 
@@ -384,6 +439,13 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--tenant", default=None)
     d.add_argument("--limit", type=int, default=50)
     d.set_defaults(func=cmd_documents)
+    d = dsub.add_parser("analyze", parents=[common, jsonopt],
+                        help="queue analyze-document again (re-OCR, re-derive)")  # fmt: skip
+    d.add_argument("--tenant", required=True)
+    d.add_argument("--force", action="store_true",
+                   help="redo the OCR too (else a saved text of the same bytes is reused)")
+    d.add_argument("ids", nargs="+", type=int, metavar="ID")
+    d.set_defaults(func=cmd_documents_analyze)
 
     s = sub.add_parser("hostkeys", parents=[common, jsonopt],
                        help="print the SFTP host key fingerprints (made if missing)")  # fmt: skip
@@ -417,9 +479,10 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("status", parents=[common, jsonopt], help="documents and jobs by tenant")
     s.set_defaults(func=cmd_status)
 
-    from ingestd import jobs_cli
+    from ingestd import jobs_cli, search_cli
 
     jobs_cli.add_parser(sub, common, jsonopt)
+    search_cli.add_parser(sub, common, jsonopt)
 
     s = sub.add_parser("verify", parents=[common, jsonopt], help="re-hash the archive")
     s.add_argument("--no-rehash", action="store_true", help="check presence and size only")

@@ -24,6 +24,7 @@ from pydantic import (
     model_validator,
 )
 
+from ingestd.config_rules import TaxonomyRule, WorkflowRule
 from ingestd.errors import ConfigError
 
 DEFAULT_CONFIG_PATH = Path("/etc/ingestd/ingestd.toml")
@@ -371,6 +372,50 @@ class WorkerConfig(_Section):
         return self.timeouts.get(kind, self.timeout_default)
 
 
+TESSERACT_LANG = r"^[a-z]{3}(_[a-z]+)?$"  # deu, eng, chi_sim, deu_latf
+
+
+class AnalysisConfig(_Section):
+    """analyze-document: OCR (ocrmypdf/tesseract), derived title and date."""
+
+    # Tesseract languages (installed packs: tesseract-ocr-<lang>); per tenant below.
+    languages: list[Annotated[str, Field(pattern=TESSERACT_LANG)]] = Field(
+        default_factory=lambda: ["deu", "eng"], min_length=1
+    )
+    tenant_languages: dict[str, list[Annotated[str, Field(pattern=TESSERACT_LANG)]]] = Field(
+        default_factory=dict
+    )
+    # PDF pages that already have text: skip them (their text is kept), redo the OCR
+    # layer (redo), or rasterise and OCR everything (force).
+    mode: Literal["skip", "redo", "force"] = "skip"
+    rotate_pages: bool = True
+    # ocrmypdf --jobs; 0 = one per core. One worker per core wants 1.
+    jobs: Annotated[int, Field(ge=0, le=64)] = 0
+    # Seconds for the OCR of one file (inside worker.timeouts["analyze-document"]).
+    ocr_timeout: Annotated[float, Field(gt=0, le=86400)] = 1500.0
+    thumbnail_width: Annotated[int, Field(ge=32, le=4000)] = 400
+    # For images without a resolution in their metadata.
+    image_dpi: Annotated[int, Field(ge=50, le=2400)] = 300
+    # A title read from the text (only for placeholder titles) is cut to this length.
+    title_max_length: Annotated[int, Field(ge=16, le=200)] = 128
+    # More taxonomy rules and workflows, in files of their own ([[taxonomy]] and
+    # [[workflows]] tables, the same keys as here); relative to this file.
+    rules_files: list[Path] = Field(default_factory=list)
+
+    @field_validator("tenant_languages")
+    @classmethod
+    def _tenant_names(cls, v: dict[str, list[str]]) -> dict[str, list[str]]:
+        for tenant, langs in v.items():
+            if not re.match(TENANT_NAME, tenant):
+                raise ValueError(f"{tenant!r} is not a tenant name")
+            if not langs:
+                raise ValueError(f"{tenant}: must name at least one language")
+        return v
+
+    def languages_for(self, tenant: str) -> tuple[str, ...]:
+        return tuple(self.tenant_languages.get(tenant) or self.languages)
+
+
 class LogConfig(_Section):
     level: Literal["debug", "info", "warning", "error"] = "info"
     format: Literal["auto", "json", "console"] = "auto"
@@ -386,6 +431,21 @@ class Config(_Section):
     watch: list[WatchConfig] = Field(default_factory=list)
     sftp: SftpConfig = Field(default_factory=SftpConfig)
     worker: WorkerConfig = Field(default_factory=WorkerConfig)
+    analysis: AnalysisConfig = Field(default_factory=AnalysisConfig)
+    taxonomy: list[TaxonomyRule] = Field(default_factory=list)
+    workflows: list[WorkflowRule] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _workflow_names_unique(self) -> Config:
+        seen: set[tuple[str, str]] = set()
+        for i, w in enumerate(self.workflows):
+            key = (w.tenant, w.name)
+            if key in seen:
+                raise ValueError(f"workflows[{i}].name: {w.name!r} is used twice for "
+                                 f"tenant {w.tenant!r} (a workflow runs once per document, "
+                                 "by name)")  # fmt: skip
+            seen.add(key)
+        return self
 
     @model_validator(mode="after")
     def _watch_paths_safe(self) -> Config:
@@ -469,6 +529,12 @@ def _resolve_relative(data: dict[str, Any], base: Path) -> None:
     # Relative paths are taken relative to the config file, not the working directory:
     # systemd and a shell would otherwise disagree about where the archive lives.
     tables = [data.get("paths")]
+    analysis = data.get("analysis")
+    if isinstance(analysis, dict) and isinstance(analysis.get("rules_files"), list):
+        analysis["rules_files"] = [
+            str(base / f) if isinstance(f, str) and f and not os.path.isabs(f) else f
+            for f in analysis["rules_files"]
+        ]
     watches = data.get("watch")
     if isinstance(watches, list):
         tables.extend(watches)
@@ -514,10 +580,57 @@ def load_config(path: Path | str | None = None) -> Config:
         raise ConfigError(f"{cfg_path}: no such file (set --config or {CONFIG_ENV})") from None
     except OSError as exc:
         raise ConfigError(f"{cfg_path}: cannot read: {exc.strerror}") from None
+    data = _parse_toml(cfg_path, raw)
+    base = cfg_path.resolve().parent
+    _resolve_relative(data, base)
+    _merge_rules_files(data, str(cfg_path))
+    return parse_config(data, source=str(cfg_path))
+
+
+def _parse_toml(path: Path, raw: bytes) -> dict[str, Any]:
     try:
-        data = tomllib.loads(raw.decode("utf-8"))
+        return tomllib.loads(raw.decode("utf-8"))
     except UnicodeDecodeError as exc:
-        raise ConfigError(f"{cfg_path}: not UTF-8 at byte {exc.start}") from None
+        raise ConfigError(f"{path}: not UTF-8 at byte {exc.start}") from None
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{cfg_path}: TOML syntax error: {exc}") from None
-    return parse_config(data, source=str(cfg_path), base=cfg_path.resolve().parent)
+        raise ConfigError(f"{path}: TOML syntax error: {exc}") from None
+
+
+class _RulesFile(_Section):
+    taxonomy: list[TaxonomyRule] = Field(default_factory=list)
+    workflows: list[WorkflowRule] = Field(default_factory=list)
+
+
+def _merge_rules_files(data: dict[str, Any], source: str) -> None:
+    """Append the rules of analysis.rules_files to the config's own, after checking each
+    file on its own so that a problem is reported with the file it is in."""
+    analysis = data.get("analysis")
+    files = analysis.get("rules_files") if isinstance(analysis, dict) else None
+    if not isinstance(files, list):
+        return
+    problems: list[str] = []
+    for name in files:
+        if not isinstance(name, str):
+            continue  # the schema reports it
+        path = Path(name)
+        try:
+            raw = path.read_bytes()
+        except OSError as exc:
+            problems.append(f"analysis.rules_files: {path}: cannot read: {exc.strerror}")
+            continue
+        try:
+            rules = _parse_toml(path, raw)
+        except ConfigError as exc:
+            problems.append(exc.message)
+            continue
+        try:
+            _RulesFile.model_validate(rules)
+        except ValidationError as exc:
+            problems.extend(f"{path}: {_format_error(e)}" for e in exc.errors())
+            continue
+        for key in ("taxonomy", "workflows"):
+            if not isinstance(data.get(key, []), list):
+                continue  # the schema reports it
+            data[key] = [*data.get(key, []), *rules.get(key, [])]
+    if problems:
+        raise ConfigError(f"{source}: {len(problems)} problem(s)", problems)

@@ -108,6 +108,8 @@ def _toml_value(v: Any) -> str:
         return str(v)
     if isinstance(v, list):
         return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    if isinstance(v, dict):  # an inline table: workflows' when/then
+        return "{" + ", ".join(f"{k} = {_toml_value(x)}" for k, x in v.items()) + "}"
     return '"' + str(v).replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 

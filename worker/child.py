@@ -8,7 +8,8 @@ parent), fed jobs over a Pipe, and replaced when it dies or is killed for a time
 
 Protocol (pickled tuples over the Pipe):
   parent -> child   ("run", Job) | ("config", Config) | ("stop",)
-  child -> parent   ("ready", pid) once, then per job ("ok", result) | ("permanent", message)
+  child -> parent   ("ready", pid) once, then per job ("ok", (result, data))
+                    | ("permanent", message)
                     | ("error", "ExcType: message" + traceback tail)
 
 The child puts itself in its own process group (a timeout kill reaches the programs the
@@ -196,7 +197,7 @@ def run_job(job: Job, kinds: dict[str, Kind], config: Config, db: Database) -> R
         return ("permanent", str(exc) or type(exc).__name__)
     except BaseException as exc:  # SystemExit from a handler is a failed attempt too
         return ("error", describe_exception(exc))
-    return ("ok", ctx.result)
+    return ("ok", (ctx.result, ctx.data))
 
 
 def child_main(
@@ -231,7 +232,8 @@ def child_main(
                     conn.send(result)
                 except (BrokenPipeError, EOFError):
                     break
-                except Exception as exc:  # an unpicklable result: the work itself is done
-                    conn.send(("ok", {"unsendable_result": f"{type(exc).__name__}: {exc}"}))
+                except Exception as exc:  # unpicklable: what it derived cannot be written
+                    conn.send(("error", f"job result could not be sent to the worker: "
+                                        f"{type(exc).__name__}: {exc}"))  # fmt: skip
     finally:
         db.close()

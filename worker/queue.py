@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -138,10 +139,22 @@ class Queue:
             n = tx.run("job_heartbeat", {**self._ids(job), "lease": self.config.lease_seconds})
         return n == 1
 
-    def done(self, job: Job) -> bool:
-        with self.db.autocommit() as tx:
+    def done(
+        self, job: Job, apply: Callable[[Tx, Job, dict[str, Any]], None] | None = None,
+        data: dict[str, Any] | None = None,
+    ) -> bool:  # fmt: skip
+        """Mark the job done; with ``apply``, write its derived ``data`` in the same
+        transaction, and only if the job is still ours."""
+        if apply is None:
+            with self.db.autocommit() as tx:
+                row = tx.one("job_done", self._ids(job))
+            return bool(row and row["n"])
+        with self.db.transaction() as tx:
             row = tx.one("job_done", self._ids(job))
-        return bool(row and row["n"])
+            if not (row and row["n"]):
+                return False
+            apply(tx, job, data or {})
+        return True
 
     def fail(self, job: Job, error: str, *, permanent: bool = False) -> FailOutcome | None:
         """Count a failed attempt: back to queued with backoff, or failed for good."""

@@ -260,6 +260,7 @@ class Runner:
         self._status_text = ""
         self._stopping_logged = False
         self.jobs_run = 0
+        self.kinds: dict[str, Kind] = {}
 
     # -- public ---------------------------------------------------------------------------
     def stop(self) -> None:
@@ -267,7 +268,7 @@ class Runner:
         self.flags.request_stop("stop()")
 
     def run(self, *, install_signals: bool = True) -> int:
-        kinds = load_kinds(self.plugins)
+        kinds = self.kinds = load_kinds(self.plugins)
         if install_signals:
             self.flags.install()
         try:
@@ -455,15 +456,23 @@ class Runner:
         kind, detail = result
         seconds = _secs(t0)
         if kind == "ok":
-            if self._record(jl, lambda: self.queue.done(job)):
-                jl.info("job.done", seconds=seconds, result=detail or None)
+            summary, data = detail if isinstance(detail, tuple) else (detail, {})
+            registered = self.kinds.get(job.kind)
+            apply = registered.apply if registered is not None else None
+            try:
+                ours = self._record(jl, lambda: self.queue.done(job, apply, data))
+            except Exception as exc:  # the applier failed: a failed attempt, not a lost job
+                kind, detail = "error", f"writing the job's results failed: {describe(exc)}"
             else:
-                jl.warning(
-                    "job.lost",
-                    seconds=seconds,
-                    error="finished, but the job was no longer ours (lease expired)",
-                )
-            return True
+                if ours:
+                    jl.info("job.done", seconds=seconds, result=summary or None)
+                else:
+                    jl.warning(
+                        "job.lost",
+                        seconds=seconds,
+                        error="finished, but the job was no longer ours (lease expired)",
+                    )
+                return True
         if kind == "released":
             if self._record(jl, lambda: self.queue.release(job)):
                 jl.warning("job.released", seconds=seconds, reason=detail)
@@ -572,6 +581,11 @@ class Runner:
             running_job=job,
             shutdown_grace=self.config.worker.shutdown_grace if job else None,
         )
+
+
+def describe(exc: BaseException) -> str:
+    message = exc.message if isinstance(exc, IngestdError) else str(exc)
+    return f"{type(exc).__name__}: {message}"[:2000]
 
 
 def _secs(t0: float) -> float:

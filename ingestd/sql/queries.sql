@@ -190,8 +190,94 @@ VALUES (%(tenant_id)s, %(document_id)s, %(kind)s, %(payload)s, %(derive_title)s)
 RETURNING id;
 
 -- name: job_document
-SELECT id, tenant_id, sha256, size_bytes, archive_path, original_filename, title, mime_type
-FROM documents WHERE id = %(id)s AND tenant_id = %(tenant_id)s;
+SELECT d.id, d.tenant_id, d.sha256, d.size_bytes, d.archive_path, d.original_filename,
+       d.title, d.mime_type, d.issued_date, d.source, d.source_subdir,
+       c.name AS correspondent, y.name AS document_type,
+       coalesce((SELECT array_agg(g.name ORDER BY g.name) FROM document_tags dt
+                 JOIN tags g ON g.id = dt.tag_id WHERE dt.document_id = d.id), '{}') AS tags,
+       coalesce((SELECT array_agg(r.workflow ORDER BY r.workflow)
+                 FROM document_workflow_runs r WHERE r.document_id = d.id), '{}') AS workflows_run
+FROM documents d
+LEFT JOIN correspondents c ON c.id = d.correspondent_id
+LEFT JOIN document_types y ON y.id = d.document_type_id
+WHERE d.id = %(id)s AND d.tenant_id = %(tenant_id)s;
+
+-- ===================================================================== analysis results
+-- Written by the worker in the transaction that marks the analyze-document job done.
+
+-- name: content_upsert
+-- The search vector: title (weight A) and text (B), each in the 'german' configuration
+-- (stems) and 'simple' (exact words, names, numbers). The text is capped so a 3,000-page
+-- scan stays under tsvector's 1 MB limit; the whole text is still stored.
+INSERT INTO document_content AS c (document_id, tenant_id, page_count, pages, content,
+    languages, searchable_pdf, thumbnail, engine, search, analyzed_at)
+SELECT d.id, d.tenant_id, %(page_count)s, %(pages)s, %(content)s, %(languages)s,
+       %(searchable_pdf)s, %(thumbnail)s, %(engine)s,
+       setweight(to_tsvector('german', d.title), 'A')
+       || setweight(to_tsvector('simple', d.title), 'A')
+       || setweight(to_tsvector('german', left(%(content)s, 200000)), 'B')
+       || setweight(to_tsvector('simple', left(%(content)s, 200000)), 'B'),
+       now()
+FROM documents d WHERE d.id = %(document_id)s AND d.tenant_id = %(tenant_id)s
+ON CONFLICT (document_id) DO UPDATE SET
+    page_count = EXCLUDED.page_count, pages = EXCLUDED.pages, content = EXCLUDED.content,
+    languages = EXCLUDED.languages, searchable_pdf = EXCLUDED.searchable_pdf,
+    thumbnail = EXCLUDED.thumbnail, engine = EXCLUDED.engine, search = EXCLUDED.search,
+    analyzed_at = EXCLUDED.analyzed_at;
+
+-- name: document_title_derived
+-- Only over the placeholder it replaces: a title a person set meanwhile is kept.
+UPDATE documents SET title = %(title)s
+WHERE id = %(id)s AND tenant_id = %(tenant_id)s AND title = %(placeholder)s;
+
+-- name: document_title_workflow
+UPDATE documents SET title = %(title)s WHERE id = %(id)s AND tenant_id = %(tenant_id)s;
+
+-- name: document_issued_date
+-- A date from the file name (set at intake) or by a person wins over one read from text.
+UPDATE documents SET issued_date = %(issued_date)s
+WHERE id = %(id)s AND tenant_id = %(tenant_id)s AND issued_date IS NULL;
+
+-- name: correspondent_ensure
+INSERT INTO correspondents (tenant_id, name) VALUES (%(tenant_id)s, %(name)s)
+ON CONFLICT ON CONSTRAINT correspondents_tenant_name_key DO NOTHING;
+
+-- name: document_correspondent
+UPDATE documents SET correspondent_id =
+    (SELECT id FROM correspondents WHERE tenant_id = %(tenant_id)s AND name = %(name)s)
+WHERE id = %(id)s AND tenant_id = %(tenant_id)s;
+
+-- name: document_type_ensure
+INSERT INTO document_types (tenant_id, name) VALUES (%(tenant_id)s, %(name)s)
+ON CONFLICT ON CONSTRAINT document_types_tenant_name_key DO NOTHING;
+
+-- name: document_document_type
+UPDATE documents SET document_type_id =
+    (SELECT id FROM document_types WHERE tenant_id = %(tenant_id)s AND name = %(name)s)
+WHERE id = %(id)s AND tenant_id = %(tenant_id)s;
+
+-- name: workflow_ran
+INSERT INTO document_workflow_runs (document_id, workflow, tenant_id)
+VALUES (%(document_id)s, %(workflow)s, %(tenant_id)s)
+ON CONFLICT DO NOTHING;
+
+-- name: search
+-- Tenant-scoped full-text search: the query in both configurations (a German word finds
+-- its inflections, a name or number finds itself); ranked, with a snippet of the text.
+WITH q AS (
+    SELECT websearch_to_tsquery('german', %(query)s) || websearch_to_tsquery('simple', %(query)s)
+        AS query
+)
+SELECT d.id, d.title, d.issued_date, d.original_filename, c.page_count,
+       ts_rank_cd(c.search, q.query) AS rank,
+       ts_headline('german', left(c.content, 100000), q.query,
+                   'MaxFragments=2, MaxWords=18, MinWords=6, StartSel=«, StopSel=»')
+           AS snippet
+FROM q, document_content c
+JOIN documents d ON d.id = c.document_id
+WHERE c.tenant_id = %(tenant_id)s AND c.search @@ q.query
+ORDER BY rank DESC, d.id DESC
+LIMIT %(limit)s;
 
 -- ===================================================================== jobs (admin)
 -- name: jobs_list

@@ -173,3 +173,44 @@ def test_nested_hot_folders_are_refused() -> None:
         {"watch": [{"path": "/srv/hot", "tenant": "a"}, {"path": "/srv/hot/x", "tenant": "b"}]}
     )
     assert any("watch[1].path (/srv/hot/x) overlaps watch[0].path" in p for p in problems)
+
+
+def test_check_config_refuses_broken_taxonomy_regex(tmp_path: Path) -> None:
+    """A taxonomy rule whose regex does not compile: check-config exits 3 naming the rule,
+    in the config itself and in a file named by analysis.rules_files."""
+    rule = '[[taxonomy]]\ntenant = "acme"\nkind = "tag"\nname = "Rechnung"\n'
+    rule += 'algorithm = "regex"\nmatch = "Rechnung(snummer"\n'
+    inline = tmp_path / "inline.toml"
+    inline.write_text(rule)
+    (tmp_path / "rules").mkdir()
+    (tmp_path / "rules" / "acme.toml").write_text(rule)
+    named = tmp_path / "named.toml"
+    named.write_text('[analysis]\nrules_files = ["rules/acme.toml"]\n')
+    cmd = [sys.executable, "-m", "ingestd.cli", "check-config"]
+    proc = subprocess.run([*cmd, str(inline)], capture_output=True, text=True)
+    assert proc.returncode == 3
+    assert "taxonomy[0].match" in proc.stdout and "Rechnung" in proc.stdout
+    proc = subprocess.run([*cmd, str(named)], capture_output=True, text=True)
+    assert proc.returncode == 3
+    assert str(tmp_path / "rules" / "acme.toml") in proc.stdout
+
+
+def test_check_config_names_a_missing_ocr_language(tmp_path: Path) -> None:
+    """An OCR language without its tesseract pack: check-config exits 3 naming the package."""
+    cfg = tmp_path / "ocr.toml"
+    cfg.write_text('[analysis]\nlanguages = ["deu", "xyz"]\n')
+    proc = subprocess.run([sys.executable, "-m", "ingestd.cli", "check-config", str(cfg)],
+                          capture_output=True, text=True)  # fmt: skip
+    assert proc.returncode == 3
+    assert "analysis.languages" in proc.stdout and "tesseract-ocr-xyz" in proc.stdout
+
+
+def test_rules_files_are_merged_with_the_config(tmp_path: Path) -> None:
+    """Rules from analysis.rules_files come after the config's own, paths relative to it."""
+    (tmp_path / "r.toml").write_text(
+        '[[taxonomy]]\ntenant = "acme"\nkind = "tag"\nname = "B"\nmatch = "b"\n'
+    )
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('[analysis]\nrules_files = ["r.toml"]\n\n'
+                   '[[taxonomy]]\ntenant = "acme"\nkind = "tag"\nname = "A"\nmatch = "a"\n')
+    assert [r.name for r in load_config(cfg).taxonomy] == ["A", "B"]

@@ -3,6 +3,11 @@
 A handler runs in the worker's child process with a ``JobContext``. It returns normally
 on success, raises ``PermanentError`` for a failure no retry can fix (an encrypted PDF,
 a malformed payload), and any other exception for a failure worth retrying.
+
+A kind may also have an *applier*: what the handler derived (``ctx.data``) travels back to
+the worker, which writes it with the applier in the same transaction that marks the job
+done. So derived data and the job's completion commit together or not at all, and only
+while the job is still this worker's (a rescued attempt's results are never written).
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ingestd.config import Config
-from ingestd.db import Database
+from ingestd.db import Database, Tx
 from worker.queue import RETIRED_KINDS, Job
 
 
@@ -27,11 +32,15 @@ class JobContext:
     config: Config
     db: Database
     log: Any
-    # Handlers may put what they derived here; the runner logs it with the outcome.
+    # A short summary for the log line of the outcome (counts, names; not the text).
     result: dict[str, Any] = field(default_factory=dict)
+    # What the kind's applier writes when the job is marked done (may be large: OCR text).
+    data: dict[str, Any] = field(default_factory=dict)
 
 
 Handler = Callable[[JobContext], None]
+# (transaction, job, ctx.data) -> None; runs in the worker, inside the done transaction.
+Applier = Callable[[Tx, Job, dict[str, Any]], None]
 
 
 @dataclass(frozen=True)
@@ -41,6 +50,7 @@ class Kind:
     # The tenant statuses a job of this kind may run under (seed 004: analyze and purge
     # need an active tenant; provision runs while "creating", delete while "deleting").
     tenant_status: frozenset[str]
+    apply: Applier | None = None
 
 
 REGISTRY: dict[str, Kind] = {}
@@ -48,13 +58,13 @@ BUILTIN_MODULES = ("worker.jobs.analyze",)
 
 
 def register(
-    name: str, *, tenant_status: Iterable[str] = ("active",)
+    name: str, *, tenant_status: Iterable[str] = ("active",), apply: Applier | None = None
 ) -> Callable[[Handler], Handler]:
     if name in RETIRED_KINDS:
         raise ValueError(f"{name!r} is a retired job kind")
 
     def decorate(fn: Handler) -> Handler:
-        REGISTRY[name] = Kind(name, fn, frozenset(tenant_status))
+        REGISTRY[name] = Kind(name, fn, frozenset(tenant_status), apply)
         return fn
 
     return decorate

@@ -1,31 +1,246 @@
-"""analyze-document: derive what the archive does not hold (OCR text, title, date, tags).
+"""analyze-document: derive what the archive does not hold (text, title, date, taxonomy).
 
-This first step checks the archived file against its record: present, same size, same
-SHA-256. A document whose bytes are gone or altered must not get derived data from
-something else; that is a permanent failure an admin has to look at (`ingestd verify`).
-OCR, title/date derivation, taxonomy and workflows follow as further steps.
+Steps (seed 004's pipeline: thumbnails, OCR, DetermineIssuedAt, index; seed 000's
+taxonomy auto-assignment and on_upload workflows), in the job's child process:
+
+1. check the archived file against its record (present, same size, same SHA-256): a
+   document whose bytes are gone or altered must not get derived data from something else;
+2. OCR (worker/ocr.py) into ``<derived>/<archive path without extension>/``: a
+   searchable PDF, a thumbnail and ``text.json`` (the text per page). A retry after a
+   later step failed reuses ``text.json`` instead of running OCR again; ``force`` redoes it;
+3. title from the text (only for a placeholder title, invariant 5), issued date from the
+   text (only if the file name gave none), taxonomy rules, then workflows in config order;
+4. webhooks are delivered here, each recorded at once so a retry does not repeat it.
+
+Everything else is written by ``apply`` in the worker, in the transaction that marks the
+job done (worker/jobs/__init__.py): text, search vector, title, date, tags, correspondent,
+type and the workflows that ran commit together with the job's completion, or not at all.
+The archived original is only ever read (invariant 4).
 """
 
 from __future__ import annotations
 
+import contextlib
+import datetime
 import hashlib
+import json
 import os
+import tempfile
+from pathlib import Path
+from typing import Any
 
 from ingestd.archive import LocalArchive
+from ingestd.db import Tx
+from worker import ocr
+from worker.content_title import title_from_text
+from worker.dates import date_from_text
 from worker.jobs import JobContext, PermanentError, register
+from worker.queue import Job
+from worker.taxonomy import match_rules
+from worker.workflows import DocumentFacts, apply_step, deliver_webhook, event_payload, plan
 
 CHUNK = 1 << 20
+TEXT_FILE = "text.json"
+TEXT_FORMAT = 1
 
 
-@register("analyze-document")
+def apply_analysis(tx: Tx, job: Job, data: dict[str, Any]) -> None:
+    """Write what the handler derived; runs in the worker's done transaction."""
+    ids = {"id": job.document_id, "tenant_id": job.tenant_id}
+    title = data.get("title")
+    if title:
+        tx.run("document_title_derived",
+               {**ids, "title": title, "placeholder": data["placeholder"]})  # fmt: skip
+    if data.get("workflow_title"):
+        tx.run("document_title_workflow", {**ids, "title": data["workflow_title"]})
+    if data.get("issued_date"):
+        tx.run("document_issued_date", {**ids, "issued_date": data["issued_date"]})
+    for field, ensure, link in (
+        ("correspondent", "correspondent_ensure", "document_correspondent"),
+        ("document_type", "document_type_ensure", "document_document_type"),
+    ):
+        name = data.get(field)
+        if name:
+            tx.run(ensure, {"tenant_id": job.tenant_id, "name": name})
+            tx.run(link, {**ids, "name": name})
+    for origin in ("taxonomy", "workflow"):
+        names = sorted(set(data.get(f"{origin}_tags", [])))
+        if names:
+            tx.run("tags_ensure", {"tenant_id": job.tenant_id, "names": names})
+            tx.run("tags_link", {"tenant_id": job.tenant_id, "document_id": job.document_id,
+                                 "names": names, "origin": origin})  # fmt: skip
+    for name in data.get("workflows", []):
+        tx.run("workflow_ran", {"document_id": job.document_id, "workflow": name,
+                                "tenant_id": job.tenant_id})  # fmt: skip
+    pages: list[str] = data["pages"]
+    tx.run("content_upsert", {
+        "document_id": job.document_id, "tenant_id": job.tenant_id,
+        "page_count": data["page_count"], "pages": pages, "content": "\f".join(pages),
+        "languages": data["languages"], "searchable_pdf": data.get("searchable_pdf"),
+        "thumbnail": data.get("thumbnail"), "engine": data["engine"],
+    })  # fmt: skip
+
+
+@register("analyze-document", apply=apply_analysis)
 def analyze_document(ctx: JobContext) -> None:
-    job = ctx.job
+    job, cfg = ctx.job, ctx.config
     with ctx.db.transaction() as tx:
         doc = tx.one("job_document", {"id": job.document_id, "tenant_id": job.tenant_id})
     if doc is None:
         raise PermanentError(f"document {job.document_id} of tenant {job.tenant} not found")
-    archive = LocalArchive(ctx.config.paths.archive_dir)
-    path = archive.path_of(str(doc["archive_path"]))
+    archive = LocalArchive(cfg.paths.archive_dir)
+    original = archive.path_of(str(doc["archive_path"]))
+    verify_original(original, doc)
+
+    force = bool(job.payload.get("force"))
+    out_dir = derived_dir(cfg.paths.derived_dir, str(doc["archive_path"]))
+    text = None if force else load_text(out_dir, str(doc["sha256"]))
+    if text is None:
+        text = run_ocr(ctx, original, str(doc["mime_type"]), out_dir)
+        save_text(out_dir, str(doc["sha256"]), text)
+    pages: list[str] = text["pages"]
+    full = "\n\n".join(pages)
+    rel_dir = out_dir.relative_to(cfg.paths.derived_dir)
+
+    data: dict[str, Any] = {
+        "pages": pages, "page_count": text["page_count"], "engine": text["engine"],
+        "languages": text["languages"], "placeholder": doc["title"],
+        "searchable_pdf": str(rel_dir / text["searchable_pdf"]),
+        "thumbnail": str(rel_dir / text["thumbnail"]),
+    }  # fmt: skip
+    title = str(doc["title"])
+    if job.derive_title:
+        derived = title_from_text(full, cfg.analysis.title_max_length)
+        if derived:
+            data["title"] = title = derived
+    issued: datetime.date | None = doc["issued_date"]
+    if issued is None:
+        issued = date_from_text(full)
+        if issued is not None:
+            data["issued_date"] = issued
+
+    matches = match_rules(cfg.taxonomy, job.tenant, f"{title}\n{full}")
+    data["taxonomy_tags"] = list(matches.tags)
+    correspondent = matches.correspondent or doc["correspondent"]
+    document_type = matches.document_type or doc["document_type"]
+    data["correspondent"], data["document_type"] = matches.correspondent, matches.document_type
+
+    facts = DocumentFacts(
+        tenant=job.tenant, document_id=int(doc["id"]), sha256=str(doc["sha256"]),
+        filename=str(doc["original_filename"]), source=str(doc["source"]),
+        subfolder=str(doc["source_subdir"]),
+        tags=tuple(sorted({*doc["tags"], *matches.tags})),
+        correspondent=correspondent, document_type=document_type, title=title,
+        issued_date=issued, page_count=int(text["page_count"]),
+    )  # fmt: skip
+    run_workflows(ctx, facts, set(doc["workflows_run"]), data)
+    ctx.data = data
+    ctx.result.update(pages=text["page_count"], ocr=text.get("ran", False),
+                      title=data.get("workflow_title") or data.get("title"),
+                      issued_date=issued.isoformat() if issued else None,
+                      tags=sorted({*data["taxonomy_tags"], *data.get("workflow_tags", [])}),
+                      workflows=data.get("workflows", []))  # fmt: skip
+
+
+def run_workflows(
+    ctx: JobContext, facts: DocumentFacts, already: set[str], data: dict[str, Any]
+) -> None:
+    """Plan the tenant's workflows; deliver webhooks now (recorded one by one), and leave
+    the rest of the actions to ``apply``. A workflow that ran before is skipped whole."""
+    rules = [w for w in ctx.config.workflows if w.tenant == facts.tenant]
+    if not rules:
+        return
+    tags: list[str] = []
+    ran: list[str] = []
+    for applied in plan(rules, facts):
+        # The facts as this workflow left them: its event shows its own tags and title.
+        facts = apply_step(facts, applied)
+        if applied.workflow in already:
+            continue
+        tags.extend(applied.add_tags)
+        if applied.correspondent:
+            data["correspondent"] = applied.correspondent
+        if applied.document_type:
+            data["document_type"] = applied.document_type
+        if applied.title:
+            data["workflow_title"] = applied.title
+        if applied.webhook is not None:
+            event = event_payload(facts, applied.workflow)
+            event_id = f"{facts.tenant}:{facts.document_id}:{applied.workflow}"
+            status = deliver_webhook(applied.webhook, event, event_id=event_id)
+            # Recorded now, not with the job: the POST happened, whatever fails later.
+            with ctx.db.transaction() as tx:
+                tx.run("workflow_ran", {"document_id": facts.document_id,
+                                        "workflow": applied.workflow,
+                                        "tenant_id": ctx.job.tenant_id})  # fmt: skip
+            ctx.log.info("workflow.webhook_delivered", workflow=applied.workflow,
+                         status=status, event_id=event_id)  # fmt: skip
+        ran.append(applied.workflow)
+    data["workflow_tags"] = tags
+    data["workflows"] = ran
+
+
+def run_ocr(ctx: JobContext, original: Path, mime_type: str, out_dir: Path) -> dict[str, Any]:
+    a = ctx.config.analysis
+    languages = a.languages_for(ctx.job.tenant)
+    opts = ocr.OcrOptions(
+        languages=languages, mode=a.mode,
+        rotate_pages=a.rotate_pages, jobs=a.jobs, timeout=a.ocr_timeout,
+        thumbnail_width=a.thumbnail_width, image_dpi=a.image_dpi,
+    )  # fmt: skip
+    try:
+        res = ocr.analyze_file(original, mime_type, out_dir, opts)
+    except (ocr.OcrInputError, ocr.OcrConfigError) as exc:
+        # Retrying cannot fix the input; a missing language pack needs an admin first
+        # (then `ingestd jobs retry`), and check-config names it beforehand.
+        raise PermanentError(exc.message) from None
+    return {"pages": res.pages, "page_count": res.page_count, "engine": res.engine,
+            "languages": "+".join(languages), "searchable_pdf": res.searchable_pdf,
+            "thumbnail": res.thumbnail, "ran": True}  # fmt: skip
+
+
+def derived_dir(root: Path, archive_path: str) -> Path:
+    """``<derived>/<tenant>/<yyyy>/<mm>/<sha256>/``: the archive's layout, so a document's
+    derivatives are found from its record alone. Refuses a path that would escape."""
+    rel = Path(archive_path).with_suffix("")
+    if rel.is_absolute() or ".." in rel.parts:
+        raise PermanentError(f"archive path {archive_path!r} is not a relative archive path")
+    return root / rel
+
+
+def load_text(out_dir: Path, sha256: str) -> dict[str, Any] | None:
+    """The text a previous attempt saved for the same bytes, or None."""
+    try:
+        saved = json.loads((out_dir / TEXT_FILE).read_text("utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(saved, dict) or saved.get("format") != TEXT_FORMAT:
+        return None
+    if saved.get("sha256") != sha256 or not isinstance(saved.get("pages"), list):
+        return None
+    if not all((out_dir / str(saved.get(k))).is_file() for k in ("searchable_pdf", "thumbnail")):
+        return None
+    saved["ran"] = False
+    return saved
+
+
+def save_text(out_dir: Path, sha256: str, text: dict[str, Any]) -> None:
+    body = json.dumps({**text, "format": TEXT_FORMAT, "sha256": sha256, "ran": None},
+                      ensure_ascii=False).encode()  # fmt: skip
+    fd, tmp = tempfile.mkstemp(prefix=".text-", suffix=".tmp", dir=out_dir)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(body)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, out_dir / TEXT_FILE)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def verify_original(path: Path, doc: dict[str, Any]) -> None:
     digest = hashlib.sha256()
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -43,4 +258,3 @@ def analyze_document(ctx: JobContext) -> None:
             f"archived file {doc['archive_path']} does not match its record "
             f"(size {size}, expected {doc['size_bytes']}); run `ingestd verify`"
         )
-    ctx.result["verified_bytes"] = size

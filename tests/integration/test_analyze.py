@@ -1,0 +1,265 @@
+"""analyze-document end to end: real files, real ocrmypdf/tesseract, real Postgres, the
+worker loop in this process with its real job child; a real hot folder and a real HTTP
+server for the workflow's webhook."""
+
+from __future__ import annotations
+
+import hashlib
+import http.server
+import json
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ingestd.db import Database
+from ingestd.intake import IntakeItem, Outcome
+from ingestd.runtime import make_intake
+from ingestd.watch import HotFolders
+from tests.conftest import Env, run_cli, wait_until
+from tests.fixtures.scans import encrypted_pdf, image_pdf, truncated_pdf
+from worker.queue import enqueue
+from worker.runner import Runner
+from worker.sdnotify import Notifier
+from worker.workflows import verify_signature
+
+WORKER = {"poll_interval": 0.1, "lease_seconds": 30, "retry_base": 0.05, "max_retries": 3}
+# Each OCR here is a few small pages: one tesseract per page is plenty.
+ANALYSIS = {"jobs": 1, "thumbnail_width": 200}
+
+LETTER = [
+    ["Telekom Deutschland GmbH", "Bonn, den 03.11.2026", "Betreff: Kündigung Mobilfunkvertrag",
+     "Sehr geehrte Damen und Herren"],
+    ["Ihre Vertragsnummer lautet 4711", "Die Kündigung wird bestätigt"],
+    ["Die Rufnummernmitnahme beantragen Sie bitte", "Mit freundlichen Grüßen"],
+]  # fmt: skip
+
+TAXONOMY = [
+    {"tenant": "acme", "kind": "tag", "name": "Telefon", "match": "mobilfunkvertrag rufnummer",
+     "algorithm": "any"},
+    {"tenant": "acme", "kind": "correspondent", "name": "Telekom",
+     "match": "Telekom Deutschland", "algorithm": "exact"},
+    {"tenant": "acme", "kind": "document_type", "name": "Kündigung", "match": "kuendigung",
+     "algorithm": "any"},
+    {"tenant": "other", "kind": "tag", "name": "Fremd", "match": "telekom"},
+]  # fmt: skip
+
+
+def _one(db: Database, sql: str, params: dict[str, Any] | None = None) -> Any:
+    with db.transaction() as tx:
+        rows = tx.raw(sql, params)
+    return rows[0] if rows else None
+
+
+def _drain(env: Env, db: Database) -> None:
+    """Run the worker loop here until no job is queued (--drain stops while a retry waits
+    for its time, so drain again; bounded)."""
+    for _ in range(10):
+        runner = Runner(env.config, db, config_path=env.config_path, worker_id="w-analyze",
+                        drain=True, notifier=Notifier({}))  # fmt: skip
+        assert runner.run(install_signals=False) == 0
+        if not _one(db, "SELECT 1 AS q FROM processing_jobs WHERE status = 'queued'"):
+            return
+        time.sleep(0.1)  # retry_base: the retry is due
+    raise AssertionError("jobs still queued after 10 drains")
+
+
+def _ingest(env: Env, db: Database, path: Path, tenant: str = "acme", **kw: Any) -> int:
+    res = make_intake(env.config, db).ingest(IntakeItem(path=path, tenant=tenant, **kw))
+    assert res.outcome is Outcome.ingested and res.document_id is not None
+    return res.document_id
+
+
+def _doc(db: Database, doc_id: int) -> dict[str, Any]:
+    row = _one(db, """
+        SELECT d.*, c.page_count, c.pages, c.searchable_pdf, c.thumbnail, c.languages,
+               j.status AS job_status, j.retry_count, j.error_message,
+               (SELECT name FROM correspondents WHERE id = d.correspondent_id) AS correspondent,
+               (SELECT name FROM document_types WHERE id = d.document_type_id) AS doctype,
+               coalesce((SELECT array_agg(g.name || ':' || dt.origin ORDER BY g.name)
+                         FROM document_tags dt JOIN tags g ON g.id = dt.tag_id
+                         WHERE dt.document_id = d.id), '{}') AS tags
+        FROM documents d
+        LEFT JOIN document_content c ON c.document_id = d.id
+        JOIN LATERAL (SELECT * FROM processing_jobs WHERE document_id = d.id
+                      ORDER BY id DESC LIMIT 1) j ON true
+        WHERE d.id = %(id)s""", {"id": doc_id})  # fmt: skip
+    assert row is not None
+    return dict(row)
+
+
+@pytest.fixture
+def analysis_env(make_env: Any, db: Database, tenant: str) -> Env:
+    with db.transaction() as tx:
+        tx.one("tenant_insert", {"name": "other", "status": "active"})
+    env: Env = make_env(worker=WORKER, analysis=ANALYSIS, taxonomy=TAXONOMY)
+    return env
+
+
+def test_scanned_letter_gets_text_title_date_taxonomy_and_search(
+    analysis_env: Env, db: Database
+) -> None:
+    """A 3-page image-only scan named Scan_0001.pdf: text per page, derivatives, the
+    subject as title, the letter's date, taxonomy; original unchanged; search by tenant."""
+    env = analysis_env
+    src = image_pdf(env.root / "in" / "Scan_0001.pdf", LETTER)
+    original_sha = hashlib.sha256(src.read_bytes()).hexdigest()
+    doc_id = _ingest(env, db, src)
+    _drain(env, db)
+
+    doc = _doc(db, doc_id)
+    assert (doc["job_status"], doc["processing_status"]) == ("done", "done"), doc["error_message"]
+    assert doc["page_count"] == 3 and len(doc["pages"]) == 3
+    assert "Betreff" in doc["pages"][0] and "Vertragsnummer" in doc["pages"][1]
+    assert "Rufnummernmitnahme" in doc["pages"][2]
+    assert doc["title"] == "Kündigung Mobilfunkvertrag"
+    assert str(doc["issued_date"]) == "2026-11-03"
+    assert doc["correspondent"] == "Telekom" and doc["doctype"] == "Kündigung"
+    assert doc["tags"] == ["Telefon:taxonomy"]
+    assert doc["languages"] == "deu+eng"
+    derived = env.config.paths.derived_dir
+    pdf, thumb = derived / doc["searchable_pdf"], derived / doc["thumbnail"]
+    assert pdf.read_bytes()[:5] == b"%PDF-" and thumb.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    archived = env.config.paths.archive_dir / doc["archive_path"]
+    assert hashlib.sha256(archived.read_bytes()).hexdigest() == original_sha == doc["sha256"]
+    assert sorted(p.name for p in archived.parent.iterdir()) == [archived.name]
+    assert derived not in archived.parents and archived.parent != pdf.parent
+
+    hit = run_cli(env, "search", "--tenant", "acme", "--json", "Rufnummernmitnahme")
+    assert hit.returncode == 0, hit.stderr
+    assert [r["id"] for r in json.loads(hit.stdout)] == [doc_id]
+    # German stemming: the plural finds the singular.
+    stem = run_cli(env, "search", "--tenant", "acme", "--json", "Kündigungen")
+    assert [r["id"] for r in json.loads(stem.stdout)] == [doc_id]
+    other = run_cli(env, "search", "--tenant", "other", "--json", "Rufnummernmitnahme")
+    assert other.returncode == 0 and json.loads(other.stdout) == []
+    text = run_cli(env, "search", "--tenant", "acme", "Rufnummernmitnahme")
+    assert "Kündigung Mobilfunkvertrag" in text.stdout and "«" in text.stdout
+
+
+def test_meaningful_filename_keeps_its_title_and_date(analysis_env: Env, db: Database) -> None:
+    """`2026-11-03 Rechnung Telekom.pdf` keeps its title and date whatever the text says."""
+    env = analysis_env
+    pages = [["Betreff: Mahnung zur Zahlung", "Datum: 15.01.2025"]]
+    doc_id = _ingest(env, db, image_pdf(env.root / "in" / "2026-11-03 Rechnung Telekom.pdf",
+                                        pages))  # fmt: skip
+    _drain(env, db)
+    doc = _doc(db, doc_id)
+    assert doc["job_status"] == "done", doc["error_message"]
+    assert "Mahnung" in doc["pages"][0]
+    assert doc["title"] == "Rechnung Telekom"
+    assert str(doc["issued_date"]) == "2026-11-03"
+    # Re-analyzed on request (seed 004's re-analyze): same outcome, saved text reused.
+    proc = run_cli(env, "documents", "analyze", "--tenant", "acme", str(doc_id), "999999")
+    assert proc.returncode == 7 and "999999" in proc.stderr
+    assert f"document {doc_id}: analyze-document job" in proc.stdout
+    _drain(env, db)
+    again = _doc(db, doc_id)
+    assert again["job_status"] == "done" and again["title"] == "Rechnung Telekom"
+
+
+@pytest.mark.parametrize("make", [encrypted_pdf, truncated_pdf], ids=["encrypted", "truncated"])
+def test_unreadable_pdf_fails_at_once_with_a_clear_message(
+    analysis_env: Env, db: Database, make: Any
+) -> None:
+    """An encrypted or truncated PDF: failed on the first attempt, a message saying why."""
+    env = analysis_env
+    doc_id = _ingest(env, db, make(env.root / "in" / "Scan_0002.pdf"))
+    _drain(env, db)
+    doc = _doc(db, doc_id)
+    assert (doc["job_status"], doc["processing_status"], doc["retry_count"]) == (
+        "failed", "failed", 0)  # fmt: skip
+    word = "encrypted" if make is encrypted_pdf else "PDF"
+    assert word in doc["error_message"], doc["error_message"]
+    assert doc["page_count"] is None
+
+
+class _Hook(http.server.BaseHTTPRequestHandler):
+    calls: list[dict[str, Any]]
+    fail_first: int
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        self.calls.append({"headers": dict(self.headers), "body": body})
+        failing = len(self.calls) <= self.fail_first
+        self.send_response(500 if failing else 204)
+        self.end_headers()
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def webhook() -> Iterator[tuple[str, list[dict[str, Any]], type[_Hook]]]:
+    handler = type("Hook", (_Hook,), {"calls": [], "fail_first": 0})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/hook", handler.calls, handler
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_hot_folder_workflow_tags_and_calls_webhook_once(
+    make_env: Any, db: Database, tenant: str, tmp_path: Path, webhook: Any
+) -> None:
+    """A document dropped into Buchhaltung/ of a hot folder gets the workflow's tag and
+    its webhook is called once with a valid signature, even when the POST first fails
+    and when the document is analyzed again (force)."""
+    url, calls, handler = webhook
+    handler.fail_first = 1  # the first attempt's POST fails: the job is retried
+    secret = tmp_path / "hook.secret"
+    secret.write_text("s3cret-for-test\n")
+    secret.chmod(0o600)
+    folder = tmp_path / "hot"
+    (folder / "Buchhaltung").mkdir(parents=True)
+    flow = {"tenant": tenant, "name": "buchhaltung",
+            "when": {"sources": ["watch:*"], "subfolder": "Buchhaltung"},
+            "then": {"add_tags": ["Buchhaltung"],
+                     "webhook": {"url": url, "secret_file": str(secret),
+                                 "timeout": 5}}}  # fmt: skip
+    env: Env = make_env(
+        worker=WORKER, analysis=ANALYSIS, workflows=[flow],
+        watch=[{"path": str(folder), "tenant": tenant, "failed": str(tmp_path / "failed")}],
+        hotfolders={"stable_seconds": 0.5, "poll_interval": 0.3, "retry_max_delay": 2},
+    )  # fmt: skip
+    hot_db = Database(env.db_url, max_size=2).open()
+    hot = HotFolders(env.config, make_intake(env.config, hot_db))
+    hot.start()
+    try:
+        image_pdf(folder / "Buchhaltung" / "Beleg 17.pdf", [["Quittung Nr. 17"]])
+        wait_until(lambda: _one(db, "SELECT count(*) AS n FROM documents")["n"] == 1, 30)
+    finally:
+        hot.stop()
+        hot_db.close()
+    doc_id = _one(db, "SELECT id FROM documents")["id"]
+    _drain(env, db)
+
+    doc = _doc(db, doc_id)
+    assert (doc["job_status"], doc["retry_count"]) == ("done", 1), doc["error_message"]
+    assert "Buchhaltung:workflow" in doc["tags"]
+    assert len(calls) == 2  # one failed POST (retried with the job), one delivered
+    call = calls[-1]
+    headers = {k.lower(): v for k, v in call["headers"].items()}
+    assert verify_signature(b"s3cret-for-test", headers["x-ingestd-timestamp"], call["body"],
+                            headers["x-ingestd-signature"])  # fmt: skip
+    event = json.loads(call["body"])
+    assert event["workflow"] == "buchhaltung" and event["document"]["id"] == doc_id
+    assert "Buchhaltung" in event["document"]["tags"]
+    assert headers["x-ingestd-event-id"].endswith(f":{doc_id}:buchhaltung")
+
+    # Analyzed again: derived data replaced in place, the workflow does not run twice.
+    with db.transaction() as tx:
+        enqueue(tx, tenant_id=doc["tenant_id"], document_id=doc_id, kind="analyze-document",
+                payload={"document_id": doc_id, "force": True})  # fmt: skip
+    _drain(env, db)
+    again = _doc(db, doc_id)
+    assert again["job_status"] == "done", again["error_message"]
+    assert len(calls) == 2
+    assert again["tags"] == doc["tags"]
+    assert _one(db, "SELECT count(*) AS n FROM document_content")["n"] == 1
