@@ -6,11 +6,14 @@ Each step is a real `ingestd` command, printed before it runs.
 
 from __future__ import annotations
 
+import http.server
+import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -31,18 +34,23 @@ def sh(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return proc
 
 
-def sftp_demo(port: int, pdf_bytes: Any) -> None:
+def sftp_demo(port: int, scan: Any) -> None:
     """A scanner's upload with the real OpenSSH sftp client: date folders, temp name."""
     scans = DEMO / "scanner"
     scans.mkdir()
-    (scans / "Scan_0002.pdf").write_bytes(pdf_bytes("Betreff: Angebot Dachreparatur", seed=21))
-    (scans / "BRN3C2AF4_0815.pdf").write_bytes(pdf_bytes("Lieferschein 0815", seed=22))
+    (scans / "Scan_0002.pdf").write_bytes(
+        scan("Dachdeckerei Weber", "Datum: 12.11.2026", "Betreff: Angebot Dachreparatur",
+             "Sehr geehrte Frau Schmidt,", "wir bieten Ihnen die Reparatur an.")
+    )  # fmt: skip
+    (scans / "BRN3C2AF4123456_000124.pdf").write_bytes(
+        scan("Lieferschein 0815", "Lieferdatum 2026-11-18", "Papier A4, 10 Kartons")
+    )
     batch = DEMO / "scanner.batch"
     batch.write_text(
         "ls\n"
         "mkdir 2026\n"
         "mkdir 2026/11\n"
-        "put BRN3C2AF4_0815.pdf 2026/11/BRN3C2AF4_0815.pdf\n"
+        "put BRN3C2AF4123456_000124.pdf 2026/11/BRN3C2AF4123456_000124.pdf\n"
         "put Scan_0002.pdf Scan_0002.pdf.part\n"
         "rename Scan_0002.pdf.part Scan_0002.pdf\n"
     )
@@ -63,7 +71,7 @@ def sftp_demo(port: int, pdf_bytes: Any) -> None:
     print("  uploaded (every CLOSE was answered after the file was fsynced into the spool)")
 
 
-def daemon_demo(hot: Path, pdf_bytes: Any, port: int) -> None:
+def daemon_demo(hot: Path, scan: Any, port: int) -> None:
     """Run the real daemon, upload over SFTP and drop scans into a hot folder."""
     print("\n$ ingestd serve   (in the background; SFTP on 127.0.0.1:"
           f"{port}, hot folder .demo/hot/acme)")  # fmt: skip
@@ -77,12 +85,16 @@ def daemon_demo(hot: Path, pdf_bytes: Any, port: int) -> None:
         try:
             _wait(lambda: b"daemon.ready" in log_path.read_bytes(), 60)
             sh("hostkeys")
-            sftp_demo(port, pdf_bytes)
+            sftp_demo(port, scan)
             (hot / "Buchhaltung" / "2026").mkdir(parents=True)
             drops = {
-                "Buchhaltung/2026/2026-11-20 Rechnung Stadtwerke.pdf": pdf_bytes("Strom", seed=11),
-                "Scan_20261124_101500.pdf": pdf_bytes("Betreff: Mahnung", seed=12),
-                "Vertrag Hausmeisterdienst.pdf.part": pdf_bytes("Vertrag", seed=13),
+                "Buchhaltung/2026/2026-11-20 Rechnung Stadtwerke.pdf": scan(
+                    "Stadtwerke Musterstadt", "Rechnung Strom Oktober", "Betrag 84,20 EUR"),
+                "Scan_20261124_101500.pdf": scan(
+                    "Telekom Deutschland GmbH", "Bonn, den 24.11.2026", "Betreff: Mahnung",
+                    "Bitte zahlen Sie die offene Rechnung."),
+                "Vertrag Hausmeisterdienst.pdf.part": scan(
+                    "Vertrag Hausmeisterdienst", "zwischen Hausverwaltung und Firma Meyer"),
                 "~$Entwurf.pdf": b"office lock file",
                 "malware.pdf": b"MZ\x90\x00" + b"\0" * 100,
             }
@@ -124,7 +136,67 @@ def workers_demo() -> None:
 
     done = [json.loads(line) for line in (DEMO / "worker.log").read_text().splitlines()
             if '"job.done"' in line]  # fmt: skip
-    print(f"  {len(done)} jobs done; each document's processing_status follows its job")
+    print(f"  {len(done)} jobs done (OCR, title, date, taxonomy, workflows); each document's "
+          "processing_status follows its job")  # fmt: skip
+
+
+def analysis_demo() -> None:
+    """What analyze-document derived for each document."""
+    from ingestd.config import load_config
+    from ingestd.runtime import open_database
+
+    print("\nwhat the workers derived (title, date, correspondent, tags, text):")
+    config = load_config(DEMO / "ingestd.toml")
+    with open_database(config) as db, db.transaction() as tx:
+        rows = tx.raw(DERIVED)
+    for r in rows:
+        issued = r["issued_date"].isoformat() if r["issued_date"] else "-"
+        print(f"  #{r['id']} {r['original_filename']}  [{r['job']}]")
+        print(f"      title {r['title']!r}  date {issued}  correspondent "
+              f"{r['correspondent'] or '-'}  tags {', '.join(r['tags']) or '-'}")  # fmt: skip
+        text = " ".join((r["text"] or "").split())[:90]
+        print(f"      {r['pages'] or 0} page(s): {text!r}")
+
+
+DERIVED = """
+SELECT d.id, d.original_filename, d.title, d.issued_date, c.page_count AS pages,
+       left(c.content, 400) AS text,
+       (SELECT name FROM correspondents WHERE id = d.correspondent_id) AS correspondent,
+       coalesce((SELECT array_agg(g.name ORDER BY g.name) FROM document_tags dt
+                 JOIN tags g ON g.id = dt.tag_id WHERE dt.document_id = d.id), '{}') AS tags,
+       (SELECT status FROM processing_jobs j WHERE j.document_id = d.id
+        ORDER BY j.id DESC LIMIT 1) AS job
+FROM documents d LEFT JOIN document_content c ON c.document_id = d.id ORDER BY d.id
+"""
+
+
+class _Hook(http.server.BaseHTTPRequestHandler):
+    """The demo's webhook receiver: checks the signature of each event it gets."""
+
+    secret = b""
+
+    def do_POST(self) -> None:
+        from worker.workflows import verify_signature
+
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        ok = verify_signature(self.secret, self.headers["X-Ingestd-Timestamp"], body,
+                              self.headers["X-Ingestd-Signature"])  # fmt: skip
+        event = json.loads(body)
+        print(f"  webhook received: {event['event']} workflow {event['workflow']!r} document "
+              f"{event['document']['id']} {event['document']['filename']!r} "
+              f"signature {'valid' if ok else 'INVALID'}")  # fmt: skip
+        self.send_response(204)
+        self.end_headers()
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def start_webhook_receiver(secret: bytes) -> tuple[str, http.server.ThreadingHTTPServer]:
+    _Hook.secret = secret
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Hook)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return f"http://127.0.0.1:{server.server_address[1]}/hooks/ingestd", server
 
 
 def _free_port() -> int:
@@ -145,7 +217,7 @@ def _wait(predicate: Any, timeout: float) -> None:
 
 def main() -> None:
     sys.path.insert(0, str(ROOT))
-    from ingestd.samples import pdf_bytes, png_bytes
+    from ingestd.scans import A6, image_pdf, single_image
 
     if DEMO.exists():
         state = DEMO / "state" / "pgdata"
@@ -165,6 +237,11 @@ def main() -> None:
     hot = DEMO / "hot" / "acme"
     hot.mkdir(parents=True)
     port = _free_port()
+    secret = DEMO / "webhook.secret"
+    secret.write_bytes(os.urandom(24).hex().encode())
+    secret.chmod(0o600)
+    hook_url, hook_server = start_webhook_receiver(secret.read_bytes())
+    print(f"(a webhook receiver for the Buchhaltung workflow listens on {hook_url})")
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "scanner-2og",
                     "-f", str(DEMO / "scanner_key")], check=True)  # fmt: skip
     pubkey = (DEMO / "scanner_key.pub").read_text().strip()
@@ -182,17 +259,37 @@ def main() -> None:
         f'[sftp]\nlisten = "127.0.0.1:{port}"\n\n'
         '[[sftp.accounts]]\nusername = "scanner-2og"\ntenant = "acme"\n'
         f'password_hash = "{hashed}"\nauthorized_keys = ["{pubkey}"]\n'
-        'tags = ["Scanner 2.OG"]\nsubfolder_tags = true\n'
+        'tags = ["Scanner 2.OG"]\nsubfolder_tags = true\n\n'
+        "[analysis]\njobs = 1\n\n"
+        '[[taxonomy]]\ntenant = "acme"\nkind = "correspondent"\nname = "Telekom"\n'
+        'algorithm = "fuzzy"\nmatch = "Telekom Deutschland"\n\n'
+        '[[taxonomy]]\ntenant = "acme"\nkind = "tag"\nname = "Rechnung"\n'
+        'algorithm = "any"\nmatch = "Rechnung Mahnung"\n\n'
+        '[[workflows]]\ntenant = "acme"\nname = "buchhaltung"\n'
+        '[workflows.when]\nsources = ["watch:*"]\nsubfolder = "Buchhaltung/*"\n'
+        '[workflows.then]\nadd_tags = ["Buchhaltung"]\n'
+        f'[workflows.then.webhook]\nurl = "{hook_url}"\nsecret_file = "{secret}"\n'
     )
     inbox = DEMO / "inbox"
     inbox.mkdir()
+    def scan(*lines: str) -> bytes:
+        """A one-page image-only scan (no text layer: OCR has to read it)."""
+        path = image_pdf(DEMO / "tmp" / "scan.pdf", [list(lines)], size=A6)
+        return path.read_bytes()
+
+    telekom = scan("Telekom Deutschland GmbH", "Rechnung Nr. 4711", "Datum: 15.10.2026",
+                   "Betreff: Ihre Rechnung Oktober")  # fmt: skip
+    whiteboard = single_image(DEMO / "tmp" / "wb.png", ["Sprint Planung", "Demo am Freitag"],
+                              "PNG", size=A6).read_bytes()  # fmt: skip
     samples = {
-        "2026-11-03 Rechnung Telekom.pdf": pdf_bytes("Rechnung Telekom", seed=1),
-        "Scan_0001.pdf": pdf_bytes("Betreff: Kuendigung Mobilfunkvertrag", seed=2),
-        "BRN3C2AF4123456_000123.pdf": pdf_bytes("Lieferschein", seed=3),
-        "Whiteboard.png": png_bytes(seed=4),
+        "2026-11-03 Rechnung Telekom.pdf": telekom,
+        "Scan_0001.pdf": scan("Stadtwerke Musterstadt", "Berlin, den 3. November 2026",
+                              "Betreff: Kündigung Mobilfunkvertrag",
+                              "Sehr geehrte Damen und Herren,"),
+        "BRN3C2AF4123456_000123.pdf": scan("Lieferschein 0815", "Papier A4, 10 Kartons"),
+        "Whiteboard.png": whiteboard,
         "invoice.pdf": b"\x7fELF\x02\x01\x01" + b"\0" * 64,  # an executable in disguise
-        "copy of Rechnung.pdf": pdf_bytes("Rechnung Telekom", seed=1),  # same bytes again
+        "copy of Rechnung.pdf": telekom,  # same bytes again
     }
     for name, data in samples.items():
         (inbox / name).write_bytes(data)
@@ -203,7 +300,10 @@ def main() -> None:
     files = [str(inbox / n) for n in samples]
     sh("ingest", "--tenant", "acme", *files, check=False)
     print("\nleft in the inbox (refused, nothing lost):", sorted(p.name for p in inbox.iterdir()))
-    daemon_demo(hot, pdf_bytes, port)
+    daemon_demo(hot, scan, port)
+    hook_server.shutdown()
+    analysis_demo()
+    sh("search", "--tenant", "acme", "Kündigung")
     sh("tenant", "list")
     sh("documents", "list")
     sh("jobs", "list", "--limit", "5")
