@@ -146,6 +146,7 @@ class Ingestd:
         )
         self.cli("migrate")
         self.cli("tenant", "create", TENANT)
+        self.cli("worker", "--drain")  # provision-tenant makes it active
 
     def run(self, src: Path, pages: int) -> tuple[float, float]:
         """(seconds of `worker --drain`, seconds of the job itself) for ``src``."""

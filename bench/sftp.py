@@ -255,7 +255,7 @@ class Ingestd:
             'tenant = "bench"\n'
             f"authorized_keys = [{toml_str(self.client_pub)}]\n"
         )
-        for cmd in (["migrate"], ["tenant", "create", "bench"]):
+        for cmd in (["migrate"], ["tenant", "create", "bench"], ["worker", "--drain"]):
             res = subprocess.run(
                 [INGESTD, "--config", str(self.config), *cmd],
                 capture_output=True, text=True, timeout=120,

@@ -12,7 +12,7 @@ from typing import Any
 
 from ingestd import __version__, log
 from ingestd.config import Config, default_config_path, load_config
-from ingestd.errors import ConfigError, ExitCode, IngestdError, TenantError, TenantNotFound
+from ingestd.errors import ConfigError, ExitCode, IngestdError, TenantNotFound
 from ingestd.intake import IntakeItem, Outcome
 
 Handler = Callable[[argparse.Namespace], int]
@@ -99,47 +99,6 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     else:
         print(f"schema is up to date (version {report.current_version})")
     return ExitCode.ok
-
-
-# -- tenant -----------------------------------------------------------------------------
-def cmd_tenant(args: argparse.Namespace) -> int:
-    from ingestd.runtime import open_database
-
-    config = _load(args)
-    with open_database(config) as db, db.transaction() as tx:
-        if args.tenant_cmd == "list":
-            rows = tx.all("tenant_list")
-            if args.json:
-                _print_json(rows)
-            else:
-                print(f"{'NAME':<24} {'STATUS':<10} {'DOCUMENTS':>9}")
-                for r in rows:
-                    print(f"{r['name']:<24} {r['status']:<10} {r['documents']:>9}")
-            return ExitCode.ok
-        if args.tenant_cmd == "create":
-            # Until provisioning jobs exist, a new tenant is usable at once.
-            row = tx.one("tenant_insert", {"name": args.name, "status": "active"})
-            if row is None:
-                raise TenantError(f"tenant {args.name!r} already exists")
-            print(f"created tenant {row['name']} (id {row['id']}, {row['status']})")
-            return ExitCode.ok
-        transitions = {
-            "suspend": ("suspended", ["active"]),
-            "activate": ("active", ["suspended", "creating"]),
-        }
-        target, sources = transitions[args.tenant_cmd]
-        row = tx.one(
-            "tenant_set_status", {"name": args.name, "status": target, "from_statuses": sources}
-        )
-        if row is None:
-            current = tx.one("tenant_by_name", {"name": args.name})
-            if current is None:
-                raise TenantNotFound(f"tenant {args.name!r} does not exist")
-            raise TenantError(
-                f"tenant {args.name!r} is {current['status']}; cannot {args.tenant_cmd}"
-            )
-        print(f"tenant {row['name']} is now {row['status']}")
-        return ExitCode.ok
 
 
 # -- ingest -----------------------------------------------------------------------------
@@ -394,6 +353,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 # -- parser -----------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
+    from ingestd import tenant_cli
+
     # --config is accepted before and after the sub-command; SUPPRESS keeps a sub-parser
     # from resetting a value given before it.
     common = argparse.ArgumentParser(add_help=False)
@@ -418,14 +379,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("migrate", parents=[common, jsonopt], help="create/upgrade the schema")
     s.set_defaults(func=cmd_migrate)
 
-    s = sub.add_parser("tenant", parents=[common], help="manage tenants")
-    tsub = s.add_subparsers(dest="tenant_cmd", required=True)
-    for name in ("create", "suspend", "activate"):
-        t = tsub.add_parser(name, parents=[common])
-        t.add_argument("name")
-        t.set_defaults(func=cmd_tenant)
-    t = tsub.add_parser("list", parents=[common, jsonopt])
-    t.set_defaults(func=cmd_tenant)
+    tenant_cli.add_parsers(sub, common, jsonopt)
 
     s = sub.add_parser("ingest", parents=[common, jsonopt], help="ingest files from the shell")
     s.add_argument("--tenant", required=True)
@@ -433,8 +387,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("files", nargs="+")
     s.set_defaults(func=cmd_ingest)
 
-    s = sub.add_parser("documents", parents=[common], help="list documents")
+    s = sub.add_parser("documents", aliases=["document"], parents=[common],
+                       help="list, re-analyze, trash and purge documents")  # fmt: skip
     dsub = s.add_subparsers(dest="documents_cmd", required=True)
+    tenant_cli.add_document_parsers(dsub, common, jsonopt)
     d = dsub.add_parser("list", parents=[common, jsonopt])
     d.add_argument("--tenant", default=None)
     d.add_argument("--limit", type=int, default=50)

@@ -416,6 +416,25 @@ class AnalysisConfig(_Section):
         return tuple(self.tenant_languages.get(tenant) or self.languages)
 
 
+class RetentionConfig(_Section):
+    """How long an archived original must be kept before purge-document may remove it."""
+
+    # Years from ingest (records law: 10 for invoices and books, 6 for letters in DE).
+    years: Annotated[int, Field(ge=0, le=100)] = 10
+    tenant_years: dict[str, Annotated[int, Field(ge=0, le=100)]] = Field(default_factory=dict)
+
+    @field_validator("tenant_years")
+    @classmethod
+    def _tenant_names(cls, v: dict[str, int]) -> dict[str, int]:
+        bad = [t for t in v if not re.match(TENANT_NAME, t)]
+        if bad:
+            raise ValueError(f"{bad[0]!r} is not a tenant name")
+        return v
+
+    def years_for(self, tenant: str) -> int:
+        return self.tenant_years.get(tenant, self.years)
+
+
 class LogConfig(_Section):
     level: Literal["debug", "info", "warning", "error"] = "info"
     format: Literal["auto", "json", "console"] = "auto"
@@ -432,6 +451,7 @@ class Config(_Section):
     sftp: SftpConfig = Field(default_factory=SftpConfig)
     worker: WorkerConfig = Field(default_factory=WorkerConfig)
     analysis: AnalysisConfig = Field(default_factory=AnalysisConfig)
+    retention: RetentionConfig = Field(default_factory=RetentionConfig)
     taxonomy: list[TaxonomyRule] = Field(default_factory=list)
     workflows: list[WorkflowRule] = Field(default_factory=list)
 

@@ -296,7 +296,11 @@ def main() -> None:
 
     sh("check-config")
     sh("migrate")
-    sh("tenant", "create", "acme")
+    sh("tenant", "create", "acme", "--member", "admin@acme.example")
+    sh("tenant", "list")
+    print("  (a worker provisions it: directories, capability sets, members, search config)")
+    sh("worker", "--drain")
+    sh("tenant", "list")
     files = [str(inbox / n) for n in samples]
     sh("ingest", "--tenant", "acme", *files, check=False)
     print("\nleft in the inbox (refused, nothing lost):", sorted(p.name for p in inbox.iterdir()))

@@ -206,19 +206,23 @@ WHERE d.id = %(id)s AND d.tenant_id = %(tenant_id)s;
 -- Written by the worker in the transaction that marks the analyze-document job done.
 
 -- name: content_upsert
--- The search vector: title (weight A) and text (B), each in the 'german' configuration
--- (stems) and 'simple' (exact words, names, numbers). The text is capped so a 3,000-page
+-- The search vector: title (weight A) and text (B), each in the tenant's configuration
+-- (tenant_search, made by provision-tenant; 'german' stems by default) and 'simple'
+-- (exact words, names, numbers). The text is capped so a 3,000-page
 -- scan stays under tsvector's 1 MB limit; the whole text is still stored.
 INSERT INTO document_content AS c (document_id, tenant_id, page_count, pages, content,
     languages, searchable_pdf, thumbnail, engine, search, analyzed_at)
 SELECT d.id, d.tenant_id, %(page_count)s, %(pages)s, %(content)s, %(languages)s,
        %(searchable_pdf)s, %(thumbnail)s, %(engine)s,
-       setweight(to_tsvector('german', d.title), 'A')
+       setweight(to_tsvector(cfg.config, d.title), 'A')
        || setweight(to_tsvector('simple', d.title), 'A')
-       || setweight(to_tsvector('german', left(%(content)s, 200000)), 'B')
+       || setweight(to_tsvector(cfg.config, left(%(content)s, 200000)), 'B')
        || setweight(to_tsvector('simple', left(%(content)s, 200000)), 'B'),
        now()
-FROM documents d WHERE d.id = %(document_id)s AND d.tenant_id = %(tenant_id)s
+FROM documents d
+CROSS JOIN LATERAL (SELECT coalesce((SELECT config FROM tenant_search
+                                     WHERE tenant_id = d.tenant_id), 'german') AS config) cfg
+WHERE d.id = %(document_id)s AND d.tenant_id = %(tenant_id)s
 ON CONFLICT (document_id) DO UPDATE SET
     page_count = EXCLUDED.page_count, pages = EXCLUDED.pages, content = EXCLUDED.content,
     languages = EXCLUDED.languages, searchable_pdf = EXCLUDED.searchable_pdf,
@@ -261,16 +265,117 @@ INSERT INTO document_workflow_runs (document_id, workflow, tenant_id)
 VALUES (%(document_id)s, %(workflow)s, %(tenant_id)s)
 ON CONFLICT DO NOTHING;
 
+-- ===================================================================== tenant lifecycle
+-- name: capability_sets_ensure
+INSERT INTO capability_sets (tenant_id, name, capabilities, system)
+SELECT %(tenant_id)s, s.name, s.caps, true
+FROM jsonb_each(%(sets)s::jsonb) AS e(name, caps_json),
+     LATERAL (SELECT e.name, ARRAY(SELECT jsonb_array_elements_text(e.caps_json)) AS caps) s
+ON CONFLICT (tenant_id, name) DO NOTHING;
+
+-- name: tenant_members_add
+INSERT INTO tenant_members (tenant_id, member, capability_set)
+SELECT %(tenant_id)s, m, %(capability_set)s FROM unnest(%(members)s::text[]) AS m
+ON CONFLICT (tenant_id, member) DO NOTHING;
+
+-- name: tenant_search_ensure
+INSERT INTO tenant_search (tenant_id, config) VALUES (%(tenant_id)s, %(config)s::regconfig)
+ON CONFLICT (tenant_id) DO NOTHING;
+
+-- name: tenant_activate_provisioned
+UPDATE tenants SET status = 'active', updated_at = now()
+WHERE id = %(tenant_id)s AND status = 'creating';
+
+-- name: tenant_running_jobs
+-- Other jobs of the tenant still running (started before it was marked deleting).
+SELECT count(*) AS n FROM processing_jobs
+WHERE tenant_id = %(tenant_id)s AND status = 'processing' AND id <> %(job_id)s;
+
+-- name: tenant_nonce_use
+-- First use wins; the same job may come back (a retry), another job may not (a replay).
+WITH ins AS (
+    INSERT INTO tenant_delete_nonces (nonce, job_id, tenant_id, tenant_name, action)
+    VALUES (%(nonce)s, %(job_id)s, %(tenant_id)s, %(tenant_name)s, %(action)s)
+    ON CONFLICT (nonce) DO NOTHING
+    RETURNING job_id
+)
+SELECT job_id FROM ins
+UNION ALL
+SELECT job_id FROM tenant_delete_nonces WHERE nonce = %(nonce)s
+LIMIT 1;
+
+-- name: tenant_queued_jobs_delete
+DELETE FROM processing_jobs
+WHERE tenant_id = %(tenant_id)s AND id <> %(job_id)s AND status <> 'processing';
+
+-- name: tenant_wipe
+-- Every row of the tenant's data, children first. Its jobs go with its documents (ON
+-- DELETE CASCADE) and by tenant; the delete job itself stays unless the tenant goes.
+WITH docs AS (DELETE FROM documents WHERE tenant_id = %(tenant_id)s RETURNING id),
+     jobs AS (DELETE FROM processing_jobs
+              WHERE tenant_id = %(tenant_id)s AND id <> %(job_id)s RETURNING id)
+SELECT (SELECT count(*) FROM docs) AS documents, (SELECT count(*) FROM jobs) AS jobs;
+
+-- name: tenant_wipe_taxonomy
+WITH t AS (DELETE FROM tags WHERE tenant_id = %(tenant_id)s),
+     c AS (DELETE FROM correspondents WHERE tenant_id = %(tenant_id)s),
+     y AS (DELETE FROM document_types WHERE tenant_id = %(tenant_id)s),
+     m AS (DELETE FROM tenant_members WHERE tenant_id = %(tenant_id)s),
+     s AS (DELETE FROM tenant_search WHERE tenant_id = %(tenant_id)s)
+SELECT 1;
+
+-- name: tenant_wipe_capabilities
+DELETE FROM capability_sets WHERE tenant_id = %(tenant_id)s;
+
+-- name: tenant_remove
+-- Last: the delete job's own row (already marked done in this transaction), the
+-- round-robin row, the tenant.
+WITH j AS (DELETE FROM processing_jobs WHERE tenant_id = %(tenant_id)s)
+DELETE FROM tenants WHERE id = %(tenant_id)s AND status = 'deleting';
+
+-- name: tenant_leave_empty
+UPDATE tenants SET status = %(status)s, updated_at = now()
+WHERE id = %(tenant_id)s AND status = 'deleting';
+
+-- name: tenant_nonce_finished
+UPDATE tenant_delete_nonces SET finished_at = now() WHERE nonce = %(nonce)s;
+
+-- name: tenant_mark_deleting
+UPDATE tenants SET status = 'deleting', updated_at = now()
+WHERE name = %(name)s AND status IN ('creating', 'active', 'suspended', 'deleting')
+RETURNING id, name, status;
+
+-- ===================================================================== purge
+-- name: document_for_purge
+SELECT d.id, d.sha256, d.archive_path, d.created_at, d.trashed_at,
+       (SELECT count(*) FROM documents o
+        WHERE o.archive_path = d.archive_path AND o.id <> d.id) AS sharing
+FROM documents d WHERE d.id = %(id)s AND d.tenant_id = %(tenant_id)s;
+
+-- name: document_trash
+UPDATE documents SET trashed_at = coalesce(trashed_at, now())
+WHERE id = %(id)s AND tenant_id = %(tenant_id)s
+RETURNING id, trashed_at;
+
+-- name: document_purge
+-- Its tags, text, workflow runs and jobs (this purge job too) go by ON DELETE CASCADE.
+DELETE FROM documents WHERE id = %(id)s AND tenant_id = %(tenant_id)s
+  AND trashed_at IS NOT NULL;
+
 -- name: search
 -- Tenant-scoped full-text search: the query in both configurations (a German word finds
 -- its inflections, a name or number finds itself); ranked, with a snippet of the text.
-WITH q AS (
-    SELECT websearch_to_tsquery('german', %(query)s) || websearch_to_tsquery('simple', %(query)s)
-        AS query
+WITH cfg AS (
+    SELECT coalesce((SELECT config FROM tenant_search WHERE tenant_id = %(tenant_id)s),
+                    'german') AS config
+), q AS (
+    SELECT cfg.config, websearch_to_tsquery(cfg.config, %(query)s)
+           || websearch_to_tsquery('simple', %(query)s) AS query
+    FROM cfg
 )
 SELECT d.id, d.title, d.issued_date, d.original_filename, c.page_count,
        ts_rank_cd(c.search, q.query) AS rank,
-       ts_headline('german', left(c.content, 100000), q.query,
+       ts_headline(q.config, left(c.content, 100000), q.query,
                    'MaxFragments=2, MaxWords=18, MinWords=6, StartSel=«, StopSel=»')
            AS snippet
 FROM q, document_content c
@@ -341,3 +446,7 @@ FROM tenants t JOIN processing_jobs j ON j.tenant_id = t.id
 WHERE j.status IN ('queued', 'processing')
    OR (j.status = 'failed' AND j.finished_at > now() - interval '1 hour')
 GROUP BY t.name ORDER BY t.name;
+
+-- name: tenant_statuses
+-- Every tenant's status, for the SFTP server's login check (refreshed every few seconds).
+SELECT name, status FROM tenants;

@@ -30,6 +30,7 @@ def test_embedded_cluster_lifecycle() -> None:
     cfg.write_text('[paths]\nstate_dir = "state"\nspool = "spool"\n[log]\nformat = "json"\n')
     assert _cli(cfg, "migrate").returncode == 0
     assert _cli(cfg, "tenant", "create", "acme").returncode == 0
+    assert _cli(cfg, "worker", "--drain").returncode == 0  # provision-tenant: active
     src = base / "Rechnung.pdf"
     src.write_bytes(pdf_bytes(seed=42))
     ing = _cli(cfg, "ingest", "--tenant", "acme", "--json", str(src))

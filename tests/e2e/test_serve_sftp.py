@@ -69,6 +69,7 @@ def test_sigkill_after_close_loses_nothing(tmp_path: Path, db_url: str) -> None:
     })  # fmt: skip
     env = Env(tmp_path, cfg, None, db_url)  # type: ignore[arg-type]
     assert run_cli(env, "tenant", "create", "acme").returncode == 0
+    assert run_cli(env, "worker", "--drain").returncode == 0  # provision-tenant: active
     assert run_cli(env, "tenant", "suspend", "acme").returncode == 0  # keep uploads queued
     serve = Serve(tmp_path, cfg)
     serve.start()
@@ -144,6 +145,7 @@ def test_serve_starts_with_postgres_down(tmp_path: Path) -> None:
             cluster.start()
             env = Env(tmp_path, cfg, None, cluster.conninfo)  # type: ignore[arg-type]
             assert run_cli(env, "tenant", "create", "acme").returncode == 0
+            assert run_cli(env, "worker", "--drain").returncode == 0  # provisions acme
 
             def count() -> int:
                 with Database(cluster.conninfo) as db, db.transaction() as tx:

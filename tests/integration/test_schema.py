@@ -13,7 +13,9 @@ from ingestd.schema import migrate
 SEED_COLUMNS = {
     "id": ("bigint", "NO", "nextval('processing_jobs_id_seq'::regclass)"),
     "tenant_id": ("bigint", "NO", None),
-    "document_id": ("bigint", "NO", None),
+    # Seed 000 says NOT NULL; 0006 moved that into a CHECK for the document kinds, so that
+    # tenant jobs (provision/delete, seed 004) have none (test below).
+    "document_id": ("bigint", "YES", None),
     "status": ("text", "NO", "'queued'::text"),
     "retry_count": ("integer", "NO", "0"),
     "derive_title": ("boolean", "NO", "false"),
@@ -146,3 +148,19 @@ def test_documents_leave_room_for_hot_status_updates(db: Database) -> None:
         row = tx.raw("SELECT reloptions FROM pg_class WHERE relname = 'documents'")[0]
     options = dict(o.split("=", 1) for o in row["reloptions"] or [])
     assert int(options.get("fillfactor", 100)) < 100
+
+
+def test_document_jobs_still_need_a_document(db: Database) -> None:
+    """Only tenant jobs may lack a document: an analyze job without one is refused."""
+    import pytest
+
+    from ingestd.errors import DatabaseError
+
+    with db.transaction() as tx:
+        tid = tx.one("tenant_insert", {"name": "acme", "status": "active"})["id"]  # type: ignore[index]
+        tx.raw("INSERT INTO processing_jobs (tenant_id, kind) VALUES (%(t)s, 'provision-tenant')",
+               {"t": tid})  # fmt: skip
+    with pytest.raises(DatabaseError, match="processing_jobs_document_required"), \
+            db.transaction() as tx:
+        tx.raw("INSERT INTO processing_jobs (tenant_id, kind) "
+               "VALUES (%(t)s, 'analyze-document')", {"t": tid})  # fmt: skip

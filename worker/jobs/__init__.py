@@ -54,7 +54,7 @@ class Kind:
 
 
 REGISTRY: dict[str, Kind] = {}
-BUILTIN_MODULES = ("worker.jobs.analyze",)
+BUILTIN_MODULES = ("worker.jobs.analyze", "worker.jobs.tenants", "worker.jobs.purge")
 
 
 def register(

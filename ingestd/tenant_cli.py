@@ -1,0 +1,205 @@
+"""Tenant lifecycle and document purge on the command line (seed 004's admin actions).
+
+    ingestd tenant create NAME [--member M]... [--wait S]   creating + provision-tenant job
+    ingestd tenant list | suspend NAME | activate NAME
+    ingestd tenant delete NAME --confirm NAME               deleting + signed delete-tenant
+    ingestd tenant reset NAME --confirm NAME [--final-status active|suspended]
+    ingestd document trash --tenant T ID...                 mark for purging
+    ingestd document purge --tenant T ID...                 purge-document jobs
+
+The destructive commands only mark and enqueue; a worker does the work after verifying
+the signed request (delete) or the retention period (purge).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Any
+
+from ingestd import signing
+from ingestd.db import Tx, jsonb
+from ingestd.errors import ExitCode, TenantError, TenantNotFound
+
+WAIT_POLL = 0.2
+
+
+def _tenant(tx: Tx, name: str) -> dict[str, Any]:
+    row = tx.one("tenant_by_name", {"name": name})
+    if row is None:
+        raise TenantNotFound(f"tenant {name!r} does not exist")
+    return row
+
+
+def _enqueue(tx: Tx, tenant_id: int, kind: str, payload: dict[str, Any],
+             document_id: int | None = None) -> int:  # fmt: skip
+    job = tx.one("job_insert", {"tenant_id": tenant_id, "document_id": document_id,
+                                "kind": kind, "payload": jsonb(payload),
+                                "derive_title": False})  # fmt: skip
+    assert job is not None
+    return int(job["id"])
+
+
+def cmd_tenant(args: argparse.Namespace) -> int:
+    from ingestd.cli import _load, _print_json
+    from ingestd.runtime import open_database
+
+    config = _load(args)
+    with open_database(config) as db:
+        with db.transaction() as tx:
+            if args.tenant_cmd == "list":
+                rows = tx.all("tenant_list")
+                if args.json:
+                    _print_json(rows)
+                else:
+                    print(f"{'NAME':<24} {'STATUS':<10} {'DOCUMENTS':>9}")
+                    for r in rows:
+                        print(f"{r['name']:<24} {r['status']:<10} {r['documents']:>9}")
+                return ExitCode.ok
+            if args.tenant_cmd == "create":
+                row = tx.one("tenant_insert", {"name": args.name, "status": "creating"})
+                if row is None:
+                    raise TenantError(f"tenant {args.name!r} already exists")
+                job = _enqueue(tx, int(row["id"]), "provision-tenant",
+                               {"members": list(dict.fromkeys(args.member))})  # fmt: skip
+                print(f"created tenant {row['name']} (id {row['id']}, creating); "
+                      f"provision-tenant job {job} queued")  # fmt: skip
+            elif args.tenant_cmd in ("delete", "reset"):
+                return _delete(tx, args, config.paths.state_dir)
+            else:
+                return _set_status(tx, args)
+        if args.tenant_cmd == "create" and args.wait > 0:
+            return _wait_active(db, args.name, args.wait)
+    return ExitCode.ok
+
+
+def _set_status(tx: Tx, args: argparse.Namespace) -> int:
+    target, sources = {
+        "suspend": ("suspended", ["active"]),
+        "activate": ("active", ["suspended"]),
+    }[args.tenant_cmd]
+    row = tx.one("tenant_set_status", {"name": args.name, "status": target,
+                                       "from_statuses": sources})  # fmt: skip
+    if row is None:
+        current = _tenant(tx, args.name)
+        raise TenantError(f"tenant {args.name!r} is {current['status']}; cannot "
+                          f"{args.tenant_cmd}")  # fmt: skip
+    print(f"tenant {row['name']} is now {row['status']}")
+    return ExitCode.ok
+
+
+def _delete(tx: Tx, args: argparse.Namespace, state_dir: Any) -> int:
+    if args.confirm != args.name:
+        print(f"refusing: `ingestd tenant {args.tenant_cmd}` removes every file and row of "
+              f"tenant {args.name!r}; repeat its name with --confirm {args.name}",
+              file=sys.stderr)  # fmt: skip
+        return ExitCode.usage
+    _tenant(tx, args.name)
+    row = tx.one("tenant_mark_deleting", {"name": args.name})
+    assert row is not None
+    final = getattr(args, "final_status", None)
+    payload = signing.delete_request(signing.server_secret(state_dir), int(row["id"]),
+                                     args.name, args.tenant_cmd, final)  # fmt: skip
+    job = _enqueue(tx, int(row["id"]), "delete-tenant", payload)
+    what = "deleted" if args.tenant_cmd == "delete" else f"emptied (then {final or 'suspended'})"
+    print(f"tenant {args.name} is now deleting; signed delete-tenant job {job} queued "
+          f"(nonce {payload['nonce']}): a worker verifies it within 5 minutes and the tenant "
+          f"is {what}")  # fmt: skip
+    return ExitCode.ok
+
+
+def _wait_active(db: Any, name: str, seconds: float) -> int:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:  # bounded by --wait
+        with db.transaction() as tx:
+            status = _tenant(tx, name)["status"]
+        if status == "active":
+            print(f"tenant {name} is active")
+            return ExitCode.ok
+        time.sleep(WAIT_POLL)
+    print(f"tenant {name} is still {status} after {seconds:g} s: is a worker running "
+          "(`ingestd worker`)?", file=sys.stderr)  # fmt: skip
+    return ExitCode.tenant_invalid
+
+
+def cmd_document_lifecycle(args: argparse.Namespace) -> int:
+    """trash: mark documents; purge: one purge-document job per trashed document."""
+    from ingestd.cli import _load, _print_json
+    from ingestd.runtime import open_database
+
+    config = _load(args)
+    done: list[dict[str, Any]] = []
+    problems: list[str] = []
+    with open_database(config) as db, db.transaction() as tx:
+        tenant = _tenant(tx, args.tenant)
+        for doc_id in args.ids:
+            ids = {"id": doc_id, "tenant_id": tenant["id"]}
+            if args.documents_cmd == "trash":
+                row = tx.one("document_trash", ids)
+                if row is None:
+                    problems.append(f"document {doc_id}: no such document of {args.tenant}")
+                    continue
+                done.append({"document_id": doc_id, "trashed_at": row["trashed_at"]})
+                continue
+            doc = tx.one("document_for_purge", ids)
+            if doc is None or doc["trashed_at"] is None:
+                why = ("no such document" if doc is None
+                       else "not in the trash (`ingestd document trash` first)")  # fmt: skip
+                problems.append(f"document {doc_id}: {why}")
+                continue
+            job = _enqueue(tx, int(tenant["id"]), "purge-document",
+                           {"document_id": doc_id}, document_id=doc_id)  # fmt: skip
+            done.append({"document_id": doc_id, "job_id": job})
+    if args.json:
+        _print_json({"done": done, "problems": problems})
+    else:
+        for d in done:
+            print(f"document {d['document_id']}: "
+                  + (f"trashed at {d['trashed_at']:%Y-%m-%d %H:%M:%S}" if "trashed_at" in d
+                     else f"purge-document job {d['job_id']} queued"))  # fmt: skip
+        for p in problems:
+            print(p, file=sys.stderr)
+    return ExitCode.ok if not problems else ExitCode.not_found
+
+
+def add_parsers(sub: Any, common: argparse.ArgumentParser,
+                jsonopt: argparse.ArgumentParser) -> None:  # fmt: skip
+    s = sub.add_parser("tenant", parents=[common], help="manage tenants")
+    tsub = s.add_subparsers(dest="tenant_cmd", required=True)
+    t = tsub.add_parser("create", parents=[common],
+                        help="create a tenant; a worker provisions and activates it")  # fmt: skip
+    t.add_argument("name")
+    t.add_argument("--member", action="append", default=[],
+                   help="an initial member (owner); repeatable")  # fmt: skip
+    t.add_argument("--wait", type=float, default=0.0, metavar="SECONDS",
+                   help="wait until a worker made it active")  # fmt: skip
+    t.set_defaults(func=cmd_tenant)
+    for name in ("suspend", "activate"):
+        t = tsub.add_parser(name, parents=[common])
+        t.add_argument("name")
+        t.set_defaults(func=cmd_tenant)
+    for name, text in (("delete", "remove the tenant, its files and rows (signed job)"),
+                       ("reset", "empty the tenant and keep it (signed job)")):  # fmt: skip
+        t = tsub.add_parser(name, parents=[common], help=text)
+        t.add_argument("name")
+        t.add_argument("--confirm", required=True, metavar="NAME",
+                       help="the tenant's name again")  # fmt: skip
+        if name == "reset":
+            t.add_argument("--final-status", choices=signing.FINAL_STATUSES, default=None,
+                           help="status of the empty tenant (default suspended)")  # fmt: skip
+        t.set_defaults(func=cmd_tenant)
+    t = tsub.add_parser("list", parents=[common, jsonopt])
+    t.set_defaults(func=cmd_tenant)
+
+
+def add_document_parsers(dsub: Any, common: argparse.ArgumentParser,
+                         jsonopt: argparse.ArgumentParser) -> None:  # fmt: skip
+    for name, text in (
+        ("trash", "move documents to the trash"),
+        ("purge", "queue purge-document for trashed documents (after retention)"),
+    ):
+        d = dsub.add_parser(name, parents=[common, jsonopt], help=text)
+        d.add_argument("--tenant", required=True)
+        d.add_argument("ids", nargs="+", type=int, metavar="ID")
+        d.set_defaults(func=cmd_document_lifecycle)

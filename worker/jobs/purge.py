@@ -1,0 +1,71 @@
+"""purge-document (seed 004): remove a trashed document, its derived data and its rows.
+
+The WORM original is the one thing that may not go early: it is removed only when the
+tenant's retention period has passed since ingest (``[retention]``, default 10 years)
+and no other document references the same archived file. Within retention the job fails
+at once naming the date, and nothing at all is deleted (not even derived data: a purge
+is all or nothing). A document that is not in the trash is refused the same way.
+
+Files go first (in the child), rows last (in the worker's done transaction): a crash in
+between leaves the rows, the retry finds the files already gone and finishes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import os
+from typing import Any
+
+from ingestd.archive import LocalArchive
+from ingestd.db import Tx
+from worker.jobs import JobContext, PermanentError, register
+from worker.jobs.analyze import derived_dir
+from worker.jobs.tenants import remove_tree
+from worker.queue import Job
+
+
+def retention_until(ingested: datetime.datetime, years: int) -> datetime.datetime:
+    """``years`` calendar years after ingest (29 February -> 28 February)."""
+    try:
+        return ingested.replace(year=ingested.year + years)
+    except ValueError:
+        return ingested.replace(year=ingested.year + years, day=28)
+
+
+def apply_purge(tx: Tx, job: Job, data: dict[str, Any]) -> None:
+    tx.run("document_purge", {"id": data["document_id"], "tenant_id": job.tenant_id})
+
+
+@register("purge-document", apply=apply_purge)
+def purge_document(ctx: JobContext) -> None:
+    job, cfg = ctx.job, ctx.config
+    doc_id = job.document_id or job.payload.get("document_id")
+    with ctx.db.transaction() as tx:
+        doc = tx.one("document_for_purge", {"id": doc_id, "tenant_id": job.tenant_id})
+    if doc is None:
+        raise PermanentError(f"document {doc_id} of tenant {job.tenant} does not exist")
+    if doc["trashed_at"] is None:
+        raise PermanentError(f"document {doc_id} is not in the trash; `ingestd document "
+                             "trash` it first; nothing was deleted")  # fmt: skip
+    years = cfg.retention.years_for(job.tenant)
+    until = retention_until(doc["created_at"], years)
+    now = datetime.datetime.now(datetime.UTC)
+    if now < until:
+        ingested = doc["created_at"].date().isoformat()
+        raise PermanentError(
+            f"document {doc_id} is under retention until {until.date().isoformat()} "
+            f"({years} years from ingest on {ingested}); nothing was deleted"
+        )
+    removed = remove_tree(derived_dir(cfg.paths.derived_dir, str(doc["archive_path"])))
+    original = "kept: shared with another document" if doc["sharing"] else "removed"
+    if not doc["sharing"]:
+        path = LocalArchive(cfg.paths.archive_dir).path_of(str(doc["archive_path"]))
+        with contextlib.suppress(FileNotFoundError):  # a retry after the unlink
+            os.unlink(path)
+            removed += 1
+    ctx.log.warning("document.purged_files", document_id=doc_id, sha256=doc["sha256"],
+                    original=original, files_removed=removed,
+                    retention_until=until.date().isoformat())  # fmt: skip
+    ctx.data = {"document_id": doc_id}
+    ctx.result.update(original=original, files_removed=removed)
