@@ -435,6 +435,23 @@ class RetentionConfig(_Section):
         return self.tenant_years.get(tenant, self.years)
 
 
+class MetricsConfig(_Section):
+    """The Prometheus endpoint (/metrics) of each process; loopback by default."""
+
+    enabled: bool = True
+    # `ingestd serve`.
+    listen: str = "127.0.0.1:9464"
+    # `ingestd worker`; `--metrics-offset N` adds N to the port (ingestd-worker@N), so
+    # each instance has its own endpoint. Port 0: any free port (tests).
+    worker_listen: str = "127.0.0.1:9470"
+
+    @field_validator("listen", "worker_listen")
+    @classmethod
+    def _listen(cls, v: str) -> str:
+        parse_listen(v)
+        return v
+
+
 class LogConfig(_Section):
     level: Literal["debug", "info", "warning", "error"] = "info"
     format: Literal["auto", "json", "console"] = "auto"
@@ -452,6 +469,7 @@ class Config(_Section):
     worker: WorkerConfig = Field(default_factory=WorkerConfig)
     analysis: AnalysisConfig = Field(default_factory=AnalysisConfig)
     retention: RetentionConfig = Field(default_factory=RetentionConfig)
+    metrics: MetricsConfig = Field(default_factory=MetricsConfig)
     taxonomy: list[TaxonomyRule] = Field(default_factory=list)
     workflows: list[WorkflowRule] = Field(default_factory=list)
 
