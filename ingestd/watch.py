@@ -9,7 +9,9 @@ The watcher never writes to the archive or the database. Its only jobs are:
   writing; temp and system names are never taken;
 * afterwards: the source is gone (intake removed it after COMMIT) or moved to ``done``;
   a permanent refusal goes to ``failed`` with a note; a transient failure leaves the
-  file where it is and retries with backoff.
+  file where it is and retries with backoff. A file of a tenant that is not active stays
+  too; it is reported once (``watch.tenant_not_active``), again when the tenant's status
+  changes and at most once per ``TENANT_REPORT_INTERVAL`` while it waits.
 
 A path is in at most one place at a time: *pending* (waiting to be stable or to be
 retried) or *in flight* (an intake thread has it). So no file is queued twice.
@@ -26,7 +28,7 @@ import stat
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +50,7 @@ from watchdog.observers.polling import PollingObserver
 
 from ingestd import metrics
 from ingestd.config import Config, HotfoldersConfig, WatchConfig
-from ingestd.errors import ArchiveError, DatabaseError, TenantError
+from ingestd.errors import ArchiveError, DatabaseError, TenantError, TenantNotActive
 from ingestd.intake import Disposal, FileChanged, Intake, IntakeItem, Outcome, move_source
 from ingestd.log import get_logger
 from ingestd.quarantine import quarantine
@@ -57,6 +59,9 @@ from ingestd.quarantine import quarantine
 _F_SETLEASE = getattr(fcntl, "F_SETLEASE", 1024)
 _F_RDLCK = getattr(fcntl, "F_RDLCK", 0)
 _F_UNLCK = getattr(fcntl, "F_UNLCK", 2)
+
+# A file waiting for its tenant to become active is reported again after this many seconds.
+TENANT_REPORT_INTERVAL = 3600.0
 
 
 @dataclass(frozen=True)
@@ -85,7 +90,8 @@ class _Pending:
     changed_at: float = 0.0
     due: float = 0.0
     attempts: int = 0
-    reported: set[str] = field(default_factory=set)
+    # The tenant status last reported for this file, and when (time.monotonic()).
+    tenant_reported: tuple[str, float] | None = None
 
 
 class WriterCheck:
@@ -166,6 +172,7 @@ class HotFolders:
         # instead of waiting for the next tick.
         self._wake = threading.Event()
         self._tick = tick
+        self.tenant_report_interval = TENANT_REPORT_INTERVAL
         self._writers = WriterCheck()
         self._threads: list[threading.Thread] = []
         self._apply_settings(config)
@@ -429,11 +436,7 @@ class HotFolders:
             pass  # gone (moved away by a user): nothing to do
         except TenantError as exc:
             retry_cause = "tenant_inactive"
-            if "tenant" not in pending.reported:
-                # Reported once per file, then retried quietly until the tenant is active.
-                pending.reported.add("tenant")
-                self.log.warning("watch.tenant_not_active", tenant=tenant, filename=path.name,
-                                 detail=exc.message)  # fmt: skip
+            self._report_tenant(path, pending, exc)
         except (DatabaseError, FileChanged, ArchiveError, OSError) as exc:
             retry_cause = type(exc).__name__
             self.log.warning("watch.retry", tenant=tenant, filename=path.name,
@@ -457,6 +460,25 @@ class HotFolders:
                     self._pending.setdefault(path, pending)
             if retry_cause is not None:
                 metrics.WATCH_RETRIED.labels(tenant, retry_cause).inc()
+
+    def _report_tenant(self, path: Path, pending: _Pending, exc: TenantError) -> None:
+        """One line per waiting file; again only if the status changed or an hour passed."""
+        status = exc.status if isinstance(exc, TenantNotActive) else "missing"
+        now = time.monotonic()
+        last = pending.tenant_reported
+        if last is not None and last[0] == status and now - last[1] < self.tenant_report_interval:
+            return  # retried quietly until the tenant is active
+        pending.tenant_reported = (status, now)
+        self.log.warning(
+            "watch.tenant_not_active",
+            tenant=pending.folder.cfg.tenant,
+            status=status,
+            reason="tenant_unknown" if status == "missing" else f"tenant_{status}",
+            filename=path.name,
+            path=str(path),
+            folder=pending.folder.name,
+            detail=exc.message,
+        )
 
     # -- introspection (status, tests) --------------------------------------------------
     def snapshot(self) -> dict[str, int]:

@@ -5,6 +5,11 @@ Order at accept: banned IP -> close before the handshake; over the total or per-
 -> close; otherwise TCP_NODELAY (without it every small SFTP reply waits for a delayed ACK:
 ~50 ms per file), key exchange, login within ``auth_timeout``, and then the session runs
 until the client leaves or is idle for ``idle_timeout``.
+
+A login whose credentials are right is still refused while the account's tenant is not
+active (``sftp.auth_refused``; not a failure: it never counts towards a ban). The status
+comes from ``TenantStatusCache``, never from the database directly; when the cache cannot
+tell (database down), the login goes ahead and the uploads wait in the spool.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from ingestd.sftp.algorithms import disabled_algorithms, negotiated, record_kex,
 from ingestd.sftp.bans import BanList
 from ingestd.sftp.hostkeys import HostKey
 from ingestd.sftp.spool import Spool
+from ingestd.sftp.tenant_status import MISSING, TenantStatusCache
 from ingestd.sftp.vfs import InboxSFTP, IngestSFTPServer, Session
 
 SERVER_VERSION = "SSH-2.0-ingestd"  # no library or version numbers for scanners of scanners
@@ -62,6 +68,8 @@ class _ServerPolicy(paramiko.ServerInterface):
         # The account whose key paramiko may still have to verify (see check_auth_publickey).
         self._key_user: str | None = None
         self._login_lock = threading.Lock()
+        # Why the last verified login was refused (its tenant is not active).
+        self.refusal: str | None = None
 
     # -- authentication -------------------------------------------------------------------
     def get_allowed_auths(self, username: str) -> str:
@@ -97,8 +105,15 @@ class _ServerPolicy(paramiko.ServerInterface):
                 and transport is not None
                 and transport.is_authenticated()
                 and transport.get_username() == self._key_user
+                and not self.conn.kill.is_set()
             ):
-                self._login(self._key_user, "publickey")
+                # Checked only now: refusing in check_auth_publickey would tell anyone who
+                # holds the *public* key the tenant's status. paramiko already answered
+                # "authenticated", so the connection is closed instead of a channel opened.
+                if self._tenant_refused(self._key_user, "publickey"):
+                    self.conn.kill.set()
+                else:
+                    self._login(self._key_user, "publickey")
             return self.session is not None
 
     def _legacy_refused(self, username: str) -> bool:
@@ -110,6 +125,27 @@ class _ServerPolicy(paramiko.ServerInterface):
                              algorithms=self.conn.legacy)  # fmt: skip
             return True
         return False
+
+    def _tenant_refused(self, username: str, method: str) -> bool:
+        """True (and logged) if the verified ``username``'s tenant is known not to be active.
+
+        Unknown (the cache was never filled or is too old: database down) lets the login
+        in. Not an auth failure: the credentials were right, so no ban score, no
+        ``sftp.auth_failed`` line (fail2ban would ban the scanner), and only after the
+        credentials were checked, so nobody without them learns the tenant's status.
+        """
+        cache = self.server.tenant_status
+        account = self.server.accounts.get(username)
+        assert account is not None
+        status = cache.status(account.tenant) if cache is not None else None
+        if status is None or status == "active":
+            return False
+        reason = "tenant_unknown" if status == MISSING else f"tenant_{status}"
+        self.refusal = reason
+        metrics.SFTP_REFUSED.labels(f"login_{reason}").inc()
+        self.log.warning("sftp.auth_refused", account=account.username, tenant=account.tenant,
+                         tenant_status=status, reason=reason, method=method)  # fmt: skip
+        return True
 
     def _login(self, username: str, method: str) -> None:
         conn = self.conn
@@ -134,6 +170,13 @@ class _ServerPolicy(paramiko.ServerInterface):
         conn = self.conn
         if verdict is Verdict.ok:
             if self._legacy_refused(username):
+                return paramiko.AUTH_FAILED
+            if self._tenant_refused(username, method):
+                # Counted for max_auth_attempts (a client that keeps trying), not for bans.
+                conn.auth_failures += 1
+                if conn.auth_failures >= self.server.cfg.max_auth_attempts:
+                    self.log.warning("sftp.too_many_auth_failures", attempts=conn.auth_failures)
+                    conn.kill.set()
                 return paramiko.AUTH_FAILED
             with self._login_lock:
                 self._login(username, method)
@@ -162,6 +205,8 @@ class _ServerPolicy(paramiko.ServerInterface):
     def check_channel_request(self, kind: str, chanid: int) -> int:
         if kind == "session" and self.key_login():
             return paramiko.OPEN_SUCCEEDED
+        if self.refusal is not None:
+            return paramiko.OPEN_FAILED_ADMINISTRATIVELY_PROHIBITED  # logged at the login
         self._refused("channel", kind=kind)
         return paramiko.OPEN_FAILED_ADMINISTRATIVELY_PROHIBITED
 
@@ -211,12 +256,19 @@ class _ServerPolicy(paramiko.ServerInterface):
 
 class SftpServer:
     def __init__(
-        self, config: Config, spool: Spool, hostkeys: list[HostKey], bans: BanList
+        self,
+        config: Config,
+        spool: Spool,
+        hostkeys: list[HostKey],
+        bans: BanList,
+        tenant_status: TenantStatusCache | None = None,
     ) -> None:
         self.log = get_logger(component="sftp")
         self.spool = spool
         self.hostkeys = hostkeys
         self.bans = bans
+        # None: no tenant check at all (every verified login goes in).
+        self.tenant_status = tenant_status
         self._apply(config)
         self._sock: socket.socket | None = None
         self._stop = threading.Event()
@@ -388,7 +440,7 @@ class SftpServer:
         deadline = conn.started + self.cfg.auth_timeout
         while not policy.key_login():
             if conn.kill.is_set() or self._stop.is_set():
-                return "auth_failed"
+                return policy.refusal or "auth_failed"
             if not transport.is_active():
                 return "client_closed"
             if transport.is_authenticated():

@@ -1,7 +1,9 @@
 """The SFTP part of ``ingestd serve``: spool, spool intake loop and (with accounts) server.
 
 The spool intake runs even without accounts: files acknowledged before an account was
-removed from the config must still be ingested.
+removed from the config must still be ingested. Given a ``TenantStatusCache`` (the
+daemon passes one), the server refuses logins of accounts whose tenant is not active; the
+service starts the cache with the server and stops it with the service.
 """
 
 from __future__ import annotations
@@ -14,10 +16,17 @@ from ingestd.sftp.bans import BanList
 from ingestd.sftp.server import SftpServer
 from ingestd.sftp.spool import Spool
 from ingestd.sftp.spool_intake import SpoolIntake
+from ingestd.sftp.tenant_status import TenantStatusCache
 
 
 class SftpService:
-    def __init__(self, config: Config, intake: Intake) -> None:
+    def __init__(
+        self,
+        config: Config,
+        intake: Intake,
+        *,
+        tenant_status: TenantStatusCache | None = None,
+    ) -> None:
         self.config = config
         self.log = get_logger(component="sftp")
         self.spool = Spool(config.paths.spool, config.sftp.temp_names)
@@ -29,6 +38,8 @@ class SftpService:
             retry_max_delay=config.sftp.retry_max_delay,
         )
         self.server: SftpServer | None = None
+        # None: no tenant check, every login with the right credentials goes in.
+        self.tenant_status = tenant_status
         self.loop.housekeeping = self.sweep_abandoned
 
     def sweep_abandoned(self) -> int:
@@ -53,7 +64,9 @@ class SftpService:
         state_dir.mkdir(parents=True, exist_ok=True)
         keys = hostkeys.load_or_create(state_dir)
         bans = BanList(config.sftp.bans, state_dir)
-        self.server = SftpServer(config, self.spool, keys, bans)
+        if self.tenant_status is not None:
+            self.tenant_status.start()
+        self.server = SftpServer(config, self.spool, keys, bans, self.tenant_status)
         self.server.start()
 
     def reload(self, config: Config, intake: Intake) -> None:
@@ -72,4 +85,6 @@ class SftpService:
 
     def stop(self) -> None:
         self.stop_listening()
+        if self.tenant_status is not None:
+            self.tenant_status.stop()
         self.loop.stop()

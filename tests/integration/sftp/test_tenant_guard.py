@@ -1,0 +1,212 @@
+"""Logins of accounts whose tenant is not active: refused after the credentials, never banned.
+
+The server reads tenant statuses from a cache refreshed in the background (the daemon
+gives the service one; the shared rig runs without). These tests restart the rig's service
+with a cache refreshed every 0.2 s and wait for it to see a change before they log in.
+Real clients (paramiko, OpenSSH) against the real server and a real PostgreSQL; the outage
+is a real stopped cluster.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+from collections.abc import Callable, Iterator
+
+import paramiko
+import pytest
+
+from ingestd.db import Database
+from ingestd.runtime import make_intake
+from ingestd.schema import migrate
+from ingestd.sftp.service import SftpService
+from ingestd.sftp.tenant_status import MISSING, TenantStatusCache
+from tests.conftest import private_cluster, wait_until
+from tests.integration.sftp.conftest import PASSWORDS, Rig
+
+# Everything paramiko raises when the server refuses a channel or drops the connection.
+DROPPED = (paramiko.SSHException, EOFError, OSError)
+INTERVAL = 0.2
+
+
+# -- helpers --------------------------------------------------------------------------------
+def fast_refresh(rig: Rig) -> Rig:
+    """The rig's service again, with a tenant status cache refreshed every INTERVAL s."""
+    rig.service.stop()
+    statuses = TenantStatusCache(rig.db, interval=INTERVAL)
+    rig.service = SftpService(rig.config, make_intake(rig.config, rig.db),
+                              tenant_status=statuses)  # fmt: skip
+    rig.service.start()
+    return rig
+
+
+def cache(rig: Rig) -> TenantStatusCache:
+    assert rig.service.tenant_status is not None
+    return rig.service.tenant_status
+
+
+def set_status(db: Database, tenant: str, status: str) -> None:
+    with db.transaction() as tx:
+        tx.raw("UPDATE tenants SET status = %(s)s, updated_at = now() WHERE name = %(t)s",
+               {"s": status, "t": tenant})  # fmt: skip
+
+
+@contextlib.contextmanager
+def connect(rig: Rig, source_ip: str) -> Iterator[paramiko.Transport]:
+    """A paramiko transport after key exchange, not logged in."""
+    sock = socket.create_connection(("127.0.0.1", rig.port), timeout=20,
+                                    source_address=(source_ip, 0))  # fmt: skip
+    transport = paramiko.Transport(sock)
+    try:
+        transport.connect()
+        yield transport
+    finally:
+        transport.close()
+
+
+def password_refused(rig: Rig, user: str, source_ip: str) -> None:
+    with connect(rig, source_ip) as transport, pytest.raises(paramiko.AuthenticationException):
+        transport.auth_password(user, PASSWORDS[user])
+
+
+def upload(rig: Rig, user: str, name: str, seed: int, source_ip: str) -> None:
+    with connect(rig, source_ip) as transport:
+        transport.auth_password(user, PASSWORDS[user])
+        sftp = paramiko.SFTPClient.from_transport(transport)
+        assert sftp is not None
+        sftp.put(str(rig.write_pdf(name, seed)), name)
+        sftp.close()
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+# -- tests ----------------------------------------------------------------------------------
+def test_suspended_tenant_login_refused_not_banned(make_rig: Callable[..., Rig]) -> None:
+    """A suspended tenant's right password is refused and logged, 20 times without a ban."""
+    rig = fast_refresh(make_rig())
+    set_status(rig.db, "acme", "suspended")
+    wait_until(lambda: cache(rig).status("acme") == "suspended")
+    ip = "127.0.0.5"
+    for _ in range(20):  # more than the ban threshold (15) and max_auth_attempts (6)
+        password_refused(rig, "scan1", ip)
+    refused = rig.logs("sftp.auth_refused")
+    assert len(refused) == 20
+    assert {(r["account"], r["tenant"], r["tenant_status"], r["reason"], r["remote_ip"],
+             r["method"]) for r in refused} == {
+        ("scan1", "acme", "suspended", "tenant_suspended", ip, "password")}  # fmt: skip
+    assert rig.logs("sftp.auth_failed") == []  # the fail2ban line: nothing to ban
+    assert rig.logs("sftp.banned") == []
+    server = rig.service.server
+    assert server is not None and server.bans.banned_until(ip) is None
+    assert [r for r in rig.logs("sftp.login") if r["username"] == "scan1"] == []
+    # The same address still logs in to an active tenant's account and uploads.
+    upload(rig, "beta1", "beta.pdf", 1, ip)
+    assert [d["tenant"] for d in rig.wait_documents(1)] == ["beta"]
+    # OpenSSH says what a scanner's admin would see.
+    result = rig.sftp_batch("scan2", ["ls"], password=True)
+    assert result.returncode != 0 and "Permission denied" in result.stderr
+    assert rig.logs("sftp.auth_refused")[-1]["account"] == "scan2"
+
+
+def test_activated_tenant_logs_in_after_the_refresh(make_rig: Callable[..., Rig]) -> None:
+    """Once the tenant is active again and the cache refreshed, the same account uploads."""
+    rig = fast_refresh(make_rig())
+    wait_until(lambda: cache(rig).status("acme") == "active")
+    set_status(rig.db, "acme", "suspended")
+    wait_until(lambda: cache(rig).status("acme") == "suspended")
+    password_refused(rig, "scan1", "127.0.0.6")
+    set_status(rig.db, "acme", "active")
+    wait_until(lambda: cache(rig).status("acme") == "active", timeout=10)
+    changed = rig.logs("sftp.tenant_status_changed")
+    assert [(c["tenant"], c["old_status"], c["new_status"]) for c in changed] == [
+        ("acme", "active", "suspended"), ("acme", "suspended", "active")]  # fmt: skip
+    upload(rig, "scan1", "back.pdf", 2, "127.0.0.6")
+    result = rig.sftp_batch("scan1", ["put " + str(rig.write_pdf("ossh.pdf", 3))],
+                            password=True)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    docs = rig.wait_documents(2)
+    assert sorted(d["original_filename"] for d in docs) == ["back.pdf", "ossh.pdf"]
+
+
+def test_key_login_refused_after_the_signature(make_rig: Callable[..., Rig]) -> None:
+    """A suspended tenant's valid key: no session, the connection closes, logged, no ban."""
+    rig = fast_refresh(make_rig())
+    set_status(rig.db, "acme", "deleting")
+    wait_until(lambda: cache(rig).status("acme") == "deleting")
+    key = paramiko.Ed25519Key.from_private_key_file(str(rig.key))
+    with connect(rig, "127.0.0.7") as transport:
+        # paramiko has verified the signature and said so; the refusal comes right after.
+        transport.auth_publickey("scan1", key)
+        with pytest.raises(DROPPED):  # the session channel is refused, the connection closed
+            paramiko.SFTPClient.from_transport(transport)
+    result = rig.sftp_batch("scan1", ["ls"])  # OpenSSH with the key
+    assert result.returncode != 0
+    refused = rig.logs("sftp.auth_refused")
+    assert [(r["method"], r["reason"], r["tenant_status"]) for r in refused] == [
+        ("publickey", "tenant_deleting", "deleting")] * 2  # fmt: skip
+    wait_until(lambda: len(rig.logs("sftp.disconnected")) >= 2)
+    assert {r["reason"] for r in rig.logs("sftp.disconnected")} == {"tenant_deleting"}
+    assert rig.logs("sftp.login") == [] and rig.logs("sftp.auth_failed") == []
+    server = rig.service.server
+    assert server is not None and server.bans.active() == []
+
+
+def test_account_of_a_tenant_that_does_not_exist_is_refused(
+    make_rig: Callable[..., Rig], password_hashes: dict[str, str]
+) -> None:
+    """An account bound to a tenant missing from the database: refused as tenant_unknown."""
+    accounts = [{"username": "scan1", "tenant": "ghost", "password_hash": password_hashes["scan1"]}]
+    rig = fast_refresh(make_rig(accounts=accounts))
+    wait_until(lambda: cache(rig).status("ghost") == MISSING)
+    password_refused(rig, "scan1", "127.0.0.8")
+    [line] = rig.logs("sftp.auth_refused")
+    assert (line["tenant"], line["tenant_status"], line["reason"]) == (
+        "ghost", "missing", "tenant_unknown")  # fmt: skip
+
+
+def test_database_unreachable_logins_go_to_the_spool(make_rig: Callable[..., Rig]) -> None:
+    """Statuses never read (no database): logins are let in, uploads spooled, one log line."""
+    conninfo = f"host=127.0.0.1 port={closed_port()} dbname=ingestd user=ingestd"
+    with Database(conninfo, connect_timeout=1) as unreachable:
+        rig = fast_refresh(make_rig(database=unreachable))
+        upload(rig, "scan1", "while-down.pdf", 4, "127.0.0.9")
+        assert rig.spool.snapshot()["pending"] == 1
+        wait_until(lambda: cache(rig).failures >= 3)
+        assert cache(rig).status("acme") is None
+        assert rig.logs("sftp.auth_refused") == []
+        assert len(rig.logs("sftp.login")) == 1
+        # Once per outage, not once per refresh.
+        assert len(rig.logs("sftp.tenant_status_unavailable")) == 1
+        rig.service.stop()
+
+
+def test_outage_keeps_last_known_statuses_then_lets_logins_in(
+    make_rig: Callable[..., Rig],
+) -> None:
+    """Postgres stops: the last statuses hold for max_age, then logins go in; logged once."""
+    with private_cluster(5438) as cluster, Database(cluster.conninfo, connect_timeout=1) as pg:
+        migrate(pg)
+        with pg.transaction() as tx:
+            tx.one("tenant_insert", {"name": "acme", "status": "suspended"})
+            tx.one("tenant_insert", {"name": "beta", "status": "active"})
+        rig = fast_refresh(make_rig(database=pg))
+        wait_until(lambda: cache(rig).status("acme") == "suspended")
+        cluster.stop("fast")
+        wait_until(lambda: cache(rig).failures >= 2)
+        password_refused(rig, "scan1", "127.0.0.10")  # last known: still suspended
+        cache(rig).max_age = 1.0
+        wait_until(lambda: cache(rig).status("acme") is None)
+        upload(rig, "scan1", "outage.pdf", 5, "127.0.0.10")  # unknown now: let in, spooled
+        assert rig.spool.snapshot()["pending"] == 1
+        assert len(rig.logs("sftp.tenant_status_unavailable")) == 1
+        cluster.start()
+        wait_until(lambda: cache(rig).status("acme") == "suspended", timeout=60)
+        assert len(rig.logs("sftp.tenant_status_restored")) == 1
+        password_refused(rig, "scan1", "127.0.0.10")
+        assert len(rig.logs("sftp.auth_refused")) == 2
+        assert rig.spool.snapshot()["pending"] == 1  # held in the spool: tenant not active
+        rig.service.stop()
