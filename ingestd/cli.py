@@ -347,7 +347,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
     load_kinds(args.plugin)  # a mistyped --plugin fails before the database is touched
     with open_database(config, name="ingestd-worker") as db:
         runner = Runner(config, db, config_path=args.config, plugins=args.plugin,
-                        worker_id=args.worker_id, drain=args.drain)  # fmt: skip
+                        worker_id=args.worker_id, drain=args.drain,
+                        metrics_offset=args.metrics_offset)  # fmt: skip
         return runner.run()
 
 
@@ -428,6 +429,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="exit 0 once no job is ready and none is running")  # fmt: skip
     s.add_argument("--plugin", action="append", default=[], metavar="MODULE",
                    help="import MODULE for more job kinds (repeatable)")  # fmt: skip
+    s.add_argument("--metrics-offset", type=int, default=None, metavar="N",
+                   help="serve /metrics on metrics.worker_listen's port + N "
+                        "(ingestd-worker@N); without it, no endpoint")  # fmt: skip
     s.add_argument("--worker-id", default=None, metavar="ID",
                    help="name in processing_jobs.worker_id (default HOST:PID)")  # fmt: skip
     s.set_defaults(func=cmd_worker)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from prometheus_client import Counter
+from prometheus_client import Counter, Histogram
 
 # Label cardinality stays bounded: tenant names are admin-defined, source is a kind
 # ("cli", "sftp", "watch"), reason is a fixed enum.
@@ -70,4 +70,26 @@ SPOOL_QUARANTINED = Counter(
     "ingestd_spool_quarantined_total",
     "Spooled uploads moved to the failed folder, by reason",
     ["tenant", "reason"],
+)
+SFTP_LOGINS = Counter(
+    "ingestd_sftp_logins_total",
+    "SFTP logins that succeeded, by tenant and method (password, publickey)",
+    ["tenant", "method"],
+)
+SFTP_BANS = Counter(
+    "ingestd_sftp_bans_total",
+    "IP addresses banned after repeated failed logins",
+    [],
+)
+JOB_SECONDS = Histogram(
+    "ingestd_job_duration_seconds",
+    "Wall-clock time of one job attempt, by kind and outcome (done, retry, failed, ...)",
+    ["kind", "outcome"],
+    # No-op jobs take milliseconds, a 300-page OCR half an hour.
+    buckets=(0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600),
+)
+OCR_PAGES = Counter(
+    "ingestd_ocr_pages_total",
+    "Pages OCRed by analyze-document (a retry that reuses saved text adds none)",
+    ["tenant"],
 )

@@ -27,10 +27,11 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, TypeVar
 
-from ingestd import log
+from ingestd import log, metrics
 from ingestd.config import Config, load_config
 from ingestd.db import Database, connect_once
 from ingestd.errors import ConfigError, DatabaseError, DatabaseUnavailable, ExitCode, IngestdError
+from ingestd.metrics_server import MetricsEndpoint
 from worker.child import Child, Result
 from worker.jobs import Kind, load, refusal
 from worker.queue import NOTIFY_CHANNEL, Job, Queue
@@ -238,6 +239,7 @@ class Runner:
         worker_id: str | None = None,
         drain: bool = False,
         notifier: Notifier | None = None,
+        metrics_offset: int | None = None,
     ) -> None:
         self.config = config
         self.db = db
@@ -261,6 +263,9 @@ class Runner:
         self._stopping_logged = False
         self.jobs_run = 0
         self.kinds: dict[str, Kind] = {}
+        # None: no endpoint (tests, --drain batch runs); N: worker_listen's port + N.
+        self.metrics_offset = metrics_offset
+        self.metrics_endpoint: MetricsEndpoint | None = None
 
     # -- public ---------------------------------------------------------------------------
     def stop(self) -> None:
@@ -273,6 +278,7 @@ class Runner:
             self.flags.install()
         try:
             self.heartbeat.start()
+            self._start_metrics()
             child_pid = self.child.start()
             self.notifier.ready("idle")
             self._status_text = "idle"
@@ -284,6 +290,8 @@ class Runner:
         finally:
             self._announce_stopping("error" if not self.flags.stop.is_set() else "")
             self.heartbeat.close()
+            if self.metrics_endpoint is not None:
+                self.metrics_endpoint.close()
             self.child.stop()
             self.listener.close()
             self.flags.restore()
@@ -291,6 +299,19 @@ class Runner:
             self.log.info("worker.stopped", jobs=self.jobs_run)
             self.notifier.close()
         return 0
+
+    def _start_metrics(self) -> None:
+        m = self.config.metrics
+        if self.metrics_offset is None or not m.enabled:
+            return
+        try:
+            self.metrics_endpoint = MetricsEndpoint(m.worker_listen, self.metrics_offset)
+        except OSError as exc:  # port taken: run without, say so (jobs matter more)
+            self.log.error("worker.metrics_failed", listen=m.worker_listen,
+                           offset=self.metrics_offset, error=str(exc))  # fmt: skip
+            return
+        host, port = self.metrics_endpoint.address
+        self.log.info("worker.metrics", listen=f"{host}:{port}")
 
     # -- the loop -------------------------------------------------------------------------
     def _loop(self) -> None:
@@ -385,6 +406,7 @@ class Runner:
             if reason is not None:
                 self._record(jl, lambda: self.queue.fail(job, reason, permanent=True))
                 jl.warning("job.refused", error=reason, seconds=_secs(t0))
+                _observe(job, "refused", t0)
                 finished = True
                 return
             self._set_status(f"job {job.id} {job.kind} tenant {job.tenant}")
@@ -466,6 +488,9 @@ class Runner:
             else:
                 if ours:
                     jl.info("job.done", seconds=seconds, result=summary or None)
+                    _observe(job, "done", t0)
+                    if isinstance(summary, dict) and summary.get("ocr"):
+                        metrics.OCR_PAGES.labels(job.tenant).inc(int(summary.get("pages") or 0))
                 else:
                     jl.warning(
                         "job.lost",
@@ -476,6 +501,7 @@ class Runner:
         if kind == "released":
             if self._record(jl, lambda: self.queue.release(job)):
                 jl.warning("job.released", seconds=seconds, reason=detail)
+            _observe(job, "released", t0)
             return True
         if kind == "lost":
             jl.warning("job.lost", seconds=seconds, error=detail)
@@ -486,6 +512,8 @@ class Runner:
             jl.error("job.child_died", seconds=seconds, error=detail)
         permanent = kind == "permanent"
         outcome = self._record(jl, lambda: self.queue.fail(job, str(detail), permanent=permanent))
+        _observe(job, "lost" if outcome is None else
+                 "retry" if outcome.status == "queued" else "failed", t0)  # fmt: skip
         if outcome is None:
             jl.warning("job.lost", seconds=seconds, error=str(detail))
         elif outcome.status == "queued":
@@ -581,6 +609,10 @@ class Runner:
             running_job=job,
             shutdown_grace=self.config.worker.shutdown_grace if job else None,
         )
+
+
+def _observe(job: Job, outcome: str, t0: float) -> None:
+    metrics.JOB_SECONDS.labels(job.kind, outcome).observe(time.monotonic() - t0)
 
 
 def describe(exc: BaseException) -> str:

@@ -18,6 +18,7 @@ from ipaddress import ip_address
 from pathlib import Path
 from typing import Any
 
+from ingestd import metrics
 from ingestd.archive import fsync_dir
 from ingestd.config import SftpBansConfig
 from ingestd.log import get_logger
@@ -140,6 +141,7 @@ class BanList:
             self._save()
         # fail2ban-friendly: one line with a fixed event name and the remote_ip key.
         self.log.warning("sftp.banned", remote_ip=ip, seconds=int(length), ban_count=rec.bans)
+        metrics.SFTP_BANS.inc()
         return rec.until
 
     def lift(self, ip: str) -> bool:

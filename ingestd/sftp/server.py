@@ -165,6 +165,7 @@ class _ServerPolicy(paramiko.ServerInterface):
         conn.authenticated.set()
         self.log.info("sftp.login", username=account.username, tenant=account.tenant,
                       method=method)  # fmt: skip
+        metrics.SFTP_LOGINS.labels(account.tenant, method).inc()
 
     def _conclude(self, username: str, method: str, verdict: Verdict) -> int:
         conn = self.conn
