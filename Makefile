@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 APT_PACKAGES := postgresql tesseract-ocr tesseract-ocr-deu tesseract-ocr-eng ghostscript fonts-dejavu-core \
                 python3-venv ca-certificates openssh-client openssh-server lftp curl
 
-.PHONY: help deps venv lint typecheck test test-fast demo bench clean
+.PHONY: help deps venv lint typecheck test test-fast demo bench deb clean
 
 help:
 	@echo "make demo    run the appliance on an embedded Postgres with sample scans"
@@ -50,5 +50,10 @@ bench: venv
 	$(BIN)/python bench/sftp.py
 	$(BIN)/python bench/queue.py
 
+# The Debian package: $(DIST)/ingestd_<version>_<arch>.deb (packaging/build-deb.sh says how).
+DIST ?= dist
+deb: venv
+	packaging/build-deb.sh $(DIST)
+
 clean:
-	rm -rf $(VENV) .demo .bench .pytest_cache .mypy_cache .ruff_cache *.egg-info
+	rm -rf $(VENV) .demo .bench .pytest_cache .mypy_cache .ruff_cache *.egg-info dist
