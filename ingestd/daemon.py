@@ -3,43 +3,90 @@
 Signal handlers only set flags; the main loop reads them. SIGTERM/SIGINT stop
 gracefully (running intakes finish: each is one short transaction), SIGHUP reloads the
 config (a broken new config is logged and the old one kept).
+
+Under systemd (Type=notify) the daemon reports READY=1 once the SFTP listener and the hot
+folders run, RELOADING=1 ... READY=1 around a reload, WATCHDOG=1 from the main loop at half
+of WatchdogSec, and STOPPING=1 when it begins to stop (worker/sdnotify.py; a no-op
+without $NOTIFY_SOCKET).
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import select
 import signal
 import threading
+import time
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 from ingestd import log
 from ingestd.config import Config, load_config
 from ingestd.db import Database
 from ingestd.errors import ConfigError, DatabaseError, DatabaseUnavailable
+from ingestd.metrics_server import (
+    MetricsEndpoint,
+    QueueCollector,
+    register_queue_collector,
+    unregister,
+)
 from ingestd.runtime import make_intake, open_database
 from ingestd.schema import migrate
 from ingestd.sftp.service import SftpService
+from ingestd.sftp.tenant_status import TenantStatusCache
 from ingestd.watch import HotFolders
+from worker.sdnotify import Notifier
 
 
 class Flags:
+    """Set by the signal handlers, read by the main loop.
+
+    A handler runs in the main thread between two bytecodes, possibly while that thread
+    holds an Event's internal lock (inside ``wait`` or ``clear``): a handler taking that
+    lock again would hang the daemon for good. So a handler only sets ``reload``, sets
+    ``stop`` (an Event other threads wait on; the main thread only reads it, lock-free)
+    and writes a byte to the pipe the main loop sleeps on.
+    """
+
     def __init__(self) -> None:
         self.stop = threading.Event()
-        self.reload = threading.Event()
-        self.wake = threading.Event()
+        self.reload = False
+        self._r, self._w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self._saved: dict[int, Any] = {}
 
     def install(self) -> None:
-        signal.signal(signal.SIGTERM, self._on_stop)
-        signal.signal(signal.SIGINT, self._on_stop)
-        signal.signal(signal.SIGHUP, self._on_reload)
+        for sig, handler in ((signal.SIGTERM, self._on_stop), (signal.SIGINT, self._on_stop),
+                             (signal.SIGHUP, self._on_reload)):  # fmt: skip
+            self._saved[sig] = signal.signal(sig, handler)
+
+    def sleep(self, seconds: float) -> None:
+        """Until a signal comes or ``seconds`` have passed."""
+        readable, _, _ = select.select([self._r], [], [], seconds)
+        if readable:
+            with contextlib.suppress(BlockingIOError):
+                while os.read(self._r, 512):
+                    pass
+
+    def close(self) -> None:
+        """The previous handlers back first: no late signal may write to a closed fd."""
+        for sig, handler in self._saved.items():
+            signal.signal(sig, handler)
+        os.close(self._r)
+        os.close(self._w)
+
+    def _poke(self) -> None:
+        with contextlib.suppress(BlockingIOError):  # full: a wake-up is pending anyway
+            os.write(self._w, b"\0")
 
     def _on_stop(self, signum: int, frame: FrameType | None) -> None:
         self.stop.set()
-        self.wake.set()
+        self._poke()
 
     def _on_reload(self, signum: int, frame: FrameType | None) -> None:
-        self.reload.set()
-        self.wake.set()
+        self.reload = True
+        self._poke()
 
 
 class _SchemaWhenReachable(threading.Thread):
@@ -70,8 +117,39 @@ class _SchemaWhenReachable(threading.Thread):
             delay = min(delay * 2, 30.0)
 
 
-def serve(config: Config, config_path: Path | None) -> int:
+def _status(config: Config, sftp: SftpService) -> str:
+    """The STATUS= line systemctl shows: what the daemon serves right now."""
+    if sftp.server is None:
+        where = "off (no accounts)"
+    else:
+        host, port = sftp.server.address
+        where = f"on [{host}]:{port}" if ":" in host else f"on {host}:{port}"
+    return f"serving: {len(config.watch)} hot folders, sftp {where}"
+
+
+class _Metrics(MetricsEndpoint):
+    collector: QueueCollector
+
+
+def _start_metrics(config: Config, db: Database, logger: Any) -> _Metrics | None:
+    """/metrics on metrics.listen, with the queue gauges; a taken port is logged, not
+    fatal (ingesting matters more than being watched). Changes need a restart."""
+    if not config.metrics.enabled:
+        return None
+    try:
+        endpoint = _Metrics(config.metrics.listen)
+    except OSError as exc:
+        logger.error("daemon.metrics_failed", listen=config.metrics.listen, error=str(exc))
+        return None
+    endpoint.collector = register_queue_collector(db)
+    host, port = endpoint.address
+    logger.info("daemon.metrics", listen=f"{host}:{port}")
+    return endpoint
+
+
+def serve(config: Config, config_path: Path | None, notifier: Notifier | None = None) -> int:
     logger = log.get_logger(component="daemon")
+    notifier = notifier or Notifier()
     flags = Flags()
     flags.install()
     with open_database(config, migrate_schema=False) as db:
@@ -79,24 +157,33 @@ def serve(config: Config, config_path: Path | None) -> int:
         schema.start()
         intake = make_intake(config, db)
         hot = HotFolders(config, intake)
-        sftp = SftpService(config, intake)
+        sftp = SftpService(config, intake, tenant_status=TenantStatusCache(db))
         # The spool first: uploads acknowledged before a crash are ingested at once.
         sftp.start()
         hot.start()
+        endpoint = _start_metrics(config, db, logger)
+        notifier.ready(_status(config, sftp))
         logger.info("daemon.ready", hot_folders=len(config.watch),
                     sftp_accounts=len(config.sftp.accounts))  # fmt: skip
+        ping_every = notifier.watchdog_interval
+        next_ping = time.monotonic()
         try:
             while not flags.stop.is_set():
-                flags.wake.wait(1.0)
-                flags.wake.clear()
-                if flags.reload.is_set():
-                    flags.reload.clear()
+                if ping_every is not None and time.monotonic() >= next_ping:
+                    notifier.watchdog()
+                    next_ping = time.monotonic() + ping_every
+                wait = 1.0 if ping_every is None else min(1.0, next_ping - time.monotonic())
+                flags.sleep(max(0.0, wait))
+                if flags.reload:
+                    flags.reload = False  # SIGHUPs meanwhile: this reload reads their config
+                    notifier.reloading()
                     try:
                         new = load_config(config_path)
                     except ConfigError as exc:
                         logger.error(
                             "daemon.reload_failed", error=exc.message, problems=exc.problems
                         )
+                        notifier.ready(f"{_status(config, sftp)}; reload failed, old config kept")
                         continue
                     log.configure(new.log.level, new.log.format)
                     new_intake = make_intake(new, db)
@@ -104,12 +191,19 @@ def serve(config: Config, config_path: Path | None) -> int:
                     hot.reload(new)
                     sftp.reload(new, new_intake)
                     config = new
+                    notifier.ready(_status(config, sftp))
                     logger.info("daemon.reloaded", hot_folders=len(new.watch))
         finally:
+            notifier.stopping("stopping" if flags.stop.is_set() else "stopping (error)")
             logger.info("daemon.stopping")
             schema.join(5)
             sftp.stop_listening()
             hot.stop()
             sftp.stop()
+            if endpoint is not None:
+                endpoint.close()
+                unregister(endpoint.collector)
     logger.info("daemon.stopped")
+    notifier.close()
+    flags.close()
     return 0

@@ -59,12 +59,32 @@ def load_kinds(plugins: Sequence[str]) -> dict[str, Kind]:
         raise PluginError(f"cannot import job kinds from --plugin {exc.name!r}: {exc}") from exc
 
 
+class Flag:
+    """A boolean a signal handler may set. Not a threading.Event: Event.set() takes a
+    lock, and a handler running while the main thread holds that lock (in clear() or
+    is_set()) would wait for itself forever. A plain attribute store cannot block."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self) -> None:
+        self._value = False
+
+    def set(self) -> None:
+        self._value = True
+
+    def clear(self) -> None:
+        self._value = False
+
+    def is_set(self) -> bool:
+        return self._value
+
+
 class Flags:
     """Set by signal handlers (nothing else happens in a handler) and by ``Runner.stop``."""
 
     def __init__(self) -> None:
-        self.stop = threading.Event()
-        self.reload = threading.Event()
+        self.stop = Flag()
+        self.reload = Flag()
         self.stop_at = 0.0
         self.signal_name = ""
         self._r, self._w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
