@@ -330,6 +330,37 @@ def cmd_documents(args: argparse.Namespace) -> int:
     return ExitCode.ok
 
 
+# -- sftp -------------------------------------------------------------------------------
+def cmd_sftp(args: argparse.Namespace) -> int:
+    from ingestd.sftp.bans import read_bans, request_unban
+
+    config = _load(args)
+    state_dir = config.paths.state_dir
+    if args.sftp_cmd == "bans":
+        bans = read_bans(state_dir)
+        if args.json:
+            _print_json(bans)
+        elif not bans:
+            print("no SFTP bans in force")
+        for b in bans if not args.json else []:
+            print(f"{b['ip']:<40} {b['remaining']:>8} s left  (ban #{b['bans']})")
+        return ExitCode.ok
+    banned = {b["ip"] for b in read_bans(state_dir)}
+    bad = []
+    for ip in args.ips:
+        try:
+            addr = request_unban(state_dir, ip)
+        except ValueError:
+            bad.append(ip)
+            continue
+        state = "banned" if addr in banned else "not banned now"
+        print(f"{addr}: unban requested ({state}); the server lifts it when the address "
+              "next connects, or at its next start")  # fmt: skip
+    for ip in bad:
+        print(f"{ip!r} is not an IP address", file=sys.stderr)
+    return ExitCode.ok if not bad else ExitCode.usage
+
+
 # -- serve ------------------------------------------------------------------------------
 def cmd_serve(args: argparse.Namespace) -> int:
     from ingestd.daemon import serve
@@ -418,6 +449,16 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--rounds", type=int, default=12, choices=range(4, 32), metavar="4..31",
                    help="bcrypt cost (default 12)")  # fmt: skip
     a.set_defaults(func=cmd_hash_password)
+
+    s = sub.add_parser("sftp", parents=[common], help="SFTP bans")
+    ssub = s.add_subparsers(dest="sftp_cmd", required=True)
+    a = ssub.add_parser("bans", parents=[common, jsonopt], help="the bans in force")
+    a.set_defaults(func=cmd_sftp)
+    a = ssub.add_parser(
+        "unban", parents=[common], help="lift bans (the server applies it at the next connection)"
+    )
+    a.add_argument("ips", nargs="+", metavar="IP")
+    a.set_defaults(func=cmd_sftp)
 
     s = sub.add_parser("serve", parents=[common],
                        help="run the daemon: SFTP server, spool intake, hot folders")  # fmt: skip

@@ -24,6 +24,9 @@ from ingestd.config import SftpBansConfig
 from ingestd.log import get_logger
 
 STATE_FILE = "sftp-bans.json"
+# `ingestd sftp unban IP` leaves a file named after the IP here; the server (the only
+# writer of STATE_FILE) lifts the ban when that IP next connects, or at start.
+UNBAN_DIR = "sftp-unban"
 # How long a past ban still counts towards the length of the next one.
 _REPEAT_MEMORY = 30 * 86400.0
 
@@ -40,6 +43,15 @@ class _Record:
 
 def state_path(state_dir: Path) -> Path:
     return state_dir / STATE_FILE
+
+
+def request_unban(state_dir: Path, ip: str) -> str:
+    """Ask the server to lift the ban of ``ip``; returns the normalised address."""
+    addr = ip_address(ip).compressed  # ValueError for anything that is not an address
+    folder = state_dir / UNBAN_DIR
+    folder.mkdir(mode=0o700, exist_ok=True)
+    (folder / addr).touch(mode=0o600)
+    return addr
 
 
 def read_bans(state_dir: Path, now: float | None = None) -> list[dict[str, Any]]:
@@ -62,6 +74,7 @@ class BanList:
     def __init__(self, cfg: SftpBansConfig, state_dir: Path | None) -> None:
         self.cfg = cfg
         self._path = state_path(state_dir) if state_dir is not None else None
+        self._unban_dir = state_dir / UNBAN_DIR if state_dir is not None else None
         self._lock = threading.Lock()
         self._records: dict[str, _Record] = {}
         self.log = get_logger(component="sftp")
@@ -80,6 +93,24 @@ class BanList:
                 bans=int(rec.get("bans", 0)),
                 last_ban=float(rec.get("last_ban", 0)),
             )
+        if self._unban_dir is not None and self._unban_dir.is_dir():
+            for request in self._unban_dir.iterdir():
+                self._lift_requested(request.name)
+
+    def _lift_requested(self, ip: str) -> bool:
+        """Apply an unban request for ``ip`` if there is one (the caller may hold the lock
+        or be __init__)."""
+        if self._unban_dir is None:
+            return False
+        request = self._unban_dir / ip
+        if not request.exists():
+            return False
+        rec = self._records.pop(ip, None)
+        self._save()
+        with contextlib.suppress(FileNotFoundError):
+            request.unlink()
+        self.log.info("sftp.unbanned", remote_ip=ip, was_banned=rec is not None)
+        return True
 
     def _save(self) -> None:
         if self._path is None:
@@ -114,6 +145,8 @@ class BanList:
         with self._lock:
             rec = self._records.get(ip)
             if rec is not None and rec.until > time.time():
+                if self._lift_requested(ip):
+                    return None
                 return rec.until
         return None
 

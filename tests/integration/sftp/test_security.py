@@ -207,6 +207,39 @@ def test_brute_force_bans_the_source_ip(rig: Rig) -> None:
         sftp.put(str(src), "AfterBan.pdf")
     docs = rig.wait_documents(1)
     assert [d["original_filename"] for d in docs] == ["AfterBan.pdf"]
+    # `ingestd sftp unban`: the running server lifts the ban at the next connection.
+    bans_module.request_unban(rig.config.paths.state_dir, "127.0.0.1")
+    with rig.paramiko("scan1"):
+        pass
+    assert rig.logs("sftp.unbanned")[0]["remote_ip"] == "127.0.0.1"
+    assert read_bans(rig.config.paths.state_dir) == []
+
+
+def test_unban_cli_lifts_bans_now_or_at_start(tmp_path: Path) -> None:
+    """`ingestd sftp unban IP` lifts a ban in a running BanList at the IP's next check, and
+    one requested while the server is down at its next start; `sftp bans` lists them."""
+    import subprocess
+    import sys
+
+    cfg_path = tmp_path / "ingestd.toml"
+    cfg_path.write_text(f'[paths]\nstate_dir = "{tmp_path}"\n')
+    cli = [sys.executable, "-m", "ingestd.cli", "sftp", "--config", str(cfg_path)]
+    cfg = _bans_cfg(ban_time=600, max_ban_time=3600)
+    running = BanList(cfg, tmp_path)
+    _ban(running, "192.0.2.7")
+    _ban(running, "2001:db8::1")
+    listed = subprocess.run([*cli[:-2], "bans", *cli[-2:], "--json"], capture_output=True,
+                            text=True, check=True)  # fmt: skip
+    assert {b["ip"] for b in json.loads(listed.stdout)} == {"192.0.2.7", "2001:db8::1"}
+    done = subprocess.run([*cli[:-2], "unban", *cli[-2:], "192.0.2.7", "2001:0db8::0001",
+                           "not-an-ip"], capture_output=True, text=True)  # fmt: skip
+    assert done.returncode == 2 and "not-an-ip" in done.stderr
+    assert running.banned_until("192.0.2.7") is None
+    assert not (tmp_path / bans_module.UNBAN_DIR / "192.0.2.7").exists()
+    assert [b["ip"] for b in read_bans(tmp_path)] == ["2001:db8::1"]
+    # The server is "down" (no BanList checks the IPv6 address): applied at the next start.
+    assert BanList(cfg, tmp_path).banned_until("2001:db8::1") is None
+    assert read_bans(tmp_path) == []
 
 
 def test_unknown_users_are_banned_sooner(make_rig: Callable[..., Rig]) -> None:
