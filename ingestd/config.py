@@ -286,6 +286,10 @@ class SftpConfig(_Section):
     # A temp-named upload (x.pdf.part) never renamed for this many seconds is moved to the
     # failed folder with a note, freeing the account's quota: its scanner gave up on it.
     abandoned_after: Annotated[float, Field(ge=60, le=86400 * 365)] = 86400.0
+    # Tenant statuses (logins of a suspended tenant's accounts are refused) are read from
+    # the database this often; the last ones read stay valid this long while it is down.
+    tenant_status_refresh: Annotated[float, Field(ge=0.5, le=3600)] = 5.0
+    tenant_status_max_age: Annotated[float, Field(ge=1, le=86400)] = 60.0
     bans: SftpBansConfig = Field(default_factory=SftpBansConfig)
     accounts: list[SftpAccountConfig] = Field(default_factory=list)
 

@@ -157,7 +157,9 @@ def serve(config: Config, config_path: Path | None, notifier: Notifier | None = 
         schema.start()
         intake = make_intake(config, db)
         hot = HotFolders(config, intake)
-        sftp = SftpService(config, intake, tenant_status=TenantStatusCache(db))
+        sftp = SftpService(config, intake, tenant_status=TenantStatusCache(
+            db, interval=config.sftp.tenant_status_refresh,
+            max_age=config.sftp.tenant_status_max_age))
         # The spool first: uploads acknowledged before a crash are ingested at once.
         sftp.start()
         hot.start()
