@@ -112,6 +112,8 @@ class TitlesConfig(_Section):
 
 
 TENANT_NAME = r"^[a-z0-9][a-z0-9_-]{0,62}$"
+# A tenant name as a key of a per-tenant table ([analysis.tenant_languages] ...).
+TenantName = Annotated[str, Field(pattern=TENANT_NAME)]
 
 # Names that file managers, sync tools, Office and upload clients use while a file is
 # incomplete or that are not documents at all. Matched case-insensitively against every
@@ -154,7 +156,7 @@ class HotfoldersConfig(_Section):
 
 class WatchConfig(_Section):
     path: Path
-    tenant: Annotated[str, Field(pattern=TENANT_NAME)]
+    tenant: TenantName
     tags: list[Annotated[str, Field(min_length=1, max_length=100)]] = Field(default_factory=list)
     # Sub-folder names below `path` become tags (Buchhaltung/2026/x.pdf -> Buchhaltung, 2026).
     subfolder_tags: bool = False
@@ -210,7 +212,7 @@ def _check_authorized_key(line: str) -> str:
 
 class SftpAccountConfig(_Section):
     username: Annotated[str, Field(pattern=SFTP_USERNAME)]
-    tenant: Annotated[str, Field(pattern=TENANT_NAME)]
+    tenant: TenantName
     # bcrypt only, never a password: `ingestd account hash-password` makes one.
     password_hash: str | None = None
     authorized_keys: list[str] = Field(default_factory=list)
@@ -386,9 +388,10 @@ class AnalysisConfig(_Section):
     languages: list[Annotated[str, Field(pattern=TESSERACT_LANG)]] = Field(
         default_factory=lambda: ["deu", "eng"], min_length=1
     )
-    tenant_languages: dict[str, list[Annotated[str, Field(pattern=TESSERACT_LANG)]]] = Field(
-        default_factory=dict
-    )
+    tenant_languages: dict[
+        TenantName, Annotated[list[Annotated[str, Field(pattern=TESSERACT_LANG)]],
+                              Field(min_length=1)]
+    ] = Field(default_factory=dict)  # fmt: skip
     # PDF pages that already have text: skip them (their text is kept), redo the OCR
     # layer (redo), or rasterise and OCR everything (force).
     mode: Literal["skip", "redo", "force"] = "skip"
@@ -406,16 +409,6 @@ class AnalysisConfig(_Section):
     # [[workflows]] tables, the same keys as here); relative to this file.
     rules_files: list[Path] = Field(default_factory=list)
 
-    @field_validator("tenant_languages")
-    @classmethod
-    def _tenant_names(cls, v: dict[str, list[str]]) -> dict[str, list[str]]:
-        for tenant, langs in v.items():
-            if not re.match(TENANT_NAME, tenant):
-                raise ValueError(f"{tenant!r} is not a tenant name")
-            if not langs:
-                raise ValueError(f"{tenant}: must name at least one language")
-        return v
-
     def languages_for(self, tenant: str) -> tuple[str, ...]:
         return tuple(self.tenant_languages.get(tenant) or self.languages)
 
@@ -425,15 +418,9 @@ class RetentionConfig(_Section):
 
     # Years from ingest (records law: 10 for invoices and books, 6 for letters in DE).
     years: Annotated[int, Field(ge=0, le=100)] = 10
-    tenant_years: dict[str, Annotated[int, Field(ge=0, le=100)]] = Field(default_factory=dict)
-
-    @field_validator("tenant_years")
-    @classmethod
-    def _tenant_names(cls, v: dict[str, int]) -> dict[str, int]:
-        bad = [t for t in v if not re.match(TENANT_NAME, t)]
-        if bad:
-            raise ValueError(f"{bad[0]!r} is not a tenant name")
-        return v
+    tenant_years: dict[TenantName, Annotated[int, Field(ge=0, le=100)]] = Field(
+        default_factory=dict
+    )
 
     def years_for(self, tenant: str) -> int:
         return self.tenant_years.get(tenant, self.years)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import re
-import stat
 import string
 from pathlib import Path
 from typing import Annotated, Literal
@@ -31,6 +30,7 @@ from pydantic import (
 )
 
 from ingestd.errors import ConfigError
+from ingestd.filemodes import GROUP_READABLE, check_secret_file
 
 # The same as ingestd.config.TENANT_NAME (a test keeps them equal).
 TENANT_NAME = r"^[a-z0-9][a-z0-9_-]{0,62}$"
@@ -188,16 +188,9 @@ def _read_secret_file(path: Path) -> bytes:
     except OSError as exc:
         raise ConfigError(f"webhook secret_file {path}: cannot open: {exc.strerror}") from None
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise ConfigError(f"webhook secret_file {path}: not a regular file")
         # Group read is how a service user gets a root-owned secret (0640 root:ingestd);
         # anything for "other", or group write, means the secret is not one.
-        if st.st_mode & 0o027:
-            raise ConfigError(
-                f"webhook secret_file {path}: mode {stat.S_IMODE(st.st_mode):04o} is too open; "
-                "use chmod 0600 (or 0640 for a service group)"
-            )
+        check_secret_file(os.fstat(fd), f"webhook secret_file {path}", GROUP_READABLE)
         data = os.read(fd, _MAX_SECRET + 1)
     finally:
         os.close(fd)

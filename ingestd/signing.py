@@ -21,12 +21,12 @@ import hmac
 import os
 import re
 import secrets
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ingestd.errors import ConfigError, IngestdError
+from ingestd.filemodes import check_secret_file
 
 SECRET_FILE = "server.secret"  # noqa: S105 (a file name, not a secret)
 SECRET_BYTES = 32
@@ -43,12 +43,7 @@ class SignatureRefused(IngestdError):
 
 
 def _check_mode(path: Path) -> None:
-    st = path.lstat()
-    if not stat.S_ISREG(st.st_mode):
-        raise ConfigError(f"{path}: the server secret must be a regular file")
-    if st.st_mode & 0o077:
-        raise ConfigError(f"{path}: the server secret is readable by others "
-                          f"(mode {stat.S_IMODE(st.st_mode):o}); chmod 600 it")  # fmt: skip
+    check_secret_file(path.lstat(), f"server secret {path}")
 
 
 def server_secret(state_dir: Path, *, create: bool = True) -> bytes:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +19,7 @@ from cryptography.hazmat.primitives.asymmetric import ed25519, rsa
 
 from ingestd.archive import fsync_dir
 from ingestd.errors import ConfigError
+from ingestd.filemodes import check_secret_file
 
 KEY_TYPES = ("ed25519", "rsa")
 RSA_BITS = 3072
@@ -98,14 +98,7 @@ def _give_to_state_owner(state_dir: Path, path: Path) -> None:
 
 
 def _load(kind: str, path: Path) -> paramiko.PKey:
-    st = os.lstat(path)
-    if not stat.S_ISREG(st.st_mode):
-        raise ConfigError(f"host key {path} is not a regular file")
-    if st.st_mode & 0o077:
-        raise ConfigError(
-            f"host key {path} has mode {stat.S_IMODE(st.st_mode):04o}; "
-            "it must not be readable by group or others (chmod 600)"
-        )
+    check_secret_file(os.lstat(path), f"host key {path}")
     cls = paramiko.Ed25519Key if kind == "ed25519" else paramiko.RSAKey
     try:
         return cls.from_private_key_file(str(path))

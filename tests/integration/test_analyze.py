@@ -8,7 +8,6 @@ import hashlib
 import http.server
 import json
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -63,7 +62,8 @@ def _drain(env: Env, db: Database) -> None:
         assert runner.run(install_signals=False) == 0
         if not _one(db, "SELECT 1 AS q FROM processing_jobs WHERE status = 'queued'"):
             return
-        time.sleep(0.1)  # retry_base: the retry is due
+        wait_until(lambda: _one(db, "SELECT 1 AS due FROM processing_jobs WHERE status = "
+                                    "'queued' AND next_attempt_at <= now()"), timeout=30)
     raise AssertionError("jobs still queued after 10 drains")
 
 
