@@ -30,6 +30,7 @@ from ingestd.errors import ExitCode, IngestdError
 TAIL_BYTES = 64 * 1024
 KILL_GRACE = 2.0  # seconds between SIGTERM and SIGKILL: time to remove temp files
 READ_CHUNK = 65536
+GROUP_GONE_WAIT = 10.0  # seconds to wait for SIGKILLed processes to be gone (bounded)
 
 
 class ProgramError(IngestdError):
@@ -114,6 +115,33 @@ def _kill_group(proc: subprocess.Popen[bytes], grace: float) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGKILL)
     proc.wait()
+    # A signal is delivered when its target next runs: on a loaded machine a killed worker
+    # can still be alive (and writing) for a moment. Return only once none is, so callers
+    # may remove the program's temp files and report "nothing left".
+    _wait_group_gone(pgid, GROUP_GONE_WAIT)
+
+
+def _group_members(pgid: int) -> list[int]:
+    """Pids of live (not yet zombie) processes in process group ``pgid``."""
+    members = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue  # exited meanwhile
+        # "pid (comm) state ppid pgrp ...": comm may hold spaces and parentheses.
+        fields = stat[stat.rfind(")") + 2 :].split()
+        if len(fields) > 2 and fields[2] == str(pgid) and fields[0] not in ("Z", "X"):
+            members.append(int(entry))
+    return members
+
+
+def _wait_group_gone(pgid: int, limit: float) -> None:
+    deadline = time.monotonic() + limit
+    while _group_members(pgid) and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 
 def run(
