@@ -196,8 +196,10 @@ SELECT d.id, d.tenant_id, d.sha256, d.size_bytes, d.archive_path, d.original_fil
        coalesce((SELECT array_agg(g.name ORDER BY g.name) FROM document_tags dt
                  JOIN tags g ON g.id = dt.tag_id WHERE dt.document_id = d.id), '{}') AS tags,
        coalesce((SELECT array_agg(r.workflow ORDER BY r.workflow)
-                 FROM document_workflow_runs r WHERE r.document_id = d.id), '{}') AS workflows_run
+                 FROM document_workflow_runs r WHERE r.document_id = d.id), '{}') AS workflows_run,
+       dc.placeholder_title, dc.derived_title, dc.derived_issued_date
 FROM documents d
+LEFT JOIN document_content dc ON dc.document_id = d.id
 LEFT JOIN correspondents c ON c.id = d.correspondent_id
 LEFT JOIN document_types y ON y.id = d.document_type_id
 WHERE d.id = %(id)s AND d.tenant_id = %(tenant_id)s;
@@ -211,9 +213,11 @@ WHERE d.id = %(id)s AND d.tenant_id = %(tenant_id)s;
 -- (exact words, names, numbers). The text is capped so a 3,000-page
 -- scan stays under tsvector's 1 MB limit; the whole text is still stored.
 INSERT INTO document_content AS c (document_id, tenant_id, page_count, pages, content,
-    languages, searchable_pdf, thumbnail, engine, search, analyzed_at)
+    languages, searchable_pdf, thumbnail, engine, placeholder_title, derived_title,
+    derived_issued_date, search, analyzed_at)
 SELECT d.id, d.tenant_id, %(page_count)s, %(pages)s, %(content)s, %(languages)s,
-       %(searchable_pdf)s, %(thumbnail)s, %(engine)s,
+       %(searchable_pdf)s, %(thumbnail)s, %(engine)s, %(placeholder_title)s,
+       %(derived_title)s, %(derived_issued_date)s,
        setweight(to_tsvector(cfg.config, d.title), 'A')
        || setweight(to_tsvector('simple', d.title), 'A')
        || setweight(to_tsvector(cfg.config, left(%(content)s, 200000)), 'B')
@@ -226,21 +230,26 @@ WHERE d.id = %(document_id)s AND d.tenant_id = %(tenant_id)s
 ON CONFLICT (document_id) DO UPDATE SET
     page_count = EXCLUDED.page_count, pages = EXCLUDED.pages, content = EXCLUDED.content,
     languages = EXCLUDED.languages, searchable_pdf = EXCLUDED.searchable_pdf,
-    thumbnail = EXCLUDED.thumbnail, engine = EXCLUDED.engine, search = EXCLUDED.search,
+    thumbnail = EXCLUDED.thumbnail, engine = EXCLUDED.engine,
+    placeholder_title = EXCLUDED.placeholder_title, derived_title = EXCLUDED.derived_title,
+    derived_issued_date = EXCLUDED.derived_issued_date, search = EXCLUDED.search,
     analyzed_at = EXCLUDED.analyzed_at;
 
 -- name: document_title_derived
--- Only over the placeholder it replaces: a title a person set meanwhile is kept.
+-- Only over the title the handler saw (a placeholder, or what analysis set before): a
+-- title a person set meanwhile is kept.
 UPDATE documents SET title = %(title)s
-WHERE id = %(id)s AND tenant_id = %(tenant_id)s AND title = %(placeholder)s;
+WHERE id = %(id)s AND tenant_id = %(tenant_id)s AND title = %(title_was)s;
 
 -- name: document_title_workflow
 UPDATE documents SET title = %(title)s WHERE id = %(id)s AND tenant_id = %(tenant_id)s;
 
 -- name: document_issued_date
--- A date from the file name (set at intake) or by a person wins over one read from text.
+-- A date from the file name (set at intake) or by a person wins over one read from text:
+-- only over the date the handler saw (none, or what analysis set before).
 UPDATE documents SET issued_date = %(issued_date)s
-WHERE id = %(id)s AND tenant_id = %(tenant_id)s AND issued_date IS NULL;
+WHERE id = %(id)s AND tenant_id = %(tenant_id)s
+  AND issued_date IS NOT DISTINCT FROM %(issued_was)s::date;
 
 -- name: correspondent_ensure
 INSERT INTO correspondents (tenant_id, name) VALUES (%(tenant_id)s, %(name)s)

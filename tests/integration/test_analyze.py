@@ -62,8 +62,14 @@ def _drain(env: Env, db: Database) -> None:
         assert runner.run(install_signals=False) == 0
         if not _one(db, "SELECT 1 AS q FROM processing_jobs WHERE status = 'queued'"):
             return
-        wait_until(lambda: _one(db, "SELECT 1 AS due FROM processing_jobs WHERE status = "
-                                    "'queued' AND next_attempt_at <= now()"), timeout=30)
+        wait_until(
+            lambda: _one(
+                db,
+                "SELECT 1 AS due FROM processing_jobs WHERE status = "
+                "'queued' AND next_attempt_at <= now()",
+            ),
+            timeout=30,
+        )
     raise AssertionError("jobs still queued after 10 drains")
 
 
@@ -159,6 +165,47 @@ def test_meaningful_filename_keeps_its_title_and_date(analysis_env: Env, db: Dat
     _drain(env, db)
     again = _doc(db, doc_id)
     assert again["job_status"] == "done" and again["title"] == "Rechnung Telekom"
+
+
+def test_forced_reanalysis_replaces_its_own_title_and_date_not_a_persons(
+    analysis_env: Env, db: Database
+) -> None:
+    """`document analyze --force` derives title and date again where analysis set them
+    (an older release's worse guess is replaced); a person's edits are kept."""
+    env = analysis_env
+    page = [["Bonn, den 03.11.2026", "Betreff: Kündigung Mobilfunkvertrag"]]
+    doc_id = _ingest(env, db, image_pdf(env.root / "in" / "Scan_0002.pdf", page))
+    _drain(env, db)
+    doc = _doc(db, doc_id)
+    assert (doc["title"], str(doc["issued_date"])) == ("Kündigung Mobilfunkvertrag", "2026-11-03")
+
+    def force() -> dict[str, Any]:
+        proc = run_cli(env, "documents", "analyze", "--tenant", "acme", "--force", str(doc_id))
+        assert proc.returncode == 0, proc.stderr
+        _drain(env, db)
+        again = _doc(db, doc_id)
+        assert again["job_status"] == "done", again["error_message"]
+        return again
+
+    # What an older release might have derived, recorded as analysis's own.
+    with db.transaction() as tx:
+        tx.raw("UPDATE documents SET title = 'Bonn den', issued_date = '2020-01-01' "
+               "WHERE id = %(id)s", {"id": doc_id})  # fmt: skip
+        tx.raw(
+            "UPDATE document_content SET derived_title = 'Bonn den', "
+            "derived_issued_date = '2020-01-01' WHERE document_id = %(id)s",
+            {"id": doc_id},
+        )
+    doc = force()
+    assert (doc["title"], str(doc["issued_date"])) == ("Kündigung Mobilfunkvertrag", "2026-11-03")
+    hit = run_cli(env, "search", "--tenant", "acme", "--json", "Mobilfunkvertrag")
+    assert [r["id"] for r in json.loads(hit.stdout)] == [doc_id]
+
+    with db.transaction() as tx:
+        tx.raw("UPDATE documents SET title = 'Mein Vertrag', issued_date = '2026-12-01' "
+               "WHERE id = %(id)s", {"id": doc_id})  # fmt: skip
+    doc = force()
+    assert (doc["title"], str(doc["issued_date"])) == ("Mein Vertrag", "2026-12-01")
 
 
 @pytest.mark.parametrize("make", [encrypted_pdf, truncated_pdf], ids=["encrypted", "truncated"])

@@ -9,7 +9,9 @@ taxonomy auto-assignment and on_upload workflows), in the job's child process:
    searchable PDF, a thumbnail and ``text.json`` (the text per page). A retry after a
    later step failed reuses ``text.json`` instead of running OCR again; ``force`` redoes it;
 3. title from the text (only for a placeholder title, invariant 5), issued date from the
-   text (only if the file name gave none), taxonomy rules, then workflows in config order;
+   text (only if the file name gave none), taxonomy rules, then workflows in config order.
+   What analysis set is recorded, so ``force`` derives title and date again as long as
+   nobody changed them;
 4. webhooks are delivered here, each recorded at once so a retry does not repeat it.
 
 Everything else is written by ``apply`` in the worker, in the transaction that marks the
@@ -50,11 +52,12 @@ def apply_analysis(tx: Tx, job: Job, data: dict[str, Any]) -> None:
     title = data.get("title")
     if title:
         tx.run("document_title_derived",
-               {**ids, "title": title, "placeholder": data["placeholder"]})  # fmt: skip
+               {**ids, "title": title, "title_was": data["title_was"]})  # fmt: skip
     if data.get("workflow_title"):
         tx.run("document_title_workflow", {**ids, "title": data["workflow_title"]})
-    if data.get("issued_date"):
-        tx.run("document_issued_date", {**ids, "issued_date": data["issued_date"]})
+    if "issued_date" in data:  # None: a date analysis set before is taken back
+        tx.run("document_issued_date", {**ids, "issued_date": data["issued_date"],
+                                        "issued_was": data["issued_was"]})  # fmt: skip
     for field, ensure, link in (
         ("correspondent", "correspondent_ensure", "document_correspondent"),
         ("document_type", "document_type_ensure", "document_document_type"),
@@ -78,7 +81,52 @@ def apply_analysis(tx: Tx, job: Job, data: dict[str, Any]) -> None:
         "page_count": data["page_count"], "pages": pages, "content": "\f".join(pages),
         "languages": data["languages"], "searchable_pdf": data.get("searchable_pdf"),
         "thumbnail": data.get("thumbnail"), "engine": data["engine"],
+        "placeholder_title": data["placeholder_title"], "derived_title": data["derived_title"],
+        "derived_issued_date": data["derived_issued_date"],
     })  # fmt: skip
+
+
+def _derive_title(doc: dict[str, Any], derive_title: bool, text: str, max_length: int,
+                  data: dict[str, Any]) -> str:  # fmt: skip
+    """The document's title after this analysis; sets data's title fields.
+
+    Analysis owns the title while it is the scanner auto-name (``derive_title`` at
+    intake, kept as ``placeholder_title``) or the title analysis set itself: then it is
+    derived again (``force`` after an upgrade gets the better title), or put back to the
+    placeholder when the text no longer gives one. Any other title is a person's, a
+    workflow's or the file name's (invariant 5) and is kept.
+    """
+    title = str(doc["title"])
+    placeholder: str | None = doc["placeholder_title"]
+    if placeholder is None and derive_title and doc["derived_title"] is None:
+        placeholder = title  # the first analysis of an auto-named scan
+    data["placeholder_title"], data["derived_title"] = placeholder, None
+    if placeholder is None or title not in (placeholder, doc["derived_title"]):
+        return title
+    derived = title_from_text(text, max_length)
+    data["derived_title"] = derived
+    new = derived or placeholder
+    if new != title:
+        data["title"], data["title_was"] = new, title
+    return new
+
+
+def _derive_issued_date(doc: dict[str, Any], text: str,
+                        data: dict[str, Any]) -> datetime.date | None:  # fmt: skip
+    """The issued date after this analysis (DetermineIssuedAt); sets data's date fields.
+
+    Read from the text only while the document has none, or has the one analysis read
+    before; a date from the file name or set by a person is kept.
+    """
+    issued: datetime.date | None = doc["issued_date"]
+    data["derived_issued_date"] = None
+    if issued is not None and issued != doc["derived_issued_date"]:
+        return issued
+    found = date_from_text(text)
+    data["derived_issued_date"] = found
+    if found != issued:
+        data["issued_date"], data["issued_was"] = found, issued
+    return found
 
 
 @register("analyze-document", apply=apply_analysis)
@@ -104,20 +152,12 @@ def analyze_document(ctx: JobContext) -> None:
 
     data: dict[str, Any] = {
         "pages": pages, "page_count": text["page_count"], "engine": text["engine"],
-        "languages": text["languages"], "placeholder": doc["title"],
+        "languages": text["languages"],
         "searchable_pdf": str(rel_dir / text["searchable_pdf"]),
         "thumbnail": str(rel_dir / text["thumbnail"]),
     }  # fmt: skip
-    title = str(doc["title"])
-    if job.derive_title:
-        derived = title_from_text(full, cfg.analysis.title_max_length)
-        if derived:
-            data["title"] = title = derived
-    issued: datetime.date | None = doc["issued_date"]
-    if issued is None:
-        issued = date_from_text(full)
-        if issued is not None:
-            data["issued_date"] = issued
+    title = _derive_title(doc, job.derive_title, full, cfg.analysis.title_max_length, data)
+    issued = _derive_issued_date(doc, full, data)
 
     matches = match_rules(cfg.taxonomy, job.tenant, f"{title}\n{full}")
     data["taxonomy_tags"] = list(matches.tags)
