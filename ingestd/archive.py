@@ -62,7 +62,7 @@ class ArchiveStore(Protocol):
         self, tenant: str, src_path: Path, src_fd: int, *, max_bytes: int, when: datetime
     ) -> StagedFile: ...
     def commit(self, staged: StagedFile, extension: str) -> ArchivedFile: ...
-    def discard(self, staged: StagedFile) -> None: ...
+    def discard(self, staged: StagedFile, *, prune_dirs: bool = False) -> None: ...
     def path_of(self, relpath: str) -> Path: ...
     def iter_files(self) -> Iterator[str]: ...
 
@@ -205,9 +205,24 @@ class LocalArchive:
                 "(run 'ingestd verify')"
             )
 
-    def discard(self, staged: StagedFile) -> None:
+    def discard(self, staged: StagedFile, *, prune_dirs: bool = False) -> None:
+        """Remove a staged file; with ``prune_dirs`` also its directories up to the tenant's
+        root while they are empty (staging for a tenant being deleted must not leave the
+        directories it re-created behind the wipe)."""
         with contextlib.suppress(FileNotFoundError):
             os.unlink(staged.temp_path)
+        if not prune_dirs:
+            return
+        tenant_root = self.root / staged.tenant
+        d = staged.target_dir
+        while d == tenant_root or tenant_root in d.parents:
+            try:
+                os.rmdir(d)  # only ever an empty directory
+            except FileNotFoundError:
+                pass
+            except OSError:
+                return  # not empty (or not ours to remove): stop there
+            d = d.parent
 
     def iter_files(self) -> Iterator[str]:
         """Every file below the root as a relative path, temp files included."""

@@ -8,11 +8,13 @@ Order of operations (each step is what makes the next one safe):
 3. refuse a tenant that is not active (its files stay where they are);
 4. copy into the archive while hashing, fsync, 0440 (``archive.stage``);
 5. same bytes already recorded for this tenant -> duplicate, nothing new is written;
-6. link the copy to its final WORM name and fsync the directory (``archive.commit``);
-7. ONE transaction: document row + analyze-document job row;
-8. only after COMMIT dispose of the source.
+6. ONE transaction: lock the tenant row (FOR SHARE) and check it is still active; link
+   the copy to its final WORM name and fsync the directory (``archive.commit``); document
+   row + analyze-document job row. A suspend or delete-tenant waits for it, so no file
+   is linked for a tenant that is being wiped;
+7. only after COMMIT dispose of the source.
 
-A crash anywhere loses nothing: before 8 the source is still there and a re-run finds
+A crash anywhere loses nothing: before 7 the source is still there and a re-run finds
 either no row (and reuses the identical archived file) or the row (a duplicate, so it
 only removes the source).
 """
@@ -30,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from ingestd import filetypes, metrics
-from ingestd.archive import ArchiveStore, TooLarge, fsync_dir
+from ingestd.archive import ArchivedFile, ArchiveStore, TooLarge, fsync_dir
 from ingestd.config import IntakeConfig
 from ingestd.db import Database, jsonb
 from ingestd.errors import TenantNotActive, TenantNotFound
@@ -286,71 +288,89 @@ class Intake:
         crashpoint("after_stage")
         log = log.bind(sha256=staged.sha256)
 
-        with self.db.transaction() as tx:
-            existing = tx.one(
-                "document_by_sha256", {"tenant_id": tenant_id, "sha256": staged.sha256}
-            )
+        try:
+            with self.db.transaction() as tx:
+                existing = tx.one(
+                    "document_by_sha256", {"tenant_id": tenant_id, "sha256": staged.sha256}
+                )
+        except BaseException:
+            self.archive.discard(staged)  # Postgres is down: the source stays for a retry
+            raise
         if existing is not None:
             self.archive.discard(staged)
             return self._duplicate(item, disposal, log, staged.sha256, int(existing["id"]))
 
-        archived = self.archive.commit(staged, ftype.extension)
-        crashpoint("after_archive")
-
         info = parse_filename(item.name, self.rules)
-        with self.db.transaction() as tx:
-            row = tx.one("tenant_lock_for_intake", {"name": item.tenant})
-            if row is None:
-                raise TenantNotFound(f"tenant {item.tenant!r} does not exist")
-            if row["status"] != "active":
-                raise TenantNotActive(item.tenant, str(row["status"]))
-            doc = tx.one(
-                "document_insert",
-                {
-                    "tenant_id": tenant_id,
-                    "sha256": archived.sha256,
-                    "size_bytes": archived.size,
-                    "mime_type": ftype.mime,
-                    "extension": ftype.extension,
-                    "original_filename": item.name,
-                    "source": item.source,
-                    "source_subdir": item.subdir,
-                    "archive_path": archived.relpath,
-                    "title": info.title,
-                    "issued_date": info.issued,
-                },
-            )
-            if doc is None:
-                # Lost a race with an identical file; it is recorded, so this is a duplicate.
-                dup = tx.one(
-                    "document_by_sha256", {"tenant_id": tenant_id, "sha256": archived.sha256}
+        archived: ArchivedFile | None = None
+        try:
+            with self.db.transaction() as tx:
+                row = tx.one("tenant_lock_for_intake", {"name": item.tenant})
+                if row is None:
+                    raise TenantNotFound(f"tenant {item.tenant!r} does not exist")
+                if row["status"] != "active":
+                    raise TenantNotActive(item.tenant, str(row["status"]))
+                # Linked to its WORM name only under the tenant's FOR SHARE lock: marking
+                # the tenant suspended or deleting waits for this transaction, so every file
+                # archived for a tenant is either recorded before delete-tenant looks, or
+                # never linked at all (no orphan behind the wipe).
+                archived = self.archive.commit(staged, ftype.extension)
+                crashpoint("after_archive")
+                doc = tx.one(
+                    "document_insert",
+                    {
+                        "tenant_id": tenant_id,
+                        "sha256": archived.sha256,
+                        "size_bytes": archived.size,
+                        "mime_type": ftype.mime,
+                        "extension": ftype.extension,
+                        "original_filename": item.name,
+                        "source": item.source,
+                        "source_subdir": item.subdir,
+                        "archive_path": archived.relpath,
+                        "title": info.title,
+                        "issued_date": info.issued,
+                    },
                 )
-                dup_id = int(dup["id"]) if dup else None
-                return self._duplicate(item, disposal, log, archived.sha256, dup_id)
-            job = tx.one(
-                "job_insert",
-                {
-                    "tenant_id": tenant_id,
-                    "document_id": doc["id"],
-                    "kind": ANALYZE,
-                    "payload": jsonb({"document_id": doc["id"], "force": False}),
-                    "derive_title": info.placeholder,
-                },
-            )
-            assert job is not None
-            # Folder names become tags: cut to the column's 100 characters, or a long
-            # folder name would fail the CHECK and the file would be retried forever.
-            tags = sorted({t.strip()[:MAX_TAG_LENGTH] for t in item.tags if t.strip()})
-            if tags:
-                params = {
-                    "names": tags,  # sorted: concurrent intakes lock alike
-                    "tenant_id": tenant_id,
-                    "document_id": doc["id"],
-                    "origin": "intake",
-                }
-                tx.run("tags_ensure", params)
-                tx.run("tags_link", params)
-            crashpoint("before_commit")
+                if doc is None:
+                    # Lost a race with an identical file; it is recorded: a duplicate.
+                    dup = tx.one(
+                        "document_by_sha256",
+                        {"tenant_id": tenant_id, "sha256": archived.sha256},
+                    )
+                    dup_id = int(dup["id"]) if dup else None
+                    return self._duplicate(item, disposal, log, archived.sha256, dup_id)
+                job = tx.one(
+                    "job_insert",
+                    {
+                        "tenant_id": tenant_id,
+                        "document_id": doc["id"],
+                        "kind": ANALYZE,
+                        "payload": jsonb({"document_id": doc["id"], "force": False}),
+                        "derive_title": info.placeholder,
+                    },
+                )
+                assert job is not None
+                # Folder names become tags: cut to the column's 100 characters, or a long
+                # folder name would fail the CHECK and the file would be retried forever.
+                tags = sorted({t.strip()[:MAX_TAG_LENGTH] for t in item.tags if t.strip()})
+                if tags:
+                    params = {
+                        "names": tags,  # sorted: concurrent intakes lock alike
+                        "tenant_id": tenant_id,
+                        "document_id": doc["id"],
+                        "origin": "intake",
+                    }
+                    tx.run("tags_ensure", params)
+                    tx.run("tags_link", params)
+                crashpoint("before_commit")
+        except BaseException as exc:
+            if archived is None:  # never linked: the staged copy is ours to drop
+                # Staging may have re-created the directories of a tenant being wiped.
+                gone = isinstance(exc, TenantNotFound) or (
+                    isinstance(exc, TenantNotActive) and exc.status == "deleting"
+                )
+                self.archive.discard(staged, prune_dirs=gone)
+            raise
         crashpoint("after_commit")
 
         if disposal is Disposal.delete:

@@ -14,9 +14,12 @@ from typing import Any
 import pytest
 
 from ingestd import signing
+from ingestd.archive import LocalArchive, StagedFile
 from ingestd.db import Database, jsonb
-from ingestd.intake import IntakeItem, Outcome
+from ingestd.errors import TenantNotActive, TenantNotFound
+from ingestd.intake import Intake, IntakeItem, Outcome
 from ingestd.runtime import make_intake
+from ingestd.titles import TitleRules
 from tests.conftest import Env, run_cli
 from tests.fixtures.files import pdf_bytes, write
 from worker.runner import Runner
@@ -260,6 +263,54 @@ def test_valid_delete_removes_everything_of_the_tenant_only(life: Env, db: Datab
     assert _rows(db, "SELECT count(*) AS n FROM documents WHERE processing_status <> 'done'"
                  )[0]["n"] == 0  # fmt: skip
     spool_q.joinpath("0002-beta.json").unlink()
+    verify = run_cli(life, "verify")
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+
+
+class _DeleteBeforeStaging(LocalArchive):
+    """The real archive, with the tenant's delete run just before the file is staged: the
+    interleaving of an intake that found the tenant active a moment before the delete."""
+
+    def __init__(self, root: Path, delete: Any) -> None:
+        super().__init__(root)
+        self.delete = delete
+
+    def stage(self, tenant: str, src_fd: int, *, max_bytes: int,
+              when: datetime.datetime) -> StagedFile:  # fmt: skip
+        self.delete()
+        return super().stage(tenant, src_fd, max_bytes=max_bytes, when=when)
+
+
+@pytest.mark.parametrize("wiped", [True, False], ids=["delete-ran", "delete-queued"])
+def test_intake_racing_a_delete_archives_nothing_for_the_tenant(
+    life: Env, db: Database, wiped: bool
+) -> None:
+    """An intake that checked the tenant just before `tenant delete`: its file is not
+    linked into the archive, no directory of the tenant is left behind the wipe, and the
+    source stays where it was."""
+    _created(life, db, "acme")
+    _ingest(life, db, "acme", 1)
+    _drain(life, db)
+
+    def delete() -> None:
+        _cli_ok(life, "tenant", "delete", "acme", "--confirm", "acme")
+        if wiped:
+            _drain(life, db)
+
+    archive = _DeleteBeforeStaging(life.config.paths.archive_dir, delete)
+    intake = Intake(life.config.intake, db, archive,
+                    title_rules=TitleRules(life.config.titles.placeholder_patterns))  # fmt: skip
+    src = write(life.root / "in" / "late.pdf", pdf_bytes("Rechnung late", seed=99))
+    with pytest.raises(TenantNotFound if wiped else TenantNotActive):
+        intake.ingest(IntakeItem(path=src, tenant="acme"))
+    assert src.exists()
+    if wiped:
+        assert not (life.config.paths.archive_dir / "acme").exists()
+    else:
+        assert len(list((life.config.paths.archive_dir / "acme").rglob("*.pdf"))) == 1
+        _drain(life, db)
+        assert not (life.config.paths.archive_dir / "acme").exists()
+    assert _tenant_id(db, "acme") is None
     verify = run_cli(life, "verify")
     assert verify.returncode == 0, verify.stdout + verify.stderr
 
