@@ -24,7 +24,7 @@ from pydantic import (
     model_validator,
 )
 
-from ingestd.config_rules import TaxonomyRule, WorkflowRule
+from ingestd.config_rules import REGEX_TIMEOUT, TaxonomyRule, WorkflowRule
 from ingestd.errors import ConfigError
 
 DEFAULT_CONFIG_PATH = Path("/etc/ingestd/ingestd.toml")
@@ -405,6 +405,9 @@ class AnalysisConfig(_Section):
     image_dpi: Annotated[int, Field(ge=50, le=2400)] = 300
     # A title read from the text (only for placeholder titles) is cut to this length.
     title_max_length: Annotated[int, Field(ge=16, le=200)] = 128
+    # Seconds one search of a taxonomy regex rule in one document's text may take; one
+    # that takes longer (catastrophic backtracking) does not match and is logged.
+    regex_timeout: Annotated[float, Field(gt=0, le=60)] = REGEX_TIMEOUT
     # More taxonomy rules and workflows, in files of their own ([[taxonomy]] and
     # [[workflows]] tables, the same keys as here); relative to this file.
     rules_files: list[Path] = Field(default_factory=list)

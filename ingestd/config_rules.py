@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Annotated, Literal
 from urllib.parse import urlsplit
 
+import regex
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -57,6 +58,25 @@ class _Rule(BaseModel):
 
 # --- taxonomy -------------------------------------------------------------------------
 
+# Seconds one search of a rule's regex may take (analysis.regex_timeout's default).
+REGEX_TIMEOUT = 1.0
+# What compiling an administrator's regex may raise: a syntax error; ValueError for
+# "(?V1)" against VERSION0; deep nesting or huge repeat counts.
+_REGEX_ERRORS = (regex.error, ValueError, OverflowError, RecursionError)
+
+
+def compile_user_regex(pattern: str, *, case_sensitive: bool) -> regex.Pattern[str]:
+    """A ``regex`` taxonomy rule's pattern, compiled as the matcher runs it.
+
+    The ``regex`` package (mrab-regex), not ``re``: its searches take a ``timeout``, so
+    a pattern that backtracks catastrophically ("(a+)+$") cannot hang a worker.
+    ``VERSION0`` keeps ``re``'s semantics; ``^``/``$`` match at line breaks; case is
+    ignored unless ``case_sensitive``. Validation compiles with this very function, so
+    check-config accepts exactly what the workers run.
+    """
+    flags = regex.VERSION0 | regex.MULTILINE | (0 if case_sensitive else regex.IGNORECASE)
+    return regex.compile(pattern, flags)
+
 
 class TaxonomyRule(_Rule):
     """Assign ``name`` (a tag, correspondent or document type) when ``match`` is found.
@@ -69,7 +89,9 @@ class TaxonomyRule(_Rule):
     - ``all``: every one of those words and phrases appears
     - ``exact``: the whole match string appears as a phrase of whole words
     - ``regex``: a Python regular expression found in the text (runs of spaces collapsed,
-      line breaks kept, ``^``/``$`` match at them; ignoring case unless case_sensitive)
+      line breaks kept, ``^``/``$`` match at them; ignoring case unless case_sensitive).
+      Compiled here and run by the ``regex`` package (``compile_user_regex``), each
+      search limited to ``analysis.regex_timeout`` seconds
     - ``fuzzy``: the match string is like a run of words of the text, similarity (0..100)
       at least ``fuzzy_threshold``
     """
@@ -77,7 +99,8 @@ class TaxonomyRule(_Rule):
     tenant: Annotated[str, Field(pattern=TENANT_NAME)]
     kind: Literal["tag", "correspondent", "document_type"]
     name: Name
-    # Declared before `match` so that its validator can name the rule and its algorithm.
+    # Declared before `match` so that its validator can name the rule and its algorithm
+    # (and compile a regex with the rule's case_sensitive).
     algorithm: Literal["any", "all", "exact", "regex", "fuzzy"] = "any"
     # Similarity in percent of matching letters: 85 lets one letter in seven be wrong
     # ("Telecom" finds "Telekom": 85.7) while "Telefon" (71) or "Telekolleg" (71) do not.
@@ -95,8 +118,10 @@ class TaxonomyRule(_Rule):
         algorithm = info.data.get("algorithm", "any")
         if algorithm == "regex":
             try:
-                pattern = re.compile(v)
-            except (re.error, OverflowError, RecursionError) as exc:
+                pattern = compile_user_regex(
+                    v, case_sensitive=bool(info.data.get("case_sensitive", False))
+                )
+            except _REGEX_ERRORS as exc:
                 raise ValueError(f"{rule}: regex does not compile: {exc}") from None
             # "Telekom|" (a stray bar) matches the empty string, i.e. every document.
             if pattern.search("") is not None:

@@ -13,7 +13,12 @@ are one name), other accents dropped (é -> e) and whitespace collapsed. A
 ``case_sensitive`` rule skips only the case folding. Regex rules see the text without
 the folding (a regex author writes what the paper says), with runs of spaces collapsed
 and line breaks kept; ``^``/``$`` match at line breaks, and the rule's ``case_sensitive``
-decides ``re.IGNORECASE``.
+decides whether case is ignored. They run on the ``regex`` package with ``re``'s semantics
+(``ingestd.config_rules.compile_user_regex``, which validation uses too), because its
+searches take a timeout: a pattern that backtracks catastrophically ("(a+)+$" against a
+long run of "a") gives up after ``regex_timeout`` seconds (``analysis.regex_timeout``),
+does not match, and logs ``taxonomy.regex_timeout`` naming the tenant and the rule; the
+other rules still run. Our own fixed patterns stay on ``re``.
 
 ``fuzzy`` departs from paperless-ngx on purpose. paperless-ngx scores
 ``fuzz.partial_ratio`` of the match string against the whole text, which rates any
@@ -42,7 +47,8 @@ from dataclasses import dataclass
 
 from rapidfuzz import fuzz, process
 
-from ingestd.config_rules import TaxonomyRule
+from ingestd import log
+from ingestd.config_rules import REGEX_TIMEOUT, TaxonomyRule, compile_user_regex
 
 
 @dataclass(frozen=True)
@@ -113,8 +119,9 @@ _TERM = re.compile(r'"([^"]*)"|(\S+)')
 class _Text:
     """The forms of one document's text that rules read, each made once when first needed."""
 
-    def __init__(self, raw: str) -> None:
+    def __init__(self, raw: str, regex_timeout: float = REGEX_TIMEOUT) -> None:
         self._raw = raw
+        self.regex_timeout = regex_timeout  # seconds per search of a regex rule
         self._prepared: str | None = None
         self._regex: str | None = None
         self._folded: dict[bool, str] = {}
@@ -172,6 +179,13 @@ def _whole(term: str) -> str:
     return rf"(?<!\w){re.escape(term)}(?!\w)"
 
 
+_PATTERN_SHOWN = 100  # characters of a regex in a log line
+
+
+def _shorten(pattern: str) -> str:
+    return pattern if len(pattern) <= _PATTERN_SHOWN else pattern[: _PATTERN_SHOWN - 1] + "…"
+
+
 def _compile(rule: TaxonomyRule) -> _Test:
     casefold = not rule.case_sensitive
 
@@ -179,9 +193,23 @@ def _compile(rule: TaxonomyRule) -> _Test:
         return _fold(_prepare(s), casefold=casefold)
 
     if rule.algorithm == "regex":
-        flags = re.MULTILINE | (0 if rule.case_sensitive else re.IGNORECASE)
-        regex = re.compile(rule.match, flags)
-        return lambda text: regex.search(text.for_regex()) is not None
+        pattern = compile_user_regex(rule.match, case_sensitive=rule.case_sensitive)
+
+        def search(text: _Text) -> bool:
+            try:
+                return pattern.search(text.for_regex(), timeout=text.regex_timeout) is not None
+            except TimeoutError:
+                log.get_logger(component="taxonomy").warning(
+                    "taxonomy.regex_timeout",
+                    tenant=rule.tenant,
+                    kind=rule.kind,
+                    rule=rule.name,
+                    pattern=_shorten(rule.match),
+                    timeout=text.regex_timeout,
+                )
+                return False
+
+        return search
     if rule.algorithm == "fuzzy":
         needle = " ".join(_WORD.findall(fold(rule.match)))
         size = needle.count(" ") + 1
@@ -236,9 +264,13 @@ class RuleSet:
         for rule in rules:
             self._by_tenant.setdefault(rule.tenant, []).append((rule, _compile(rule)))
 
-    def match(self, tenant: str, text: str) -> Matches:
-        """What ``tenant``'s rules assign to a document with OCR ``text``."""
-        view = _Text(text)
+    def match(self, tenant: str, text: str, *, regex_timeout: float = REGEX_TIMEOUT) -> Matches:
+        """What ``tenant``'s rules assign to a document with OCR ``text``.
+
+        A regex rule whose search takes longer than ``regex_timeout`` seconds does not
+        match (logged as ``taxonomy.regex_timeout``).
+        """
+        view = _Text(text, regex_timeout)
         tags: list[str] = []
         found: dict[str, str] = {}
         for rule, test in self._by_tenant.get(tenant, ()):
@@ -256,6 +288,11 @@ def _rule_set(rules: tuple[TaxonomyRule, ...]) -> RuleSet:
     return RuleSet(rules)
 
 
-def match_rules(rules: Sequence[TaxonomyRule], tenant: str, text: str) -> Matches:
-    """What ``tenant``'s rules assign to ``text``; compiled rule sets are cached."""
-    return _rule_set(tuple(rules)).match(tenant, text)
+def match_rules(
+    rules: Sequence[TaxonomyRule], tenant: str, text: str, *, regex_timeout: float = REGEX_TIMEOUT
+) -> Matches:
+    """What ``tenant``'s rules assign to ``text``; compiled rule sets are cached.
+
+    ``regex_timeout``: seconds each regex rule may search (``analysis.regex_timeout``).
+    """
+    return _rule_set(tuple(rules)).match(tenant, text, regex_timeout=regex_timeout)

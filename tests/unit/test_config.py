@@ -195,6 +195,15 @@ def test_check_config_refuses_broken_taxonomy_regex(tmp_path: Path) -> None:
     assert str(tmp_path / "rules" / "acme.toml") in proc.stdout
 
 
+def test_regex_timeout_defaults_to_one_second_and_must_be_positive() -> None:
+    """analysis.regex_timeout is 1.0 s unless set; 0 and negative values are refused."""
+    assert parse_config({}).analysis.regex_timeout == 1.0
+    assert parse_config({"analysis": {"regex_timeout": 0.25}}).analysis.regex_timeout == 0.25
+    for bad in (0, 0.0, -1, -0.5):
+        [problem] = _problems({"analysis": {"regex_timeout": bad}})
+        assert problem.startswith("analysis.regex_timeout:") and "greater than 0" in problem
+
+
 def test_check_config_names_a_missing_ocr_language(tmp_path: Path) -> None:
     """An OCR language without its tesseract pack: check-config exits 3 naming the package."""
     cfg = tmp_path / "ocr.toml"
@@ -211,6 +220,8 @@ def test_rules_files_are_merged_with_the_config(tmp_path: Path) -> None:
         '[[taxonomy]]\ntenant = "acme"\nkind = "tag"\nname = "B"\nmatch = "b"\n'
     )
     cfg = tmp_path / "c.toml"
-    cfg.write_text('[analysis]\nrules_files = ["r.toml"]\n\n'
-                   '[[taxonomy]]\ntenant = "acme"\nkind = "tag"\nname = "A"\nmatch = "a"\n')
+    cfg.write_text(
+        '[analysis]\nrules_files = ["r.toml"]\n\n'
+        '[[taxonomy]]\ntenant = "acme"\nkind = "tag"\nname = "A"\nmatch = "a"\n'
+    )
     assert [r.name for r in load_config(cfg).taxonomy] == ["A", "B"]

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from pydantic import ValidationError
+from structlog.testing import capture_logs
 
 from ingestd import config, config_rules
 from ingestd.config_rules import TaxonomyRule
@@ -23,6 +24,10 @@ def rule(match: str, algorithm: str = "any", **kw: Any) -> TaxonomyRule:
 
 def hits(r: TaxonomyRule, text: str) -> bool:
     return match_rules([r], "acme", text) != Matches((), None, None)
+
+
+def hits_within(r: TaxonomyRule, text: str, regex_timeout: float) -> bool:
+    return match_rules([r], "acme", text, regex_timeout=regex_timeout) != Matches((), None, None)
 
 
 # --- normalisation --------------------------------------------------------------------
@@ -142,6 +147,48 @@ def test_regex_anchors_match_at_line_breaks() -> None:
     assert not hits(r, "Bonn Betreff: Mahnung Text")
 
 
+def test_catastrophic_regex_times_out_and_the_other_rules_still_match() -> None:
+    """A backtracking regex gives up after regex_timeout: no match, a warning, others run."""
+    rules = [
+        rule(r"(a+)+$", "regex", name="Bad"),  # cubic at best: hours on this text
+        rule("Rechnung", name="Good"),
+        rule(r"^Betreff: Rechnung$", "regex", kind="document_type", name="Brief"),
+    ]
+    text = "Betreff: Rechnung\n" + "a" * 100_000 + "b"
+    with capture_logs() as logs:
+        found = match_rules(rules, "acme", text, regex_timeout=0.05)
+    assert found == Matches(("Good",), None, "Brief")
+    [line] = [e for e in logs if e["event"] == "taxonomy.regex_timeout"]
+    assert line["log_level"] == "warning"
+    assert line["tenant"] == "acme" and line["kind"] == "tag" and line["rule"] == "Bad"
+    assert line["pattern"] == "(a+)+$" and line["timeout"] == 0.05
+
+
+def test_regex_timeout_log_line_shortens_a_long_pattern() -> None:
+    """A long pattern is cut in the warning so that the log line stays readable."""
+    pattern = r"(a+)+$" + "|x" * 300
+    with capture_logs() as logs:
+        assert not hits_within(rule(pattern, "regex"), "a" * 100_000 + "b", 0.05)
+    [line] = [e for e in logs if e["event"] == "taxonomy.regex_timeout"]
+    assert len(line["pattern"]) == 100 and line["pattern"].endswith("…")
+    assert pattern.startswith(line["pattern"][:-1])
+
+
+def test_regex_with_a_small_timeout_still_matches_ignoring_case() -> None:
+    """An ordinary regex is unaffected by the timeout: it matches, ignoring case, no warning."""
+    with capture_logs() as logs:
+        assert hits_within(rule(r"Kunden-?Nr\.?:?\s*\d{6}", "regex"), "KUNDENNR: 123456", 0.05)
+        assert hits_within(rule("müller", "regex"), "Herrn MÜLLER", 0.05)
+        assert not hits_within(rule("kundennr", "regex", case_sensitive=True), "Kundennr", 0.05)
+    assert logs == []
+
+
+def test_regex_rules_accept_what_validation_accepts() -> None:
+    """Validation and matching use the same engine: syntax only `regex` knows works in both."""
+    assert hits(rule(r"\p{Lu}{3}-\d+", "regex", case_sensitive=True), "Akte ÄBC-42")
+    assert not hits(rule(r"\p{Lu}{3}-\d+", "regex", case_sensitive=True), "Akte äbc-42")
+
+
 def test_fuzzy_forgives_one_typo_at_the_default_threshold() -> None:
     """fuzzy (threshold 85 by default): "Telecom" finds "Telekom"; unrelated words do not."""
     r = rule("Telekom", "fuzzy")
@@ -232,6 +279,21 @@ def test_broken_regex_is_refused_naming_the_rule() -> None:
     [error] = exc.value.errors()
     assert error["loc"] == ("match",)
     assert "correspondent rule 'Telekom'" in error["msg"] and "does not compile" in error["msg"]
+
+
+@pytest.mark.parametrize(
+    "pattern",
+    [
+        pytest.param("a[", id="unterminated-set"),
+        pytest.param("a{99999999999}", id="huge-repeat"),
+        pytest.param("(?V1)[[a-z]--[aeiou]]", id="version1-flag"),
+        pytest.param("(" * 400 + "a" + ")" * 400, id="deep-nesting"),
+    ],
+)
+def test_regex_that_the_matcher_cannot_compile_is_refused(pattern: str) -> None:
+    """Every way compiling with `regex` (VERSION0) fails is a clear validation error."""
+    with pytest.raises(ValidationError, match="regex does not compile"):
+        rule(pattern, "regex")
 
 
 def test_broken_regex_is_a_config_problem_with_key_path() -> None:

@@ -159,7 +159,9 @@ def analyze_document(ctx: JobContext) -> None:
     title = _derive_title(doc, job.derive_title, full, cfg.analysis.title_max_length, data)
     issued = _derive_issued_date(doc, full, data)
 
-    matches = match_rules(cfg.taxonomy, job.tenant, f"{title}\n{full}")
+    matches = match_rules(
+        cfg.taxonomy, job.tenant, f"{title}\n{full}", regex_timeout=cfg.analysis.regex_timeout
+    )
     data["taxonomy_tags"] = list(matches.tags)
     correspondent = matches.correspondent or doc["correspondent"]
     document_type = matches.document_type or doc["document_type"]
