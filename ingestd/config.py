@@ -396,6 +396,10 @@ class AnalysisConfig(_Section):
     # layer (redo), or rasterise and OCR everything (force).
     mode: Literal["skip", "redo", "force"] = "skip"
     rotate_pages: bool = True
+    # Orientation confidence a page needs to be turned (ocrmypdf --rotate-pages-threshold).
+    # Lower it for sparse pages in sans-serif fonts that stay sideways; too low turns
+    # pages tesseract is unsure of.
+    rotate_threshold: Annotated[float, Field(ge=0, le=100)] = 14.0
     # ocrmypdf --jobs; 0 = one per core. One worker per core wants 1.
     jobs: Annotated[int, Field(ge=0, le=64)] = 0
     # Seconds for the OCR of one file (inside worker.timeouts["analyze-document"]).

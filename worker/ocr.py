@@ -111,6 +111,10 @@ class OcrOptions:
     # (replace an old OCR layer) or force (rasterise and OCR everything).
     mode: Literal["skip", "redo", "force"] = "skip"
     rotate_pages: bool = True  # tesseract's orientation detection; needs tesseract-ocr-osd
+    # Orientation confidence a page needs before it is turned (ocrmypdf's default 14).
+    # Sparse pages in sans-serif fonts often score lower; lower values also turn pages
+    # tesseract is unsure of, wrongly now and then.
+    rotate_threshold: float = 14.0
     jobs: int = 0  # ocrmypdf --jobs; 0: its default (all cores)
     timeout: float = 1800.0  # seconds for the whole file
     thumbnail_width: int = 400  # px, PNG of page 1
@@ -356,7 +360,7 @@ def _run_ocrmypdf(
         "--continue-on-soft-render-error",
     ]  # fmt: skip
     if opts.rotate_pages:
-        argv.append("--rotate-pages")
+        argv += ["--rotate-pages", "--rotate-pages-threshold", f"{opts.rotate_threshold:g}"]
     if opts.jobs:
         argv += ["--jobs", str(opts.jobs)]
     argv += ["--", str(pdf_in), str(out_pdf)]

@@ -166,6 +166,17 @@ def test_rotated_pages_are_read_upright(src_dir: Path, tmp_path: Path) -> None:
         doc.close()
 
 
+def test_rotate_threshold_decides_which_pages_are_turned(src_dir: Path, tmp_path: Path) -> None:
+    """An upside-down page is turned at the default threshold and left as it is when the
+    threshold is above any confidence tesseract reports (the option reaches ocrmypdf)."""
+    src = archived(scans.image_pdf(src_dir / "upside.pdf", LETTER[:1], rotate={0: 180},
+                                   size=scans.A6))  # fmt: skip
+    upright = run(src, PDF, tmp_path / "a")
+    assert "Musterstadt" in words(upright.pages[0])
+    kept = run(src, PDF, tmp_path / "b", rotate_threshold=1000.0)
+    assert "Musterstadt" not in words(kept.pages[0])
+
+
 def test_born_digital_pdf_keeps_its_text_in_skip_mode(src_dir: Path, tmp_path: Path) -> None:
     """Mode skip: pages with a text layer keep exactly that text (skipped runs of pages
     included), image pages between them are OCRed, all in page order."""

@@ -227,7 +227,8 @@ def run_ocr(ctx: JobContext, original: Path, mime_type: str, out_dir: Path) -> d
     languages = a.languages_for(ctx.job.tenant)
     opts = ocr.OcrOptions(
         languages=languages, mode=a.mode,
-        rotate_pages=a.rotate_pages, jobs=a.jobs, timeout=a.ocr_timeout,
+        rotate_pages=a.rotate_pages, rotate_threshold=a.rotate_threshold, jobs=a.jobs,
+        timeout=a.ocr_timeout,
         thumbnail_width=a.thumbnail_width, image_dpi=a.image_dpi,
     )  # fmt: skip
     try:
