@@ -147,6 +147,7 @@ class WebhookConfig(_Rule):
     url: str
     secret_file: Path | None = None
     secret_env: Annotated[str, Field(pattern=_ENV_NAME)] | None = None
+    # Seconds for the whole delivery (lookup, connect, request, answer), not per read.
     timeout: Annotated[float, Field(gt=0, le=120)] = 10.0
 
     @field_validator("url")

@@ -29,10 +29,17 @@ cannot be replayed later. Any 2xx status is success. Redirects are not followed 
 signed POST must not be sent somewhere else; configure the final URL); any other status,
 a timeout or a network error raises ``WebhookError``, which the job retries with backoff.
 The system's ``http_proxy``/``https_proxy``/``no_proxy`` settings apply.
+
+The webhook's ``timeout`` bounds the whole delivery: looking up the host, connecting (and
+the TLS handshake or proxy tunnel), sending the request, and receiving the status, the
+headers and the (bounded) start of the body. A receiver that has not finished its answer
+by then is cut off and the delivery fails (``did not answer within N s``), however
+steadily it keeps sending; the job retries it like any other failure.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import fnmatch
 import hashlib
@@ -40,6 +47,8 @@ import hmac
 import http.client
 import json
 import re
+import socket
+import threading
 import time
 import unicodedata
 import urllib.error
@@ -47,7 +56,7 @@ import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import PurePosixPath
-from typing import Any
+from typing import Any, Self
 
 from ingestd import __version__
 from ingestd.config_rules import WebhookConfig, WorkflowConditions, WorkflowRule, template_fields
@@ -290,6 +299,166 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
         return None
 
 
+_AddrInfo = tuple[socket.AddressFamily, socket.SocketKind, int, str, Any]
+
+
+class _Deadline:
+    """The end of one delivery, enforced on every step of it.
+
+    Socket timeouts bound each operation, not their sum: a receiver that sends a byte a
+    little more often than the timeout (or an endless body) would hold the job for as long
+    as it likes. So a timer shuts the connection's socket down when the time is up; every
+    send or recv blocked on it then returns at once, whichever layer is waiting (TLS
+    handshake, proxy tunnel, status line, headers, body), and the request fails. The timer
+    shuts down a duplicate of the socket's descriptor that it owns: the connection is the
+    same, but the descriptor cannot be closed (and its number reused) under the timer, nor
+    be detached by ``ssl.wrap_socket`` mid-handshake. Before there is a connection the
+    lookup and the connect are bounded by the time that is left (``connect``).
+
+    This keeps urllib doing the HTTP (proxies, TLS defaults, no redirects) and needs no
+    check between reads inside http.client, which reads headers through a buffered file.
+    """
+
+    def __init__(self, seconds: float) -> None:
+        self._end = time.monotonic() + seconds
+        self._lock = threading.Lock()
+        self._watched: socket.socket | None = None  # our dup of the connection's socket
+        self._finished = False
+        self.expired = False  # the timer fired before the delivery had finished
+        self._timer = threading.Timer(seconds, self._expire)
+        self._timer.name = "webhook-deadline"
+        self._timer.daemon = True
+
+    def __enter__(self) -> Self:
+        self._timer.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        with self._lock:
+            self._finished = True
+            self._timer.cancel()
+            self._forget()
+
+    def remaining(self) -> float:
+        """Seconds left; TimeoutError once there are none."""
+        left = self._end - time.monotonic()
+        if left <= 0 or self.expired:
+            raise TimeoutError("deadline passed")
+        return left
+
+    def watch(self, sock: socket.socket) -> None:
+        """Shut ``sock`` down when the time is up; TimeoutError if it already is."""
+        # After settimeout: dup() copies the timeout, and so the descriptors' shared
+        # O_NONBLOCK flag stays as ``sock`` needs it.
+        dup = sock.dup()
+        with self._lock:
+            self._forget()
+            self._watched = dup
+            if self.expired or self._finished:
+                raise TimeoutError("deadline passed")
+
+    def connect(
+        self,
+        address: tuple[str, int],
+        timeout: float | None = None,
+        source_address: tuple[str, int] | None = None,
+    ) -> socket.socket:
+        """``socket.create_connection`` within the deadline (which supersedes ``timeout``).
+
+        Every address tried gets the time that is left, not a full timeout each; the
+        socket keeps that timeout as a backstop for later operations, which the timer
+        ends at the deadline anyway.
+        """
+        host, port = address
+        error: OSError | None = None
+        for family, kind, proto, _, sockaddr in self._resolve(host, port):
+            sock = socket.socket(family, kind, proto)
+            try:
+                sock.settimeout(self.remaining())
+                self.watch(sock)
+                if source_address is not None:
+                    sock.bind(source_address)
+                sock.connect(sockaddr)
+                return sock
+            except TimeoutError:
+                sock.close()
+                raise
+            except OSError as exc:
+                sock.close()
+                error = exc
+        raise error if error is not None else OSError(f"no address found for {host}")
+
+    def _resolve(self, host: str, port: int) -> list[_AddrInfo]:
+        # getaddrinfo has no timeout of its own (the resolver waits 5 s and more per server
+        # and attempt): look up in a thread and stop waiting at the deadline. A lookup that
+        # outlives it finishes unobserved in its daemon thread.
+        found: list[_AddrInfo] = []
+        failed: list[Exception] = []
+
+        def lookup() -> None:
+            try:
+                found.extend(socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM))
+            except Exception as exc:  # handed to the caller, as if raised there
+                failed.append(exc)
+
+        thread = threading.Thread(target=lookup, name="webhook-lookup", daemon=True)
+        thread.start()
+        thread.join(self.remaining())
+        if thread.is_alive():
+            raise TimeoutError(f"looking up {host} took too long")
+        if failed:
+            raise failed[0]
+        return found
+
+    def _expire(self) -> None:
+        with self._lock:
+            if self._finished:
+                return
+            self.expired = True
+            if self._watched is not None:
+                with contextlib.suppress(OSError):
+                    self._watched.shutdown(socket.SHUT_RDWR)
+
+    def _forget(self) -> None:
+        # With the lock held.
+        if self._watched is not None:
+            self._watched.close()
+            self._watched = None
+
+
+class _HTTPConnection(http.client.HTTPConnection):
+    """A connection that opens its socket within ``deadline``."""
+
+    def __init__(self, *args: Any, deadline: _Deadline | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if deadline is not None:  # always given; a default only to fit do_open's type
+            # What connect() opens its socket with (socket.create_connection otherwise).
+            self._create_connection = deadline.connect
+
+
+class _HTTPSConnection(_HTTPConnection, http.client.HTTPSConnection):
+    pass
+
+
+class _HTTPHandler(urllib.request.HTTPHandler):
+    def __init__(self, deadline: _Deadline) -> None:
+        super().__init__()
+        self._deadline = deadline
+
+    def http_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+        return self.do_open(_HTTPConnection, req, deadline=self._deadline)
+
+
+class _HTTPSHandler(urllib.request.HTTPSHandler):
+    # Like the default HTTPSHandler: no context given, so http.client's default one.
+    def __init__(self, deadline: _Deadline) -> None:
+        super().__init__()
+        self._deadline = deadline
+
+    def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+        return self.do_open(_HTTPSConnection, req, deadline=self._deadline)
+
+
 def deliver_webhook(
     webhook: WebhookConfig,
     event: dict[str, Any],
@@ -299,9 +468,11 @@ def deliver_webhook(
 ) -> int:
     """POST ``event`` signed to ``webhook.url``; the 2xx status, else WebhookError.
 
-    ``timeout`` (default ``webhook.timeout``) limits connecting and each read, as in
-    urllib. The secret is read on every call, so a rotated secret file takes effect at
-    once; a missing or unsafe secret raises ConfigError.
+    ``timeout`` (default ``webhook.timeout``) bounds the whole delivery: lookup, connect,
+    sending, and receiving the status, headers and the start of the body; a receiver still
+    answering then is cut off (WebhookError "did not answer within N s"). The secret is
+    read on every call, so a rotated secret file takes effect at once; a missing or unsafe
+    secret raises ConfigError.
     """
     url = webhook.display_url
     body = event_body(event)
@@ -320,20 +491,34 @@ def deliver_webhook(
         },
     )
     limit = webhook.timeout if timeout is None else timeout
-    try:
+    late = WebhookError(url, None, f"did not answer within {limit:g} s")
+    failure: WebhookError | None = None
+    with _Deadline(limit) as deadline:
         # Built per call: proxy settings are read from the environment when it is built.
-        opener = urllib.request.build_opener(_NoRedirect())
-        with opener.open(request, timeout=limit) as response:
-            status = int(response.status)
-            response.read(65536)  # let the receiver finish its answer before we hang up
-    except urllib.error.HTTPError as exc:
-        with exc:
-            raise WebhookError(url, exc.code, _excerpt(exc)) from None
-    except (urllib.error.URLError, http.client.HTTPException, OSError) as exc:
-        reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
-        if isinstance(reason, TimeoutError):
-            raise WebhookError(url, None, f"timed out after {limit:g} s") from None
-        raise WebhookError(url, None, str(reason) or type(reason).__name__) from None
+        opener = urllib.request.build_opener(
+            _NoRedirect(), _HTTPHandler(deadline), _HTTPSHandler(deadline)
+        )
+        try:
+            with opener.open(request, timeout=limit) as response:
+                status = int(response.status)
+                response.read(65536)  # let the receiver finish its answer before we hang up
+        except urllib.error.HTTPError as exc:
+            with exc:
+                failure = WebhookError(url, exc.code, _excerpt(exc))
+        except (urllib.error.URLError, http.client.HTTPException, OSError) as exc:
+            reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+            if isinstance(reason, TimeoutError):
+                failure = late
+            else:
+                failure = WebhookError(url, None, str(reason) or type(reason).__name__)
+    if failure is not None and failure.status is not None:
+        raise failure  # the receiver's refusal stands, even if its excerpt was cut short
+    # Cut off, whatever that looked like: an error, or a short answer that http.client
+    # took for a complete one (end of stream ends the headers and an unframed body).
+    if deadline.expired:
+        raise late
+    if failure is not None:
+        raise failure
     if not 200 <= status < 300:
         raise WebhookError(url, status, "")
     return status
