@@ -160,6 +160,7 @@ class _ServerPolicy(paramiko.ServerInterface):
             max_filename_bytes=self.server.config.intake.max_filename_bytes,
             log=self.log.bind(account=account.username, tenant=account.tenant),
             legacy=conn.legacy,
+            tenant_status=self.server.tenant_status,
         )
         conn.session = self.session
         conn.authenticated.set()

@@ -47,6 +47,7 @@ from ingestd.archive import fsync_dir
 from ingestd.config import SftpAccountConfig
 from ingestd.intake import Refused, check_filename
 from ingestd.sftp.spool import Entry, QuotaExceeded, Spool
+from ingestd.sftp.tenant_status import MISSING, TenantStatusCache
 
 _HANDLE_COMMANDS = {CMD_CLOSE, CMD_READ, CMD_WRITE, CMD_FSTAT, CMD_FSETSTAT, CMD_READDIR}
 PENDING_FILE_MODE = 0o100640
@@ -102,6 +103,9 @@ class Session:
     max_filename_bytes: int
     log: Any
     legacy: list[str] = field(default_factory=list)
+    # Checked at every upload's OPEN too, not only at login: a session that outlives its
+    # tenant's suspension or deletion must not keep feeding the spool.
+    tenant_status: TenantStatusCache | None = None
     last_activity: float = field(default_factory=time.monotonic)
     uploads: int = 0
     upload_bytes: int = 0
@@ -317,6 +321,18 @@ class InboxSFTP(paramiko.SFTPServerInterface):
             return None
         return self.spool.find(self.account.username, self._subdir(parts), parts[-1])
 
+    def _tenant_active(self) -> None:
+        """Refuse a new upload once the tenant is known not to be active (suspended,
+        deleting, deleted) while this session was open. Unknown (the database is down)
+        accepts it: the spool holds it until intake can decide."""
+        cache = self.session.tenant_status
+        status = cache.status(self.account.tenant) if cache is not None else None
+        if status is None or status == "active":
+            return
+        reason = "tenant_unknown" if status == MISSING else f"tenant_{status}"
+        raise _refuse(reason, f"tenant {self.account.tenant} does not accept uploads "
+                              f"({'deleted' if status == MISSING else status})")  # fmt: skip
+
     def check_setstat(self, attr: paramiko.SFTPAttributes) -> None:
         # Clients send times after an upload (`put -p`, scp -p, lftp); accepted, not applied:
         # the archive keeps the time of receipt. Ownership and permissions are ours.
@@ -334,6 +350,7 @@ class InboxSFTP(paramiko.SFTPServerInterface):
         if not flags & (os.O_WRONLY | os.O_RDWR):
             # A drop box: files go in, nothing is read back out.
             raise _refuse("read_refused", "reading files is not allowed")
+        self._tenant_active()
         self._parent_dir(parts)
         self._name_ok(parts[-1])
         st = self._lstat(parts)

@@ -210,3 +210,28 @@ def test_outage_keeps_last_known_statuses_then_lets_logins_in(
         assert len(rig.logs("sftp.auth_refused")) == 2
         assert rig.spool.snapshot()["pending"] == 1  # held in the spool: tenant not active
         rig.service.stop()
+
+
+@pytest.mark.parametrize("status", ["suspended", "deleting"])
+def test_open_session_starts_no_upload_once_the_tenant_is_not_active(
+    make_rig: Callable[..., Rig], status: str
+) -> None:
+    """A session that logged in while its tenant was active: once the tenant is suspended
+    or being deleted its next upload is refused at OPEN (permission denied, `sftp.refused`
+    with the reason); the upload it finished before is kept."""
+    rig = fast_refresh(make_rig())
+    wait_until(lambda: cache(rig).status("acme") == "active")
+    with connect(rig, "127.0.0.6") as transport:
+        transport.auth_password("scan1", PASSWORDS["scan1"])
+        sftp = paramiko.SFTPClient.from_transport(transport)
+        assert sftp is not None
+        sftp.put(str(rig.write_pdf("before.pdf", 1)), "before.pdf")
+        set_status(rig.db, "acme", status)
+        wait_until(lambda: cache(rig).status("acme") == status)
+        with pytest.raises(PermissionError):
+            sftp.put(str(rig.write_pdf("after.pdf", 2)), "after.pdf")
+        sftp.close()
+    refused = [r for r in rig.logs("sftp.refused") if r["path"].endswith("after.pdf")]
+    assert [(r["op"], r["reason"], r["tenant"], r["account"]) for r in refused] == [
+        ("open", f"tenant_{status}", "acme", "scan1")]  # fmt: skip
+    assert [r["path"] for r in rig.logs("sftp.upload_complete")] == ["/before.pdf"]
