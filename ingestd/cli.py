@@ -372,15 +372,30 @@ def cmd_serve(args: argparse.Namespace) -> int:
 # -- worker -----------------------------------------------------------------------------
 def cmd_worker(args: argparse.Namespace) -> int:
     from ingestd.runtime import open_database
+    from worker.child import Child
     from worker.runner import Runner, load_kinds
 
     config = _load(args)
     load_kinds(args.plugin)  # a mistyped --plugin fails before the database is touched
-    with open_database(config, name="ingestd-worker") as db:
-        runner = Runner(config, db, config_path=args.config, plugins=args.plugin,
-                        worker_id=args.worker_id, drain=args.drain,
-                        metrics_offset=args.metrics_offset)  # fmt: skip
-        return runner.run()
+    children: list[Child] = []
+
+    def start_child(conninfo: str) -> None:
+        # Before the pool's threads exist: the job child can be a fork of this process,
+        # with every module already imported, instead of a fresh interpreter.
+        child = Child(config, conninfo, args.plugin)
+        children.append(child)
+        child.start(fork=True)
+
+    try:
+        with open_database(config, name="ingestd-worker", before_pool=start_child) as db:
+            runner = Runner(config, db, config_path=args.config, plugins=args.plugin,
+                            worker_id=args.worker_id, drain=args.drain,
+                            metrics_offset=args.metrics_offset,
+                            child=children[0] if children else None)  # fmt: skip
+            return runner.run()
+    finally:
+        for child in children:
+            child.stop()  # a no-op once the runner stopped it
 
 
 # -- parser -----------------------------------------------------------------------------

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from ingestd.archive import LocalArchive
 from ingestd.config import Config
@@ -16,10 +16,15 @@ from ingestd.titles import TitleRules
 
 @contextlib.contextmanager
 def open_database(
-    config: Config, *, name: str = "ingestd", migrate_schema: bool = True
+    config: Config,
+    *,
+    name: str = "ingestd",
+    migrate_schema: bool = True,
+    before_pool: Callable[[str], None] | None = None,
 ) -> Iterator[Database]:
     """A pool on the configured database, or on the embedded cluster (started if needed,
-    and stopped again on exit if this process started it)."""
+    and stopped again on exit if this process started it). ``before_pool(conninfo)`` runs
+    once the database is up and before the pool starts its threads."""
     cluster: EmbeddedPostgres | None = None
     if config.database.url:
         conninfo = config.database.url
@@ -27,6 +32,8 @@ def open_database(
         cluster = EmbeddedPostgres(config.paths.pgdata)
         cluster.start()
         conninfo = cluster.conninfo
+    if before_pool is not None:
+        before_pool(conninfo)
     db = Database(
         conninfo,
         min_size=config.database.pool_min_size,

@@ -4,7 +4,10 @@ A handler may crash the interpreter, hang in a C library or be OOM-killed (tesse
 3,000-page scan); none of that may take the worker down. So the worker (the parent) keeps
 the queue, the lease and the outcome, and the child only runs handlers: it is started with
 the multiprocessing "spawn" context (a fresh interpreter, never a fork of the threaded
-parent), fed jobs over a Pipe, and replaced when it dies or is killed for a timeout.
+parent), fed jobs over a Pipe, and replaced when it dies or is killed for a timeout. The
+one exception is the first child of ``ingestd worker``: started before the worker has any
+thread (``fork=True`` and a single thread, checked), it is forked and so skips a fresh
+interpreter's imports (about half a second on each worker start).
 
 Protocol (pickled tuples over the Pipe):
   parent -> child   ("run", Job) | ("config", Config) | ("stop",)
@@ -26,6 +29,7 @@ import multiprocessing
 import multiprocessing.connection
 import os
 import signal
+import threading
 import traceback
 from collections.abc import Sequence
 from multiprocessing.connection import Connection
@@ -67,9 +71,17 @@ class Child:
     def alive(self) -> bool:
         return self._proc is not None and self._proc.is_alive()
 
-    def start(self, timeout: float = 60.0) -> int:
-        """Start the child and wait until it has loaded the job kinds; returns its pid."""
-        ctx = multiprocessing.get_context("spawn")
+    def start(self, timeout: float = 60.0, *, fork: bool = False) -> int:
+        """Start the child and wait until it has loaded the job kinds; returns its pid.
+
+        ``fork``: fork it if this process has no other thread (nothing can be left
+        holding a lock in the copy); otherwise, and by default, spawn it.
+        """
+        ctx = (
+            multiprocessing.get_context("fork")
+            if fork and threading.active_count() == 1
+            else multiprocessing.get_context("spawn")
+        )
         parent_end, child_end = ctx.Pipe(duplex=True)
         proc = ctx.Process(target=child_main, args=(child_end, *self._args), name="ingestd-job")
         proc.start()

@@ -260,6 +260,7 @@ class Runner:
         drain: bool = False,
         notifier: Notifier | None = None,
         metrics_offset: int | None = None,
+        child: Child | None = None,
     ) -> None:
         self.config = config
         self.db = db
@@ -271,7 +272,8 @@ class Runner:
         self.notifier = notifier or Notifier()
         self.flags = Flags()
         self.log = log.get_logger(component="worker", worker=self.worker_id)
-        self.child = Child(config, db.conninfo, self.plugins)
+        # Given: started already by `ingestd worker` (forked before any thread existed).
+        self.child = child or Child(config, db.conninfo, self.plugins)
         self.listener = Listener(db.conninfo, config.database.connect_timeout, self.log)
         self.heartbeat = Heartbeat(lambda: self.queue, self.flags.poke, self.log)
         now = time.monotonic()
@@ -299,7 +301,7 @@ class Runner:
         try:
             self.heartbeat.start()
             self._start_metrics()
-            child_pid = self.child.start()
+            child_pid = self.child.pid if self.child.alive() else self.child.start()
             self.notifier.ready("idle")
             self._status_text = "idle"
             self.log.info("worker.ready", pid=os.getpid(), child_pid=child_pid,

@@ -182,6 +182,30 @@ def test_killed_worker_job_is_rescued_and_completes_once(
     assert rescued[0]["jobs"][0]["worker"] == victim_id(victim)
 
 
+def _cmdline(pid: int) -> str:
+    return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+
+
+def test_first_child_is_forked_a_replacement_is_spawned(
+    make_env: Any, qdb: Database, workers: list[WorkerProc]
+) -> None:
+    """`ingestd worker` forks its first job child before it has threads (no second round of
+    imports); the child that replaces a crashed one is spawned; jobs run in both."""
+    env = make_env(worker={**FAST, "max_retries": 0})
+    w = start(workers, env, "w1")
+    first = w.events("worker.ready")[0]["child_pid"]
+    # A fork runs the worker's own command line; a spawned child runs spawn_main.
+    assert "spawn_main" not in _cmdline(first) and " worker " in _cmdline(first)
+    (crash,) = make_jobs(qdb, "acme", 1, kind="test-crash")
+    (after,) = make_jobs(qdb, "acme", 1, kind="test-record")
+    wait_until(lambda: job_row(qdb, after)["status"] == "done", timeout=60)
+    assert job_row(qdb, crash)["error_message"] == "worker child died (signal 9)"
+    (restarted,) = w.events("worker.child_started")
+    assert restarted["child_pid"] != first and "spawn_main" in _cmdline(restarted["child_pid"])
+    assert runs(qdb)[0]["pid"] == restarted["child_pid"]
+    assert w.stop() == 0
+
+
 def victim_id(w: WorkerProc) -> str:
     return str(w.proc.args[w.proc.args.index("--worker-id") + 1])  # type: ignore[union-attr]
 
