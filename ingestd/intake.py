@@ -309,6 +309,7 @@ class Intake:
                     raise TenantNotFound(f"tenant {item.tenant!r} does not exist")
                 if row["status"] != "active":
                     raise TenantNotActive(item.tenant, str(row["status"]))
+                tenant_id = int(row["id"])  # the locked row (a re-created tenant has a new id)
                 # Linked to its WORM name only under the tenant's FOR SHARE lock: marking
                 # the tenant suspended or deleting waits for this transaction, so every file
                 # archived for a tenant is either recorded before delete-tenant looks, or
