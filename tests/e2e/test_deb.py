@@ -7,7 +7,6 @@ and puts it back as it was. It refuses to run where ingestd is already installed
 from __future__ import annotations
 
 import hashlib
-import io
 import os
 import pwd
 import shutil
@@ -20,13 +19,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import paramiko
 import pytest
 
 from ingestd.db import Database
 from ingestd.sftp.accounts import hash_password
 from tests.conftest import read_events, wait_until, write_config
 from tests.fixtures.files import pdf_bytes
+from tests.fixtures.sftp import sftp_upload
 
 REPO = Path(__file__).resolve().parents[2]
 PREFIX = Path("/opt/ingestd")
@@ -133,18 +132,6 @@ def _documents(db_url: str) -> list[dict[str, Any]]:
         return list(tx.raw("SELECT processing_status, sha256 FROM documents ORDER BY id"))
 
 
-def _sftp_upload(port: int, user: str, password: str, name: str, data: bytes) -> None:
-    transport = paramiko.Transport(("127.0.0.1", port))
-    try:
-        transport.connect(username=user, password=password)
-        sftp = paramiko.SFTPClient.from_transport(transport)
-        assert sftp is not None
-        sftp.putfo(io.BytesIO(data), name, confirm=False)
-        sftp.close()
-    finally:
-        transport.close()
-
-
 def test_deb_installs_ingests_and_removes_without_touching_data(
     machine: None, tmp_path: Path, db_url: str
 ) -> None:
@@ -206,7 +193,7 @@ def test_deb_installs_ingests_and_removes_without_touching_data(
         try:
             wait_until(lambda: read_events(log_path, "daemon.ready"), timeout=60)
             scan = pdf_bytes("Rechnung deb", pad_to=30_000, seed=4711)
-            _sftp_upload(port, "scan1", "pw-deb-1", "Rechnung_2026.pdf", scan)
+            sftp_upload(port, "scan1", "pw-deb-1", "Rechnung_2026.pdf", scan)
             wait_until(lambda: len(_documents(db_url)) == 1, timeout=60, interval=0.2)
         finally:
             if serve.poll() is None:

@@ -16,6 +16,7 @@ from ingestd.sftp.accounts import hash_password
 from tests.conftest import Env, read_events, run_cli, wait_until, write_config
 from tests.e2e.test_serve_sftp import Serve, _free_port
 from tests.fixtures.files import pdf_bytes
+from tests.fixtures.sftp import sftp_upload
 
 
 def _scrape(port: int) -> str:
@@ -33,19 +34,6 @@ def _value(text: str, name: str, **labels: str) -> float:
         if all(f'{k}="{v}"' in head for k, v in labels.items()):
             total += float(value)
     return total
-
-
-def _sftp_put(port: int, user: str, password: str, name: str, data: bytes) -> None:
-    transport = paramiko.Transport(("127.0.0.1", port))
-    try:
-        transport.connect(username=user, password=password)
-        sftp = paramiko.SFTPClient.from_transport(transport)
-        assert sftp is not None
-        with sftp.open(name, "wb") as f:
-            f.write(data)
-        sftp.close()
-    finally:
-        transport.close()
 
 
 def test_serve_and_worker_metrics(tmp_path: Path, db_url: str) -> None:
@@ -78,9 +66,10 @@ def test_serve_and_worker_metrics(tmp_path: Path, db_url: str) -> None:
     serve.start()
     worker = None
     try:
-        _sftp_put(sftp_port, "scan1", "pw-1", "Scan_0001.pdf", pdf_bytes("Betreff: Miete", seed=1))
+        scan = pdf_bytes("Betreff: Miete", seed=1)
+        sftp_upload(sftp_port, "scan1", "pw-1", "Scan_0001.pdf", scan)
         with pytest.raises(paramiko.AuthenticationException):
-            _sftp_put(sftp_port, "scan1", "wrong", "x.pdf", b"")
+            sftp_upload(sftp_port, "scan1", "wrong", "x.pdf", b"")
         (hot / "Rechnung.pdf").write_bytes(pdf_bytes("Rechnung", seed=2))
         (hot / "evil.pdf").write_bytes(b"MZ\x90\x00" + b"\0" * 64)  # refused: not a PDF
 

@@ -17,6 +17,7 @@ from ingestd.sftp.accounts import hash_password
 from tests.conftest import Env, run_cli, wait_until, write_config
 from tests.e2e.test_serve_sftp import Serve, _free_port
 from tests.fixtures.files import pdf_bytes
+from tests.fixtures.sftp import sftp_upload
 
 CHUNK = 32 * 1024
 
@@ -91,14 +92,7 @@ def test_sighup_adds_account_and_hot_folder_during_an_upload(tmp_path: Path, db_
         uploader.join(60)
         assert not errors, errors
 
-        transport = paramiko.Transport(("127.0.0.1", port))
-        transport.connect(username="scan2", password="pw-2")
-        sftp = paramiko.SFTPClient.from_transport(transport)
-        assert sftp is not None
-        with sftp.open("Second.pdf", "wb") as f:
-            f.write(pdf_bytes("second account", seed=8))
-        sftp.close()
-        transport.close()
+        sftp_upload(port, "scan2", "pw-2", "Second.pdf", pdf_bytes("second account", seed=8))
         (hot / "Dropped.pdf").write_bytes(pdf_bytes("new hot folder", seed=9))
 
         wait_until(lambda: len(_docs(db_url)) == 3, timeout=60)
