@@ -1,10 +1,21 @@
-"""Detect a file's type from its first bytes; the client's file name is never trusted."""
+"""Detect a file's type from its first bytes; the client's file name is never trusted.
+
+A file is one of the archivable types only if a reader of that type would take it as
+one *and* it does not start as some other known format. The second condition matters
+for PDF: readers accept ``%PDF-`` anywhere in the first KiB (ISO 32000 §7.5.2), so a ZIP,
+an executable or an Office file with those five bytes in its first KiB (a polyglot, or a
+text that mentions them) would otherwise be archived as ``application/pdf``, and its job
+would then fail with a misleading "damaged PDF". Such a file is refused with its real type.
+"""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 HEADER_BYTES = 2048
+# PDF readers look for the header this far into the file.
+PDF_HEADER_WINDOW = 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,16 +31,59 @@ JPEG = FileType("jpeg", "image/jpeg", "jpg")
 PNG = FileType("png", "image/png", "png")
 ARCHIVABLE = {t.name: t for t in (PDF, TIFF, JPEG, PNG)}
 
-# Types we recognise only to say precisely what was refused.
-_KNOWN_OTHERS: tuple[tuple[bytes, str], ...] = (
-    (b"\x7fELF", "ELF executable"),
-    (b"MZ", "Windows executable"),
-    (b"PK\x03\x04", "ZIP archive (or Office document)"),
-    (b"\x1f\x8b", "gzip archive"),
-    (b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1", "legacy Office document"),
-    (b"GIF8", "GIF image"),
-    (b"#!", "script"),
+# (offset, magic, name): formats we recognise to refuse them by name. Order matters only
+# where one magic is a prefix of another.
+_KNOWN_OTHERS: tuple[tuple[int, bytes, str], ...] = (
+    (0, b"\x7fELF", "ELF executable"),
+    (0, b"MZ", "Windows executable (PE/DOS)"),
+    (0, b"\xfe\xed\xfa\xce", "Mach-O executable"),
+    (0, b"\xfe\xed\xfa\xcf", "Mach-O executable"),
+    (0, b"\xce\xfa\xed\xfe", "Mach-O executable"),
+    (0, b"\xcf\xfa\xed\xfe", "Mach-O executable"),
+    (0, b"\xca\xfe\xba\xbe", "Mach-O universal binary or Java class"),
+    (0, b"PK\x03\x04", "ZIP archive (or Office document)"),
+    (0, b"PK\x05\x06", "ZIP archive (empty)"),
+    (0, b"PK\x07\x08", "ZIP archive (spanned)"),
+    (0, b"\x1f\x8b", "gzip archive"),
+    (0, b"BZh", "bzip2 archive"),
+    (0, b"\xfd7zXZ\x00", "xz archive"),
+    (0, b"\x28\xb5\x2f\xfd", "zstd archive"),
+    (0, b"7z\xbc\xaf\x27\x1c", "7-Zip archive"),
+    (0, b"Rar!\x1a\x07", "RAR archive"),
+    (0, b"MSCF", "Microsoft Cabinet archive"),
+    (257, b"ustar", "tar archive"),
+    (0, b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1", "legacy Office document"),
+    (0, b"{\\rtf", "RTF document"),
+    (0, b"%!PS", "PostScript document"),
+    (0, b"AT&TFORM", "DjVu document"),
+    (0, b"GIF8", "GIF image"),
+    (0, b"\x00\x00\x00\x0cjP  ", "JPEG 2000 image"),
+    (0, b"SQLite format 3\x00", "SQLite database"),
+    (0, b"L\x00\x00\x00\x01\x14\x02\x00", "Windows shortcut"),
+    (0, b"#!", "script"),
+    (0, b"<?xml", "XML document"),
 )
+_RIFF_KINDS = {b"WEBP": "WebP image", b"AVI ": "AVI video", b"WAVE": "WAVE audio"}
+_ISO_BMFF_BRANDS = {b"heic": "HEIC image", b"heix": "HEIC image", b"avif": "AVIF image",
+                    b"mif1": "HEIF image", b"isom": "MP4 video", b"mp42": "MP4 video",
+                    b"qt  ": "QuickTime video"}  # fmt: skip
+_HTML = re.compile(rb"^\s*<(!doctype\s+html|html|head|body)\b", re.IGNORECASE)
+# The version is part of the header: "%PDF-1.7", "%PDF-2.0".
+_PDF_HEADER = re.compile(rb"%PDF-\d\.\d")
+
+
+def other_format(header: bytes) -> str | None:
+    """The name of a known non-archivable format ``header`` starts as, or None."""
+    for offset, magic, name in _KNOWN_OTHERS:
+        if header[offset : offset + len(magic)] == magic:
+            return name
+    if header[:4] == b"RIFF" and header[8:12] in _RIFF_KINDS:
+        return _RIFF_KINDS[header[8:12]]
+    if header[4:8] == b"ftyp" and header[8:12] in _ISO_BMFF_BRANDS:
+        return _ISO_BMFF_BRANDS[header[8:12]]
+    if _HTML.match(header[:512]):
+        return "HTML document"
+    return None
 
 
 def detect(header: bytes) -> FileType | None:
@@ -40,9 +94,10 @@ def detect(header: bytes) -> FileType | None:
         return PNG
     if header[:4] in (b"II*\x00", b"MM\x00*", b"II+\x00", b"MM\x00+"):  # TIFF and BigTIFF
         return TIFF
-    # PDF readers accept the header anywhere in the first 1024 bytes (ISO 32000 §7.5.2
-    # note); some scanners prepend junk. Beyond that it is not a PDF for us either.
-    if b"%PDF-" in header[:1024]:
+    # Some scanners and print servers put bytes before the header (a PJL job header,
+    # padding); readers skip up to 1 KiB of them. A file that starts as another format
+    # is that format, whatever follows.
+    if _PDF_HEADER.search(header[:PDF_HEADER_WINDOW]) and other_format(header) is None:
         return PDF
     return None
 
@@ -52,12 +107,17 @@ def describe(header: bytes) -> str:
     found = detect(header)
     if found is not None:
         return found.name.upper()
-    for magic, name in _KNOWN_OTHERS:
-        if header.startswith(magic):
-            return name
+    other = other_format(header)
+    if other is not None:
+        return other
     if not header:
         return "empty file"
     sample = header[:512]
     if all(32 <= b < 127 or b in (9, 10, 13) for b in sample):
         return "plain text"
-    return "unknown binary data"
+    try:
+        sample.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        if exc.start < len(sample) - 3:  # not merely a character cut at the end
+            return "unknown binary data"
+    return "plain text" if b"\x00" not in sample else "unknown binary data"

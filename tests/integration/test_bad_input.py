@@ -92,3 +92,24 @@ def test_hardlink_is_refused(env: Env, db: Database, tenant: str) -> None:
     report = json.loads(proc.stdout)
     assert report[0]["reason"] == "hardlink"
     assert link.exists() and target.exists()
+
+
+def test_polyglots_with_a_pdf_header_are_refused_with_their_real_type(
+    env: Env, db: Database, tenant: str
+) -> None:
+    """A ZIP or ELF file with '%PDF-' in its first KiB is refused as ZIP/ELF, not archived."""
+    inbox = env.root / "inbox"
+    inbox.mkdir()
+    pdf = pdf_bytes(seed=21)
+    zip_polyglot = write(inbox / "Scan_0001.pdf", b"PK\x03\x04" + bytes(60) + pdf)
+    elf_polyglot = write(inbox / "Scan_0002.pdf", b"\x7fELF\x02\x01\x01" + bytes(100) + pdf)
+    proc = run_cli(env, "ingest", "--tenant", tenant, "--json",
+                   str(zip_polyglot), str(elf_polyglot))  # fmt: skip
+    assert proc.returncode == 1, proc.stderr
+    report = json.loads(proc.stdout)
+    assert [r["reason"] for r in report] == ["bad_type", "bad_type"]
+    assert "ZIP archive" in report[0]["detail"]
+    assert "ELF executable" in report[1]["detail"]
+    with db.transaction() as tx:
+        assert tx.raw("SELECT count(*) AS n FROM documents")[0]["n"] == 0
+    assert zip_polyglot.exists() and elf_polyglot.exists()

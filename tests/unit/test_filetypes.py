@@ -39,3 +39,56 @@ def test_other_content_is_named_not_detected(header: bytes, description: str) ->
     """Non-archivable content is not detected and gets a precise human name."""
     assert filetypes.detect(header) is None
     assert filetypes.describe(header) == description
+
+
+PDF_INSIDE = b"\n%PDF-1.4\n%\xe2\xe3\xcf\xd3\n1 0 obj\n<<>>\nendobj\n"
+
+
+@pytest.mark.parametrize(
+    ("prefix", "description"),
+    [
+        (b"PK\x03\x04\x14\x00\x00\x00\x08\x00", "ZIP archive (or Office document)"),
+        (b"\x7fELF\x02\x01\x01\x00" + bytes(8), "ELF executable"),
+        (b"MZ\x90\x00\x03\x00\x00\x00", "Windows executable (PE/DOS)"),
+        (b"\x1f\x8b\x08\x00", "gzip archive"),
+        (b"7z\xbc\xaf\x27\x1c\x00\x04", "7-Zip archive"),
+        (b"Rar!\x1a\x07\x01\x00", "RAR archive"),
+        (b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1", "legacy Office document"),
+        (b"%!PS-Adobe-3.0\n", "PostScript document"),
+        (b"{\\rtf1\\ansi ", "RTF document"),
+        (b"<!DOCTYPE html>\n<html>", "HTML document"),
+        (b"#!/bin/sh\n", "script"),
+        (b"RIFF\x00\x00\x00\x00WEBPVP8 ", "WebP image"),
+    ],
+)
+def test_pdf_header_inside_another_format_is_that_format(prefix: bytes, description: str) -> None:
+    """'%PDF-' in the first KiB of a file that starts as another format is not a PDF."""
+    header = prefix + b"\x00" * 40 + PDF_INSIDE
+    assert filetypes.detect(header) is None
+    assert filetypes.describe(header) == description
+
+
+def test_tar_with_a_pdf_member_is_a_tar() -> None:
+    """A tar archive (magic at offset 257) holding a PDF is refused as tar."""
+    header = b"scan.pdf".ljust(257, b"\x00") + b"ustar\x0000" + PDF_INSIDE
+    assert filetypes.detect(header) is None
+    assert filetypes.describe(header) == "tar archive"
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        b"\x1b%-12345X@PJL JOB\r\n@PJL ENTER LANGUAGE=PDF\r\n%PDF-1.5\n",
+        b"\xef\xbb\xbf%PDF-1.7\n",
+        b"\r\n\r\n%PDF-2.0\n",
+    ],
+)
+def test_pdf_behind_a_job_header_or_padding_is_a_pdf(header: bytes) -> None:
+    """Print-job headers, a BOM or blank lines before the header still make a PDF."""
+    found = filetypes.detect(header)
+    assert found is not None and found.name == "pdf"
+
+
+def test_pdf_header_needs_a_version() -> None:
+    """'%PDF-' without a version number is not a PDF header."""
+    assert filetypes.detect(b"%PDF-\n1 0 obj\n") is None
