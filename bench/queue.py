@@ -66,9 +66,10 @@ from bench._common import BenchError, bench_cluster, median, print_table, run_ma
 from ingestd import sql
 from ingestd.config import WorkerConfig
 from ingestd.db import Database, Tx
+from ingestd.jobs import enqueue
 from ingestd.pgcluster import EmbeddedPostgres
 from ingestd.schema import migrate
-from worker.queue import Job, Queue, enqueue
+from worker.queue import Job, Queue
 
 ROOT = Path(__file__).resolve().parent.parent
 # The console script next to the interpreter running us: the venv's `ingestd`.

@@ -277,8 +277,12 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 # -- documents --------------------------------------------------------------------------
 def cmd_documents_analyze(args: argparse.Namespace) -> int:
-    """One new analyze-document job per document of the tenant (seed 004's re-analyze)."""
-    from ingestd.db import jsonb
+    """One new analyze-document job per document of the tenant (seed 004's re-analyze).
+
+    A re-analysis sends no workflow webhook unless --redeliver: receivers heard of the
+    document when it arrived."""
+    from ingestd.jobkinds import JobKind
+    from ingestd.jobs import enqueue
     from ingestd.runtime import open_database
 
     config = _load(args)
@@ -293,13 +297,11 @@ def cmd_documents_analyze(args: argparse.Namespace) -> int:
             if row is None:
                 missing.append(doc_id)
                 continue
-            job = tx.one("job_insert", {
-                "tenant_id": tenant["id"], "document_id": doc_id, "kind": "analyze-document",
-                "payload": jsonb({"document_id": doc_id, "force": args.force}),
-                "derive_title": False,
-            })  # fmt: skip
-            assert job is not None
-            queued.append({"document_id": doc_id, "job_id": int(job["id"])})
+            job_id = enqueue(tx, tenant_id=int(tenant["id"]), document_id=doc_id,
+                             kind=JobKind.analyze_document, trace=row["trace_id"],
+                             payload={"document_id": doc_id, "force": args.force,
+                                      "reanalysis": True, "redeliver": args.redeliver})  # fmt: skip
+            queued.append({"document_id": doc_id, "job_id": job_id})
     if args.json:
         _print_json({"queued": queued, "not_found": missing})
     else:
@@ -447,6 +449,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--tenant", required=True)
     d.add_argument("--force", action="store_true",
                    help="redo the OCR too (else a saved text of the same bytes is reused)")
+    d.add_argument("--redeliver", action="store_true",
+                   help="send the workflows' webhooks again (a re-analysis sends none)")
     d.add_argument("ids", nargs="+", type=int, metavar="ID")
     d.set_defaults(func=cmd_documents_analyze)
 

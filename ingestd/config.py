@@ -26,6 +26,7 @@ from pydantic import (
 
 from ingestd.config_rules import REGEX_TIMEOUT, TaxonomyRule, WorkflowRule
 from ingestd.errors import ConfigError
+from ingestd.jobkinds import JobKind
 
 DEFAULT_CONFIG_PATH = Path("/etc/ingestd/ingestd.toml")
 CONFIG_ENV = "INGESTD_CONFIG"
@@ -334,7 +335,7 @@ def parse_listen(value: str) -> tuple[str, int]:
     return host, int(port)
 
 
-JOB_KINDS = ("analyze-document", "purge-document", "provision-tenant", "delete-tenant")
+JOB_KINDS = tuple(str(k) for k in JobKind)
 
 
 class WorkerConfig(_Section):
@@ -357,6 +358,8 @@ class WorkerConfig(_Section):
             "purge-document": 600.0,
             "provision-tenant": 600.0,
             "delete-tenant": 3600.0,
+            "deliver-webhook": 120.0,
+            "notify": 300.0,
         }
     )
     # The limit for kinds not listed in timeouts (site or test plugins).
@@ -420,6 +423,19 @@ class AnalysisConfig(_Section):
         return tuple(self.tenant_languages.get(tenant) or self.languages)
 
 
+class DeliveriesConfig(_Section):
+    """The outbox (workflow webhooks, operator notifications): its own retry ladder.
+
+    A receiver or mail relay may be down for hours; a delivery is retried after
+    retry_base * 2^n seconds (30 s, 1 min, 2 min, ... about 17 h for the 12th), then it is
+    failed for good and that failure is itself an operator event.
+    """
+
+    max_retries: Annotated[int, Field(ge=0, le=100)] = 12
+    retry_base: Annotated[float, Field(gt=0, le=86400)] = 30.0
+    retry_jitter: Annotated[float, Field(ge=0, le=1)] = 0.1
+
+
 class RetentionConfig(_Section):
     """How long an archived original must be kept before purge-document may remove it."""
 
@@ -467,6 +483,7 @@ class Config(_Section):
     worker: WorkerConfig = Field(default_factory=WorkerConfig)
     analysis: AnalysisConfig = Field(default_factory=AnalysisConfig)
     retention: RetentionConfig = Field(default_factory=RetentionConfig)
+    deliveries: DeliveriesConfig = Field(default_factory=DeliveriesConfig)
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
     taxonomy: list[TaxonomyRule] = Field(default_factory=list)
     workflows: list[WorkflowRule] = Field(default_factory=list)

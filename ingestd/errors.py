@@ -21,6 +21,11 @@ class ExitCode(enum.IntEnum):
     tenant_invalid = 6
     not_found = 7
     external_program = 8
+    # ``ingestd status`` could show only what is on disk: the database is down.
+    degraded = 9
+    # A directory ingestd must write (state, spool, archive) cannot be used: permissions,
+    # owner, read-only. Not worth restarting for (systemd: RestartPreventExitStatus).
+    state_unusable = 10
     internal = 15
 
 

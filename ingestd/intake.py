@@ -22,6 +22,7 @@ only removes the source).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import enum
 import os
 import shutil
@@ -34,13 +35,14 @@ from typing import Any
 from ingestd import filetypes, metrics
 from ingestd.archive import ArchivedFile, ArchiveStore, TooLarge, fsync_dir
 from ingestd.config import IntakeConfig
-from ingestd.db import Database, jsonb
+from ingestd.db import Database
 from ingestd.errors import TenantNotActive, TenantNotFound
 from ingestd.faults import crashpoint
-from ingestd.log import get_logger
+from ingestd.jobkinds import JobKind
+from ingestd.jobs import enqueue
+from ingestd.log import get_logger, new_trace_id
 from ingestd.titles import TitleRules, parse_filename
 
-ANALYZE = "analyze-document"
 MAX_TAG_LENGTH = 100  # tags.name CHECK in 0002_tags.sql
 
 
@@ -84,6 +86,8 @@ class IntakeItem:
     # The source is a file ingestd wrote and fsynced itself (the SFTP spool): it is linked
     # into the archive instead of copied, and nobody else can hold a hard link to it.
     owned: bool = False
+    # The correlation id the file arrived with (the SFTP spool id); one is made if None.
+    trace: str | None = None
 
     @property
     def name(self) -> str:
@@ -228,10 +232,13 @@ class Intake:
         """
         # Every intake line carries the same six keys, null until known, so one jq filter
         # or journald match works on all of them.
+        if item.trace is None:
+            item = dataclasses.replace(item, trace=new_trace_id())
         log = self.log.bind(
             tenant=item.tenant,
             source=item.source,
             filename=item.name,
+            trace=item.trace,
             sha256=None,
             document_id=None,
             job_id=None,
@@ -330,6 +337,7 @@ class Intake:
                         "archive_path": archived.relpath,
                         "title": info.title,
                         "issued_date": info.issued,
+                        "trace_id": item.trace,
                     },
                 )
                 if doc is None:
@@ -340,17 +348,11 @@ class Intake:
                     )
                     dup_id = int(dup["id"]) if dup else None
                     return self._duplicate(item, disposal, log, archived.sha256, dup_id)
-                job = tx.one(
-                    "job_insert",
-                    {
-                        "tenant_id": tenant_id,
-                        "document_id": doc["id"],
-                        "kind": ANALYZE,
-                        "payload": jsonb({"document_id": doc["id"], "force": False}),
-                        "derive_title": info.placeholder,
-                    },
-                )
-                assert job is not None
+                job_id = enqueue(
+                    tx, tenant_id=tenant_id, document_id=int(doc["id"]),
+                    kind=JobKind.analyze_document, derive_title=info.placeholder,
+                    payload={"document_id": doc["id"], "force": False}, trace=item.trace,
+                )  # fmt: skip
                 # Folder names become tags: cut to the column's 100 characters, or a long
                 # folder name would fail the CHECK and the file would be retried forever.
                 tags = sorted({t.strip()[:MAX_TAG_LENGTH] for t in item.tags if t.strip()})
@@ -376,7 +378,7 @@ class Intake:
 
         if disposal is Disposal.delete:
             remove_source(item.path)
-        document_id, job_id = int(doc["id"]), int(job["id"])
+        document_id = int(doc["id"])
         metrics.INTAKE_BYTES.labels(item.tenant, item.source_kind).inc(archived.size)
         log.info(
             "intake.ingested",

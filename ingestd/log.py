@@ -59,3 +59,12 @@ def configure(level: str = "info", fmt: Format = "auto", stream: TextIO | None =
 
 def get_logger(**initial: Any) -> Any:
     return structlog.get_logger(**initial)
+
+
+def new_trace_id() -> str:
+    """A correlation id for a file that arrives without one (hot folder, CLI): time-ordered
+    like the SFTP spool's ids, so ``grep ID`` finds every line from arrival to last job."""
+    import secrets
+    import time
+
+    return f"{time.time_ns():020d}-{secrets.token_hex(4)}"

@@ -19,8 +19,10 @@ import time
 from typing import Any
 
 from ingestd import signing
-from ingestd.db import Tx, jsonb
+from ingestd.db import Tx
 from ingestd.errors import ExitCode, TenantError, TenantNotFound
+from ingestd.jobkinds import JobKind
+from ingestd.jobs import enqueue
 
 WAIT_POLL = 0.2
 
@@ -32,13 +34,9 @@ def _tenant(tx: Tx, name: str) -> dict[str, Any]:
     return row
 
 
-def _enqueue(tx: Tx, tenant_id: int, kind: str, payload: dict[str, Any],
+def _enqueue(tx: Tx, tenant_id: int, kind: JobKind, payload: dict[str, Any],
              document_id: int | None = None) -> int:  # fmt: skip
-    job = tx.one("job_insert", {"tenant_id": tenant_id, "document_id": document_id,
-                                "kind": kind, "payload": jsonb(payload),
-                                "derive_title": False})  # fmt: skip
-    assert job is not None
-    return int(job["id"])
+    return enqueue(tx, tenant_id=tenant_id, kind=kind, payload=payload, document_id=document_id)
 
 
 def cmd_tenant(args: argparse.Namespace) -> int:
@@ -61,7 +59,7 @@ def cmd_tenant(args: argparse.Namespace) -> int:
                 row = tx.one("tenant_insert", {"name": args.name, "status": "creating"})
                 if row is None:
                     raise TenantError(f"tenant {args.name!r} already exists")
-                job = _enqueue(tx, int(row["id"]), "provision-tenant",
+                job = _enqueue(tx, int(row["id"]), JobKind.provision_tenant,
                                {"members": list(dict.fromkeys(args.member))})  # fmt: skip
                 print(f"created tenant {row['name']} (id {row['id']}, creating); "
                       f"provision-tenant job {job} queued")  # fmt: skip
@@ -101,7 +99,7 @@ def _delete(tx: Tx, args: argparse.Namespace, state_dir: Any) -> int:
     final = getattr(args, "final_status", None)
     payload = signing.delete_request(signing.server_secret(state_dir), int(row["id"]),
                                      args.name, args.tenant_cmd, final)  # fmt: skip
-    job = _enqueue(tx, int(row["id"]), "delete-tenant", payload)
+    job = _enqueue(tx, int(row["id"]), JobKind.delete_tenant, payload)
     what = "deleted" if args.tenant_cmd == "delete" else f"emptied (then {final or 'suspended'})"
     print(f"tenant {args.name} is now deleting; signed delete-tenant job {job} queued "
           f"(nonce {payload['nonce']}): a worker verifies it within 5 minutes and the tenant "
@@ -148,7 +146,7 @@ def cmd_document_lifecycle(args: argparse.Namespace) -> int:
                        else "not in the trash (`ingestd document trash` first)")  # fmt: skip
                 problems.append(f"document {doc_id}: {why}")
                 continue
-            job = _enqueue(tx, int(tenant["id"]), "purge-document",
+            job = _enqueue(tx, int(tenant["id"]), JobKind.purge_document,
                            {"document_id": doc_id}, document_id=doc_id)  # fmt: skip
             done.append({"document_id": doc_id, "job_id": job})
     if args.json:

@@ -41,7 +41,7 @@ from ingestd import log
 from ingestd.config import Config
 from ingestd.db import Database
 from ingestd.errors import IngestdError
-from worker.jobs import JobContext, Kind, PermanentError, load
+from worker.jobs import JobContext, Kind, NeedsAttention, PermanentError, load
 from worker.queue import Job
 
 _PR_SET_PDEATHSIG = 1
@@ -201,10 +201,12 @@ def run_job(job: Job, kinds: dict[str, Kind], config: Config, db: Database) -> R
     if kind is None:  # the parent refuses these first; kept for a child on old plugins
         return ("permanent", f"unknown job kind {job.kind!r}; not retried")
     logger = log.get_logger(component="job", job_id=job.id, kind=job.kind, tenant=job.tenant,
-                            document_id=job.document_id)  # fmt: skip
+                            document_id=job.document_id, trace=job.trace)  # fmt: skip
     ctx = JobContext(job=job, config=config, db=db, log=logger)
     try:
         kind.handler(ctx)
+    except NeedsAttention as exc:
+        return ("attention", str(exc) or type(exc).__name__)
     except PermanentError as exc:
         return ("permanent", str(exc) or type(exc).__name__)
     except BaseException as exc:  # SystemExit from a handler is a failed attempt too

@@ -1,9 +1,10 @@
 """The job queue on PostgreSQL: enqueue, claim, heartbeat, done/fail/release, rescue.
 
-SQL lives in ``ingestd/sql`` (``ingestd_claim`` in migration 0003, the rest as named
-queries). Every outcome updates the job and its document's ``processing_status`` in one
-statement, and only if this worker still holds the job (``worker_id`` and status match):
-a worker whose lease ran out and whose job was rescued cannot overwrite the new attempt.
+SQL lives in ``ingestd/sql`` (``ingestd_claim`` in migrations 0003/0008, the rest as
+named queries). Every outcome updates the job and its document's ``processing_status`` in
+one statement, and only if this attempt still holds the job: each claim makes a new
+attempt token, and heartbeat, done, fail and release match on it. A worker whose lease ran
+out and whose job was rescued (or a second worker with the same name) changes nothing.
 """
 
 from __future__ import annotations
@@ -15,16 +16,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from ingestd.config import DeliveriesConfig as RetryPolicy
 from ingestd.config import WorkerConfig
-from ingestd.db import Database, Tx, jsonb
-from ingestd.errors import IngestdError
+from ingestd.db import Database, Tx
+from ingestd.jobkinds import JobKind
 
-RETIRED_KINDS = frozenset({"generate-thumbnails", "generate-ocr-text"})
 NOTIFY_CHANNEL = "ingestd_jobs"
-
-
-class JobKindRetired(IngestdError):
-    """A retired job kind (seed 004) was enqueued; its work runs inside analyze-document."""
+# Deliveries retry on their own ladder ([deliveries]): a receiver may be down for hours.
+DELIVERY_KINDS = frozenset({JobKind.deliver_webhook, JobKind.notify})
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +39,13 @@ class Job:
     derive_title: bool
     started_at: datetime | None
     created_at: datetime
+    attempt: str = ""  # this claim's token (migration 0008)
+
+    @property
+    def trace(self) -> str | None:
+        """The file's correlation id, carried from its arrival (None for tenant jobs)."""
+        value = self.payload.get("trace")
+        return str(value) if value else None
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> Job:
@@ -55,6 +61,7 @@ class Job:
             derive_title=bool(row["derive_title"]),
             started_at=row["started_at"],
             created_at=row["created_at"],
+            attempt=str(row["attempt"]) if row.get("attempt") else "",
         )
 
 
@@ -69,47 +76,24 @@ def default_worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def enqueue(
-    tx: Tx,
-    *,
-    tenant_id: int,
-    document_id: int | None,
-    kind: str,
-    payload: dict[str, Any] | None = None,
-    derive_title: bool = False,
-) -> int:
-    """Insert one job inside the caller's transaction (intake's, or an admin command's)."""
-    if kind in RETIRED_KINDS:
-        raise JobKindRetired(
-            f"job kind {kind!r} is retired; its work runs inside analyze-document"
-        )
-    row = tx.one(
-        "job_enqueue",
-        {
-            "tenant_id": tenant_id,
-            "document_id": document_id,
-            "kind": kind,
-            "payload": jsonb(payload or {}),
-            "derive_title": derive_title,
-        },
-    )
-    assert row is not None
-    return int(row["id"])
-
-
 class Queue:
     """One worker's view of the queue. Thread-safe (the pool hands out connections)."""
 
-    def __init__(self, db: Database, config: WorkerConfig, worker_id: str | None = None) -> None:
+    def __init__(self, db: Database, config: WorkerConfig, worker_id: str | None = None,
+                 deliveries: RetryPolicy | None = None) -> None:  # fmt: skip
         self.db = db
         self.config = config
+        self.deliveries = deliveries
         self.worker_id = worker_id or default_worker_id()
 
     def _ids(self, job: Job) -> dict[str, Any]:
-        return {"id": job.id, "worker": self.worker_id}
+        return {"id": job.id, "attempt": job.attempt}
 
-    def _retry(self) -> dict[str, Any]:
+    def _retry(self, kind: str | None = None) -> dict[str, Any]:
         cfg = self.config
+        if kind in DELIVERY_KINDS and self.deliveries is not None:
+            d = self.deliveries
+            return {"max_retries": d.max_retries, "base": d.retry_base, "jitter": d.retry_jitter}
         return {"max_retries": cfg.max_retries, "base": cfg.retry_base, "jitter": cfg.retry_jitter}
 
     def claim(self) -> Job | None:
@@ -156,10 +140,20 @@ class Queue:
             apply(tx, job, data or {})
         return True
 
-    def fail(self, job: Job, error: str, *, permanent: bool = False) -> FailOutcome | None:
-        """Count a failed attempt: back to queued with backoff, or failed for good."""
-        params = {**self._ids(job), **self._retry(), "error": error[:4000],
-                  "permanent": permanent}  # fmt: skip
+    def fail(
+        self, job: Job, error: str, *, permanent: bool = False, attention: bool = False,
+        failed_event: str | None = "job.failed",
+    ) -> FailOutcome | None:  # fmt: skip
+        """Count a failed attempt: back to queued with backoff, or failed for good.
+
+        ``attention``: failed for a reason of the document itself (with ``permanent``);
+        its document ends in ``attention`` with ``error`` as the reason. Failed for good,
+        ``failed_event`` (or ``document.needs_attention``) is written as an operator
+        event in the same statement; None writes none.
+        """
+        params = {**self._ids(job), **self._retry(job.kind), "error": error[:4000],
+                  "permanent": permanent or attention, "attention": attention,
+                  "failed_event": failed_event}  # fmt: skip
         with self.db.autocommit() as tx:
             row = tx.one("job_fail", params)
         if row is None:

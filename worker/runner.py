@@ -33,7 +33,7 @@ from ingestd.db import Database, connect_once
 from ingestd.errors import ConfigError, DatabaseError, DatabaseUnavailable, ExitCode, IngestdError
 from ingestd.metrics_server import MetricsEndpoint
 from worker.child import Child, Result
-from worker.jobs import Kind, load, refusal
+from worker.jobs import Kind, load, notify, refusal
 from worker.queue import NOTIFY_CHANNEL, Job, Queue
 from worker.sdnotify import Notifier
 
@@ -267,7 +267,7 @@ class Runner:
         self.config_path = config_path
         self.plugins = tuple(plugins)
         self.drain = drain
-        self.queue = Queue(db, config.worker, worker_id)
+        self.queue = Queue(db, config.worker, worker_id, config.deliveries)
         self.worker_id = self.queue.worker_id
         self.notifier = notifier or Notifier()
         self.flags = Flags()
@@ -420,13 +420,14 @@ class Runner:
     # -- one job --------------------------------------------------------------------------
     def _handle(self, job: Job) -> None:
         jl = self.log.bind(job_id=job.id, kind=job.kind, tenant=job.tenant,
-                           document_id=job.document_id)  # fmt: skip
+                           document_id=job.document_id, trace=job.trace)  # fmt: skip
         t0 = time.monotonic()
         finished = False
         try:
             reason = refusal(job)
             if reason is not None:
-                self._record(jl, lambda: self.queue.fail(job, reason, permanent=True))
+                self._record(jl, lambda: self.queue.fail(job, reason, permanent=True,
+                                                         failed_event="job.failed"))
                 jl.warning("job.refused", error=reason, seconds=_secs(t0))
                 _observe(job, "refused", t0)
                 finished = True
@@ -532,8 +533,12 @@ class Runner:
             jl.error("job.timeout", seconds=seconds, timeout=timeout)
         elif kind == "died":
             jl.error("job.child_died", seconds=seconds, error=detail)
-        permanent = kind == "permanent"
-        outcome = self._record(jl, lambda: self.queue.fail(job, str(detail), permanent=permanent))
+        permanent = kind in ("permanent", "attention")
+        attention = kind == "attention"
+        registered = self.kinds.get(job.kind)
+        event = registered.failed_event if registered is not None else "job.failed"
+        outcome = self._record(jl, lambda: self.queue.fail(
+            job, str(detail), permanent=permanent, attention=attention, failed_event=event))
         _observe(job, "lost" if outcome is None else
                  "retry" if outcome.status == "queued" else "failed", t0)  # fmt: skip
         if outcome is None:
@@ -542,6 +547,9 @@ class Runner:
             jl.warning("job.retry", seconds=seconds, attempt=outcome.retry_count,
                        next_attempt_at=outcome.next_attempt_at.isoformat(),
                        error=str(detail))  # fmt: skip
+        elif attention:
+            jl.error("job.needs_attention", seconds=seconds, attempt=outcome.retry_count + 1,
+                     reason=str(detail))  # fmt: skip
         else:
             jl.error("job.failed", seconds=seconds, attempt=outcome.retry_count,
                      permanent=permanent, error=str(detail))  # fmt: skip
@@ -566,6 +574,8 @@ class Runner:
         every = min(RESCUE_EVERY_MAX, self.config.worker.lease_seconds / 2)
         self._next_rescue = time.monotonic() + every
         rows = self.queue.rescue()
+        # New operator events become notify jobs at the same pace (the outbox's relay).
+        notify.relay(self.db, self.config)
         if rows:
             self.log.warning("worker.rescued", count=len(rows),
                              jobs=[{"id": r["id"], "status": r["status"],
@@ -597,7 +607,7 @@ class Runner:
                 "worker.reload_partial", detail="[database] changes take effect after a restart"
             )
         self.config = new
-        self.queue = Queue(self.db, new.worker, self.worker_id)
+        self.queue = Queue(self.db, new.worker, self.worker_id, new.deliveries)
         self.child.reconfigure(new)
         self.notifier.ready()
         w = new.worker

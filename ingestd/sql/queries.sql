@@ -15,9 +15,10 @@ ON CONFLICT (name) DO NOTHING
 RETURNING id, name, status, created_at;
 
 -- name: tenant_list
+-- Not '_system' (migration 0008): the appliance's own lane for notifications.
 SELECT t.id, t.name, t.status, t.created_at,
        (SELECT count(*) FROM documents d WHERE d.tenant_id = t.id) AS documents
-FROM tenants t ORDER BY t.name;
+FROM tenants t WHERE t.name <> '_system' ORDER BY t.name;
 
 -- name: tenant_set_status
 UPDATE tenants SET status = %(status)s, updated_at = now()
@@ -32,10 +33,10 @@ SELECT id, archive_path FROM documents WHERE tenant_id = %(tenant_id)s AND sha25
 -- a duplicate instead of failing.
 INSERT INTO documents (tenant_id, sha256, size_bytes, mime_type, extension,
                        original_filename, source, source_subdir, archive_path,
-                       title, issued_date, processing_status)
+                       title, issued_date, processing_status, trace_id)
 VALUES (%(tenant_id)s, %(sha256)s, %(size_bytes)s, %(mime_type)s, %(extension)s,
         %(original_filename)s, %(source)s, %(source_subdir)s, %(archive_path)s,
-        %(title)s, %(issued_date)s, 'queued')
+        %(title)s, %(issued_date)s, 'queued', %(trace_id)s)
 ON CONFLICT ON CONSTRAINT documents_tenant_sha256_key DO NOTHING
 RETURNING id;
 
@@ -65,7 +66,8 @@ SELECT
     WHERE NOT EXISTS (SELECT 1 FROM processing_jobs j WHERE j.document_id = d.id))
     AS documents_without_job,
   (SELECT count(*) FROM processing_jobs j
-    WHERE NOT EXISTS (SELECT 1 FROM documents d WHERE d.id = j.document_id))
+    WHERE j.document_id IS NOT NULL  -- tenant jobs and notifications have none
+      AND NOT EXISTS (SELECT 1 FROM documents d WHERE d.id = j.document_id))
     AS jobs_without_document;
 
 -- name: tags_ensure
@@ -108,25 +110,33 @@ LEFT JOIN tenants t ON t.id = c.tenant_id;
 -- name: job_tenant
 SELECT name AS tenant, status AS tenant_status FROM tenants WHERE id = %(tenant_id)s;
 
+-- ===================================================================== outcomes
+-- Every outcome applies only to the attempt that claimed the job (its token, migration
+-- 0008), never by worker name: a rescued attempt, or a second worker started with the
+-- same --worker-id, changes nothing.
+
 -- name: job_heartbeat
 UPDATE processing_jobs SET lease_expires_at = now() + make_interval(secs => %(lease)s)
-WHERE id = %(id)s AND status = 'processing' AND worker_id = %(worker)s;
+WHERE id = %(id)s AND status = 'processing' AND attempt = %(attempt)s::uuid;
 
 -- name: job_done
 WITH j AS (
     UPDATE processing_jobs
     SET status = 'done', finished_at = now(), updated_at = now(), lease_expires_at = NULL,
         error_message = NULL
-    WHERE id = %(id)s AND status = 'processing' AND worker_id = %(worker)s
+    WHERE id = %(id)s AND status = 'processing' AND attempt = %(attempt)s::uuid
     RETURNING document_id
 ), d AS (
-    UPDATE documents SET processing_status = 'done' WHERE id IN (SELECT document_id FROM j)
+    UPDATE documents SET processing_status = 'done', attention_reason = NULL
+    WHERE id IN (SELECT document_id FROM j)
 )
 SELECT count(*) AS n FROM j;
 
 -- name: job_fail
 -- An attempt failed: retry after base * 2^retry_count s (+- jitter), or failed for good
--- past max_retries or when the handler says the error is permanent.
+-- past max_retries or when the handler says the error is permanent. Failed for good, the
+-- document is 'attention' (with the reason) when the handler said so, else 'failed'; and
+-- the operator event (%(failed_event)s, NULL for none) is written in the same statement.
 WITH j AS (
     UPDATE processing_jobs
     SET retry_count = CASE WHEN %(permanent)s THEN retry_count ELSE retry_count + 1 END,
@@ -136,10 +146,24 @@ WITH j AS (
         finished_at = CASE WHEN %(permanent)s OR retry_count + 1 > %(max_retries)s
                            THEN now() END,
         error_message = %(error)s, lease_expires_at = NULL, updated_at = now()
-    WHERE id = %(id)s AND status = 'processing' AND worker_id = %(worker)s
-    RETURNING document_id, status, retry_count, next_attempt_at
+    WHERE id = %(id)s AND status = 'processing' AND attempt = %(attempt)s::uuid
+    RETURNING id, tenant_id, kind, document_id, status, retry_count, next_attempt_at, payload
 ), d AS (
-    UPDATE documents SET processing_status = j.status FROM j WHERE documents.id = j.document_id
+    UPDATE documents
+    SET processing_status = CASE WHEN j.status = 'failed' AND %(attention)s
+                                 THEN 'attention' ELSE j.status END,
+        attention_reason = CASE WHEN j.status = 'failed' AND %(attention)s
+                                THEN left(%(error)s, 2000) ELSE attention_reason END
+    FROM j WHERE documents.id = j.document_id
+), e AS (
+    INSERT INTO operator_events (type, severity, tenant, detail, trace_id)
+    SELECT CASE WHEN %(attention)s THEN 'document.needs_attention' ELSE %(failed_event)s END,
+           'error', t.name,
+           jsonb_build_object('job_id', j.id, 'kind', j.kind, 'document_id', j.document_id,
+                              'attempts', j.retry_count + 1, 'error', left(%(error)s, 2000)),
+           j.payload->>'trace'
+    FROM j JOIN tenants t ON t.id = j.tenant_id
+    WHERE j.status = 'failed' AND (%(attention)s OR %(failed_event)s::text IS NOT NULL)
 )
 SELECT status, retry_count, next_attempt_at FROM j;
 
@@ -149,7 +173,7 @@ WITH j AS (
     UPDATE processing_jobs
     SET status = 'queued', lease_expires_at = NULL, worker_id = NULL, started_at = NULL,
         next_attempt_at = now(), updated_at = now()
-    WHERE id = %(id)s AND status = 'processing' AND worker_id = %(worker)s
+    WHERE id = %(id)s AND status = 'processing' AND attempt = %(attempt)s::uuid
     RETURNING document_id
 ), d AS (
     UPDATE documents SET processing_status = 'queued' WHERE id IN (SELECT document_id FROM j)
@@ -171,9 +195,21 @@ WITH j AS (
     WHERE id IN (SELECT id FROM processing_jobs
                  WHERE status = 'processing' AND lease_expires_at < now()
                  ORDER BY lease_expires_at LIMIT 500 FOR NO KEY UPDATE SKIP LOCKED)
-    RETURNING id, document_id, status, worker_id
+    RETURNING id, tenant_id, kind, document_id, status, worker_id, retry_count, payload,
+              error_message
 ), d AS (
     UPDATE documents SET processing_status = j.status FROM j WHERE documents.id = j.document_id
+), e AS (
+    -- Failed for good (a file that kills its worker every time): the operator hears of it.
+    -- Not for a notification itself, which would notify about notifying.
+    INSERT INTO operator_events (type, severity, tenant, detail, trace_id)
+    SELECT CASE WHEN j.kind = 'deliver-webhook' THEN 'delivery.failed' ELSE 'job.failed' END,
+           'error', t.name,
+           jsonb_build_object('job_id', j.id, 'kind', j.kind, 'document_id', j.document_id,
+                              'attempts', j.retry_count, 'error', j.error_message),
+           j.payload->>'trace'
+    FROM j JOIN tenants t ON t.id = j.tenant_id
+    WHERE j.status = 'failed' AND j.kind <> 'notify'
 )
 SELECT id, status, worker_id FROM j;
 
@@ -184,13 +220,9 @@ WHERE id IN (SELECT id FROM processing_jobs
                AND finished_at < now() - make_interval(secs => %(age)s)
              LIMIT 5000);
 
--- name: job_enqueue
-INSERT INTO processing_jobs (tenant_id, document_id, kind, payload, derive_title)
-VALUES (%(tenant_id)s, %(document_id)s, %(kind)s, %(payload)s, %(derive_title)s)
-RETURNING id;
-
 -- name: job_document
 SELECT d.id, d.tenant_id, d.sha256, d.size_bytes, d.archive_path, d.original_filename,
+       d.trace_id,
        d.title, d.mime_type, d.issued_date, d.source, d.source_subdir,
        c.name AS correspondent, y.name AS document_type,
        coalesce((SELECT array_agg(g.name ORDER BY g.name) FROM document_tags dt
@@ -459,3 +491,38 @@ GROUP BY t.name ORDER BY t.name;
 -- name: tenant_statuses
 -- Every tenant's status, for the SFTP server's login check (refreshed every few seconds).
 SELECT name, status FROM tenants;
+
+-- ===================================================================== outbox
+-- name: workflow_webhook_delivered
+UPDATE document_workflow_runs SET webhook_delivered_at = now()
+WHERE document_id = %(document_id)s AND workflow = %(workflow)s AND tenant_id = %(tenant_id)s;
+
+-- name: operator_event_insert
+-- Events decided outside a transaction (the daemon: a quarantined file, an SFTP ban) carry
+-- their own event_id, so one buffered on disk while Postgres was down is inserted once.
+INSERT INTO operator_events (event_id, type, severity, tenant, detail, trace_id, created_at)
+VALUES (%(event_id)s::uuid, %(type)s, %(severity)s, %(tenant)s, %(detail)s, %(trace_id)s,
+        %(created_at)s)
+ON CONFLICT (event_id) DO NOTHING;
+
+-- name: operator_event
+SELECT event_id, type, severity, tenant, detail, trace_id, created_at
+FROM operator_events WHERE event_id = %(event_id)s::uuid;
+
+-- name: operator_events_to_relay
+-- New events, oldest first; SKIP LOCKED: workers relaying at once take different rows.
+SELECT id, event_id, type, severity, tenant, detail, trace_id, created_at
+FROM operator_events WHERE relayed_at IS NULL
+ORDER BY id LIMIT %(limit)s
+FOR UPDATE SKIP LOCKED;
+
+-- name: operator_events_relayed
+UPDATE operator_events SET relayed_at = now() WHERE id = ANY(%(ids)s::bigint[]);
+
+-- name: system_tenant
+SELECT id FROM tenants WHERE name = '_system';
+
+-- name: operator_events_prune
+DELETE FROM operator_events
+WHERE id IN (SELECT id FROM operator_events
+             WHERE created_at < now() - make_interval(secs => %(age)s) LIMIT 5000);

@@ -16,11 +16,11 @@ import pytest
 
 from ingestd.db import Database
 from ingestd.intake import IntakeItem, Outcome
+from ingestd.jobs import enqueue
 from ingestd.runtime import make_intake
 from ingestd.watch import HotFolders
 from tests.conftest import Env, run_cli, wait_until
 from tests.fixtures.scans import encrypted_pdf, image_pdf, truncated_pdf
-from worker.queue import enqueue
 from worker.runner import Runner
 from worker.sdnotify import Notifier
 from worker.workflows import verify_signature
@@ -51,6 +51,11 @@ def _one(db: Database, sql: str, params: dict[str, Any] | None = None) -> Any:
     with db.transaction() as tx:
         rows = tx.raw(sql, params)
     return rows[0] if rows else None
+
+
+def _rows(db: Database, sql: str, params: dict[str, Any] | None = None) -> list[Any]:
+    with db.transaction() as tx:
+        return tx.raw(sql, params)
 
 
 def _drain(env: Env, db: Database) -> None:
@@ -212,16 +217,23 @@ def test_forced_reanalysis_replaces_its_own_title_and_date_not_a_persons(
 def test_unreadable_pdf_fails_at_once_with_a_clear_message(
     analysis_env: Env, db: Database, make: Any
 ) -> None:
-    """An encrypted or truncated PDF: failed on the first attempt, a message saying why."""
+    """An encrypted or truncated PDF: archived, its job failed on the first attempt, the
+    document 'attention' with the reason, and an operator event says so."""
     env = analysis_env
     doc_id = _ingest(env, db, make(env.root / "in" / "Scan_0002.pdf"))
     _drain(env, db)
     doc = _doc(db, doc_id)
     assert (doc["job_status"], doc["processing_status"], doc["retry_count"]) == (
-        "failed", "failed", 0)  # fmt: skip
+        "failed", "attention", 0)  # fmt: skip
     word = "encrypted" if make is encrypted_pdf else "PDF"
     assert word in doc["error_message"], doc["error_message"]
+    assert doc["attention_reason"] == doc["error_message"]
     assert doc["page_count"] is None
+    events = _rows(db, "SELECT type, tenant, detail, trace_id FROM operator_events "
+                       "WHERE type LIKE 'document.%%'")  # fmt: skip
+    assert [(e["type"], e["tenant"]) for e in events] == [("document.needs_attention", "acme")]
+    assert events[0]["detail"]["document_id"] == doc_id
+    assert events[0]["trace_id"] == doc["trace_id"]
 
 
 class _Hook(http.server.BaseHTTPRequestHandler):

@@ -45,7 +45,8 @@ def test_ingest_archives_then_records_document_and_job(env: Env, db: Database, t
         "queued",
     )
     assert job["derive_title"] is False
-    assert job["payload"] == {"document_id": doc["id"], "force": False}
+    assert doc["trace_id"]  # the correlation id, also in every job of the document
+    assert job["payload"] == {"document_id": doc["id"], "force": False, "trace": doc["trace_id"]}
 
 
 def test_placeholder_name_sets_derive_title(env: Env, db: Database, tenant: str) -> None:

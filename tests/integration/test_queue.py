@@ -8,8 +8,9 @@ import pytest
 
 from ingestd.config import WorkerConfig
 from ingestd.db import Database, DatabaseError
+from ingestd.jobs import JobKindRetired, enqueue
 from tests.fixtures.queue import make_jobs
-from worker.queue import JobKindRetired, Queue, enqueue
+from worker.queue import Queue
 
 
 def tenant_of(db: Database, job_id: int) -> str:

@@ -19,11 +19,18 @@ from typing import Any
 
 from ingestd.config import Config
 from ingestd.db import Database, Tx
-from worker.queue import RETIRED_KINDS, Job
+from ingestd.jobkinds import RETIRED_KINDS
+from worker.queue import Job
 
 
 class PermanentError(Exception):
     """A failure retrying cannot fix: the job goes to ``failed`` at once."""
+
+
+class NeedsAttention(PermanentError):
+    """The document itself cannot be handled (encrypted, damaged, over a limit,
+    unsupported): it stays archived and ends in ``attention`` with this reason, for an
+    operator to re-queue or mark done without text."""
 
 
 @dataclass
@@ -51,20 +58,25 @@ class Kind:
     # need an active tenant; provision runs while "creating", delete while "deleting").
     tenant_status: frozenset[str]
     apply: Applier | None = None
+    # The operator event written when a job of this kind fails for good (None: none; a
+    # notification that cannot be delivered must not notify about itself).
+    failed_event: str | None = "job.failed"
 
 
 REGISTRY: dict[str, Kind] = {}
-BUILTIN_MODULES = ("worker.jobs.analyze", "worker.jobs.tenants", "worker.jobs.purge")
+BUILTIN_MODULES = ("worker.jobs.analyze", "worker.jobs.tenants", "worker.jobs.purge",
+                   "worker.jobs.deliveries", "worker.jobs.notify")
 
 
 def register(
-    name: str, *, tenant_status: Iterable[str] = ("active",), apply: Applier | None = None
-) -> Callable[[Handler], Handler]:
+    name: str, *, tenant_status: Iterable[str] = ("active",), apply: Applier | None = None,
+    failed_event: str | None = "job.failed",
+) -> Callable[[Handler], Handler]:  # fmt: skip
     if name in RETIRED_KINDS:
         raise ValueError(f"{name!r} is a retired job kind")
 
     def decorate(fn: Handler) -> Handler:
-        REGISTRY[name] = Kind(name, fn, frozenset(tenant_status), apply)
+        REGISTRY[name] = Kind(name, fn, frozenset(tenant_status), apply, failed_event)
         return fn
 
     return decorate

@@ -12,12 +12,19 @@ taxonomy auto-assignment and on_upload workflows), in the job's child process:
    text (only if the file name gave none), taxonomy rules, then workflows in config order.
    What analysis set is recorded, so ``force`` derives title and date again as long as
    nobody changed them;
-4. webhooks are delivered here, each recorded at once so a retry does not repeat it.
+4. webhooks are not sent here: each is a deliver-webhook job (worker/jobs/deliveries.py)
+   enqueued by ``apply`` with the results (the outbox, invariant 9). A receiver that is
+   down cannot fail the analysis, and a retried analysis cannot send twice.
 
-Everything else is written by ``apply`` in the worker, in the transaction that marks the
-job done (worker/jobs/__init__.py): text, search vector, title, date, tags, correspondent,
-type and the workflows that ran commit together with the job's completion, or not at all.
-The archived original is only ever read (invariant 4).
+Everything is written by ``apply`` in the worker, in the transaction that marks the job
+done (worker/jobs/__init__.py): text, search vector, title, date, tags, correspondent,
+type, the workflows that ran and their deliveries commit together with the job's
+completion, or not at all. The archived original is only ever read (invariant 4).
+
+Which webhooks: those of workflows that run for the first time on this document, in the
+analysis intake queued (the upload event). A re-analysis (``ingestd documents analyze``)
+sends none unless asked (``--redeliver``): re-analysing after a restore or an upgrade must
+not tell receivers about old documents again.
 """
 
 from __future__ import annotations
@@ -33,13 +40,15 @@ from typing import Any
 
 from ingestd.archive import LocalArchive
 from ingestd.db import Tx
+from ingestd.jobkinds import JobKind
+from ingestd.jobs import enqueue
 from worker import ocr
 from worker.content_title import title_from_text
 from worker.dates import date_from_text
-from worker.jobs import JobContext, PermanentError, register
+from worker.jobs import JobContext, NeedsAttention, PermanentError, register
 from worker.queue import Job
 from worker.taxonomy import match_rules
-from worker.workflows import DocumentFacts, apply_step, deliver_webhook, event_payload, plan
+from worker.workflows import DocumentFacts, apply_step, event_payload, plan
 
 CHUNK = 1 << 20
 TEXT_FILE = "text.json"
@@ -75,6 +84,9 @@ def apply_analysis(tx: Tx, job: Job, data: dict[str, Any]) -> None:
     for name in data.get("workflows", []):
         tx.run("workflow_ran", {"document_id": job.document_id, "workflow": name,
                                 "tenant_id": job.tenant_id})  # fmt: skip
+    for hook in data.get("webhooks", []):
+        enqueue(tx, tenant_id=job.tenant_id, document_id=job.document_id,
+                kind=JobKind.deliver_webhook, payload=hook, trace=job.trace)  # fmt: skip
     pages: list[str] = data["pages"]
     tx.run("content_upsert", {
         "document_id": job.document_id, "tenant_id": job.tenant_id,
@@ -129,13 +141,13 @@ def _derive_issued_date(doc: dict[str, Any], text: str,
     return found
 
 
-@register("analyze-document", apply=apply_analysis)
+@register(JobKind.analyze_document, apply=apply_analysis)
 def analyze_document(ctx: JobContext) -> None:
     job, cfg = ctx.job, ctx.config
     with ctx.db.transaction() as tx:
         doc = tx.one("job_document", {"id": job.document_id, "tenant_id": job.tenant_id})
     if doc is None:
-        raise PermanentError(f"document {job.document_id} of tenant {job.tenant} not found")
+        raise NeedsAttention(f"document {job.document_id} of tenant {job.tenant} not found")
     archive = LocalArchive(cfg.paths.archive_dir)
     original = archive.path_of(str(doc["archive_path"]))
     verify_original(original, doc)
@@ -175,7 +187,9 @@ def analyze_document(ctx: JobContext) -> None:
         correspondent=correspondent, document_type=document_type, title=title,
         issued_date=issued, page_count=int(text["page_count"]),
     )  # fmt: skip
-    run_workflows(ctx, facts, set(doc["workflows_run"]), data)
+    redeliver = bool(job.payload.get("redeliver"))
+    first = not job.payload.get("reanalysis")
+    run_workflows(ctx, facts, set(doc["workflows_run"]), data, send=first, redeliver=redeliver)
     ctx.data = data
     ctx.result.update(pages=text["page_count"], ocr=text.get("ran", False),
                       title=data.get("workflow_title") or data.get("title"),
@@ -185,19 +199,34 @@ def analyze_document(ctx: JobContext) -> None:
 
 
 def run_workflows(
-    ctx: JobContext, facts: DocumentFacts, already: set[str], data: dict[str, Any]
-) -> None:
-    """Plan the tenant's workflows; deliver webhooks now (recorded one by one), and leave
-    the rest of the actions to ``apply``. A workflow that ran before is skipped whole."""
+    ctx: JobContext, facts: DocumentFacts, already: set[str], data: dict[str, Any], *,
+    send: bool = True, redeliver: bool = False,
+) -> None:  # fmt: skip
+    """Plan the tenant's workflows and leave their actions to ``apply``: tags, names,
+    title, and one deliver-webhook job per webhook to send (``data["webhooks"]``).
+
+    A workflow that ran before is skipped whole, its webhook too unless ``redeliver``.
+    ``send`` False (a re-analysis) applies the actions of workflows that never ran but
+    sends no webhook, again unless ``redeliver``.
+    """
     rules = [w for w in ctx.config.workflows if w.tenant == facts.tenant]
     if not rules:
         return
     tags: list[str] = []
     ran: list[str] = []
+    hooks: list[dict[str, Any]] = []
     for applied in plan(rules, facts):
         # The facts as this workflow left them: its event shows its own tags and title.
         facts = apply_step(facts, applied)
-        if applied.workflow in already:
+        fresh = applied.workflow not in already
+        if applied.webhook is not None and ((fresh and send) or redeliver):
+            hooks.append({
+                "workflow": applied.workflow,
+                # The same on every retry and redelivery: receivers drop duplicates by it.
+                "event_id": f"{facts.tenant}:{facts.document_id}:{applied.workflow}",
+                "event": event_payload(facts, applied.workflow),
+            })  # fmt: skip
+        if not fresh:
             continue
         tags.extend(applied.add_tags)
         if applied.correspondent:
@@ -206,20 +235,10 @@ def run_workflows(
             data["document_type"] = applied.document_type
         if applied.title:
             data["workflow_title"] = applied.title
-        if applied.webhook is not None:
-            event = event_payload(facts, applied.workflow)
-            event_id = f"{facts.tenant}:{facts.document_id}:{applied.workflow}"
-            status = deliver_webhook(applied.webhook, event, event_id=event_id)
-            # Recorded now, not with the job: the POST happened, whatever fails later.
-            with ctx.db.transaction() as tx:
-                tx.run("workflow_ran", {"document_id": facts.document_id,
-                                        "workflow": applied.workflow,
-                                        "tenant_id": ctx.job.tenant_id})  # fmt: skip
-            ctx.log.info("workflow.webhook_delivered", workflow=applied.workflow,
-                         status=status, event_id=event_id)  # fmt: skip
         ran.append(applied.workflow)
     data["workflow_tags"] = tags
     data["workflows"] = ran
+    data["webhooks"] = hooks
 
 
 def run_ocr(ctx: JobContext, original: Path, mime_type: str, out_dir: Path) -> dict[str, Any]:
@@ -233,9 +252,13 @@ def run_ocr(ctx: JobContext, original: Path, mime_type: str, out_dir: Path) -> d
     )  # fmt: skip
     try:
         res = ocr.analyze_file(original, mime_type, out_dir, opts)
-    except (ocr.OcrInputError, ocr.OcrConfigError) as exc:
-        # Retrying cannot fix the input; a missing language pack needs an admin first
-        # (then `ingestd jobs retry`), and check-config names it beforehand.
+    except ocr.OcrInputError as exc:
+        # Encrypted, damaged, unsupported: the file itself. Kept in the archive, and the
+        # document says it needs attention, with this reason.
+        raise NeedsAttention(exc.message) from None
+    except ocr.OcrConfigError as exc:
+        # A missing language pack needs an admin first (then `ingestd jobs retry`), and
+        # check-config names it beforehand.
         raise PermanentError(exc.message) from None
     return {"pages": res.pages, "page_count": res.page_count, "engine": res.engine,
             "languages": "+".join(languages), "searchable_pdf": res.searchable_pdf,
@@ -288,7 +311,8 @@ def verify_original(path: Path, doc: dict[str, Any]) -> None:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except FileNotFoundError:
-        raise PermanentError(f"archived file {doc['archive_path']} is missing") from None
+        raise NeedsAttention(f"archived file {doc['archive_path']} is missing; "
+                             "run `ingestd verify`") from None
     size = 0
     try:
         while chunk := os.read(fd, CHUNK):
@@ -297,7 +321,7 @@ def verify_original(path: Path, doc: dict[str, Any]) -> None:
     finally:
         os.close(fd)
     if size != doc["size_bytes"] or digest.hexdigest() != doc["sha256"]:
-        raise PermanentError(
+        raise NeedsAttention(
             f"archived file {doc['archive_path']} does not match its record "
             f"(size {size}, expected {doc['size_bytes']}); run `ingestd verify`"
         )

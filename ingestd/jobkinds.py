@@ -1,0 +1,24 @@
+"""The job kinds by name (no database here: the config schema checks names against them)."""
+
+from __future__ import annotations
+
+import enum
+
+
+class JobKind(enum.StrEnum):
+    analyze_document = "analyze-document"
+    purge_document = "purge-document"
+    provision_tenant = "provision-tenant"
+    delete_tenant = "delete-tenant"
+    # The outbox (invariant 9): one job per side effect, enqueued in the transaction that
+    # decided it, with its own retries; the work that triggered it never waits for it.
+    deliver_webhook = "deliver-webhook"
+    notify = "notify"
+
+
+# Seed 004: once jobs of their own, now steps inside analyze-document. Refused for new
+# rows (here and by a trigger), and failed without running when an old row is claimed.
+RETIRED_KINDS = frozenset({"generate-thumbnails", "generate-ocr-text"})
+
+# The appliance's own tenant (migration 0008): notifications run in its lane.
+SYSTEM_TENANT = "_system"
