@@ -94,7 +94,8 @@ def test_create_provisions_and_activates_idempotently(life: Env, db: Database) -
     assert "creating" in out and "provision-tenant job" in out
     tid = _tenant_id(db, "acme")
     assert tid is not None
-    assert _rows(db, "SELECT status FROM tenants WHERE id = %(t)s", {"t": tid})[0]["status"] == "creating"
+    status = _rows(db, "SELECT status FROM tenants WHERE id = %(t)s", {"t": tid})[0]["status"]
+    assert status == "creating"
     refused = run_cli(life, "ingest", "--tenant", "acme",
                       str(write(life.root / "early.pdf", pdf_bytes(seed=1))))  # fmt: skip
     assert refused.returncode == 6  # not active yet
