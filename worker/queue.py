@@ -9,6 +9,7 @@ out and whose job was rescued (or a second worker with the same name) changes no
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 from collections.abc import Callable
@@ -17,8 +18,10 @@ from datetime import datetime
 from typing import Any
 
 from ingestd.config import DeliveriesConfig as RetryPolicy
+from ingestd import sql
 from ingestd.config import WorkerConfig
-from ingestd.db import Database, Tx
+from ingestd.db import Database, Tx, connect_once
+from ingestd.errors import DatabaseUnavailable, ExitCode, IngestdError
 from ingestd.jobkinds import JobKind
 
 NOTIFY_CHANNEL = "ingestd_jobs"
@@ -74,6 +77,66 @@ class FailOutcome:
 
 def default_worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
+
+
+class WorkerIdInUse(IngestdError):
+    """Another live worker runs with this --worker-id."""
+
+    exit_code = ExitCode.usage
+
+
+class WorkerIdentity:
+    """The worker id as a session-level advisory lock on a connection of its own.
+
+    Outcomes are safe without it (attempt tokens), but two workers under one name make
+    every log line and ``jobs list`` ambiguous, and the second one was a mistake: it is
+    refused at start. Should the session be lost (Postgres restarted), the id is taken
+    again before the next claim; if someone else took it meanwhile, this worker stops.
+    """
+
+    def __init__(self, conninfo: str, worker_id: str, connect_timeout: float) -> None:
+        self.conninfo = conninfo
+        self.worker_id = worker_id
+        self.connect_timeout = connect_timeout
+        self._conn: Any = None
+
+    @property
+    def held(self) -> bool:
+        return self._conn is not None
+
+    def acquire(self) -> None:
+        """Take the id; WorkerIdInUse if a live worker has it, DatabaseUnavailable if the
+        database cannot be reached (try again later)."""
+        self.release()
+        conn = connect_once(self.conninfo, autocommit=True, timeout=self.connect_timeout)
+        try:
+            row = conn.execute(sql.query("worker_id_lock"), {"worker": self.worker_id}).fetchone()
+        except Exception as exc:  # the session broke at once: a transient failure
+            conn.close()
+            raise DatabaseUnavailable(f"database unavailable: {exc}".strip()) from exc
+        if not row["locked"]:
+            conn.close()
+            raise WorkerIdInUse(
+                f"worker id {self.worker_id!r} is in use by another live worker; give this one "
+                "another --worker-id (or leave it out: the default is HOST:PID)"
+            )
+        self._conn = conn
+
+    def check(self) -> None:
+        """Still held? A lost session is re-acquired (same errors as ``acquire``)."""
+        if self._conn is not None:
+            try:
+                self._conn.execute("SELECT 1")
+                return
+            except Exception:  # the session is gone, and the lock with it
+                self.release()
+        self.acquire()
+
+    def release(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(Exception):  # a broken connection: nothing to close
+                conn.close()
 
 
 class Queue:

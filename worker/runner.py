@@ -34,7 +34,7 @@ from ingestd.errors import ConfigError, DatabaseError, DatabaseUnavailable, Exit
 from ingestd.metrics_server import MetricsEndpoint
 from worker.child import Child, Result
 from worker.jobs import Kind, load, notify, refusal
-from worker.queue import NOTIFY_CHANNEL, Job, Queue
+from worker.queue import NOTIFY_CHANNEL, Job, Queue, WorkerIdentity, WorkerIdInUse
 from worker.sdnotify import Notifier
 
 T = TypeVar("T")
@@ -42,6 +42,7 @@ T = TypeVar("T")
 PRUNE_EVERY = 3600.0
 PRUNE_MAX_BATCHES = 20  # 5,000 rows each
 RESCUE_EVERY_MAX = 5.0
+IDENTITY_EVERY = 10.0  # how often the worker id's session is checked (one SELECT 1)
 DB_RETRY_DELAYS = (0.5, 1.0, 2.0, 4.0, 8.0)
 
 
@@ -275,6 +276,9 @@ class Runner:
         # Given: started already by `ingestd worker` (forked before any thread existed).
         self.child = child or Child(config, db.conninfo, self.plugins)
         self.listener = Listener(db.conninfo, config.database.connect_timeout, self.log)
+        self.identity = WorkerIdentity(db.conninfo, self.worker_id,
+                                       config.database.connect_timeout)  # fmt: skip
+        self._next_identity = 0.0
         self.heartbeat = Heartbeat(lambda: self.queue, self.flags.poke, self.log)
         now = time.monotonic()
         self._next_rescue = now
@@ -296,6 +300,13 @@ class Runner:
 
     def run(self, *, install_signals: bool = True) -> int:
         kinds = self.kinds = load_kinds(self.plugins)
+        try:
+            self.identity.acquire()  # WorkerIdInUse ends the worker here, before any job
+        except DatabaseUnavailable as exc:
+            self.log.warning("worker.database_unavailable", error=exc.message)  # loop retries
+        except WorkerIdInUse:
+            self.child.stop()
+            raise
         if install_signals:
             self.flags.install()
         try:
@@ -316,6 +327,7 @@ class Runner:
                 self.metrics_endpoint.close()
             self.child.stop()
             self.listener.close()
+            self.identity.release()
             self.flags.restore()
             self.flags.close()
             self.log.info("worker.stopped", jobs=self.jobs_run)
@@ -343,7 +355,7 @@ class Runner:
                 self._housekeeping()
                 if self.flags.stop.is_set():
                     break
-                job = self.queue.claim()
+                job = self.queue.claim() if self.identity.held else None
                 if job is not None:
                     self._handle(job)
                     failures = 0
@@ -358,6 +370,10 @@ class Runner:
                 # Ready jobs we could not claim (claims collided, or the tenant cap):
                 # look again soon rather than after a whole poll interval.
                 self._idle_wait(0.05 if ready else None)
+            except WorkerIdInUse as exc:
+                # Our session was lost and another worker took the name meanwhile.
+                self.log.error("worker.id_in_use", error=exc.message)
+                self.flags.request_stop("worker id in use")
             except DatabaseError as exc:
                 # Down or restarting: nothing is lost (jobs wait in the table); retry. Any
                 # other database error is logged and retried the same way: systemd
@@ -374,6 +390,9 @@ class Runner:
             self._reload()
         self._watchdog_tick()
         now = time.monotonic()
+        if not self.identity.held or now >= self._next_identity:
+            self._next_identity = now + IDENTITY_EVERY
+            self.identity.check()
         if now >= self._next_rescue:
             self._rescue()
         if now >= self._next_prune:

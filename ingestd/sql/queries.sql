@@ -107,6 +107,12 @@ SELECT c.*, t.name AS tenant, t.status AS tenant_status
 FROM ingestd_claim(%(worker)s, make_interval(secs => %(lease)s), %(tenant_cap)s) AS c
 LEFT JOIN tenants t ON t.id = c.tenant_id;
 
+-- name: worker_id_lock
+-- A worker's name is held by its session for its whole life (released when the session
+-- ends, however the worker ends): a second live worker with the same --worker-id is
+-- refused at start instead of sharing leases with the first.
+SELECT pg_try_advisory_lock(7423002, hashtext(%(worker)s)) AS locked;
+
 -- name: job_tenant
 SELECT name AS tenant, status AS tenant_status FROM tenants WHERE id = %(tenant_id)s;
 

@@ -318,6 +318,26 @@ def test_drain_on_an_empty_queue_exits_0(
     assert [e["reason"] for e in w.events("worker.stopping")] == ["drained"]
 
 
+def test_second_live_worker_with_the_same_id_is_refused(
+    make_env: Any, qdb: Database, workers: list[WorkerProc]
+) -> None:
+    """A second `ingestd worker --worker-id X` while X runs exits 2 with a clear message
+    and claims nothing; once the first is gone the id is free again."""
+    env = make_env(worker=FAST)
+    first = start(workers, env, "twin")
+    second = WorkerProc(env.config_path, env.root / "twin-2.log", "--worker-id", "twin")
+    workers.append(second)
+    assert second.wait(timeout=60) == 2
+    text = second.log_path.read_text()
+    assert "worker id 'twin' is in use by another live worker" in text
+    assert not second.events("worker.ready") and not second.events("job.started")
+    assert first.proc.poll() is None  # the first one is untouched
+    assert first.stop() == 0
+    again = WorkerProc(env.config_path, env.root / "twin-3.log", "--worker-id", "twin", "--drain")
+    workers.append(again)
+    assert again.wait(timeout=60) == 0
+
+
 def test_unknown_plugin_is_a_usage_error(make_env: Any) -> None:
     """`ingestd worker --plugin no.such.module` exits 2 naming the module, before any job."""
     env = make_env()

@@ -141,6 +141,34 @@ def test_expired_lease_is_rescued_as_an_attempt(db: Database) -> None:
     assert not dead.heartbeat(job)
 
 
+def test_outcomes_belong_to_the_attempt_not_the_worker_name(db: Database) -> None:
+    """Two claims under the same worker name: the rescued first attempt's done, fail,
+    heartbeat and release change nothing; the live attempt keeps its job."""
+    (job_id,) = make_jobs(db, "acme", 1)
+    first = Queue(db, WorkerConfig(), "same-name")
+    stale = first.claim()
+    assert stale is not None and stale.attempt
+    with db.transaction() as tx:
+        tx.raw("UPDATE processing_jobs SET lease_expires_at = now() - interval '1 s' "
+               "WHERE id = %(id)s", {"id": job_id})  # fmt: skip
+    assert [r["id"] for r in first.rescue()] == [job_id]
+    with db.transaction() as tx:
+        tx.raw("UPDATE processing_jobs SET next_attempt_at = now() WHERE id = %(id)s",
+               {"id": job_id})  # fmt: skip
+    second = Queue(db, WorkerConfig(), "same-name")
+    live = second.claim()
+    assert live is not None and live.id == job_id and live.attempt != stale.attempt
+    assert not first.heartbeat(stale)
+    assert not first.done(stale)
+    assert first.fail(stale, "late failure") is None
+    assert not first.release(stale)
+    row = status(db, job_id)
+    assert (row["status"], row["worker_id"], str(row["attempt"])) == (
+        "processing", "same-name", live.attempt)  # fmt: skip
+    assert second.heartbeat(live) and second.done(live)
+    assert status(db, job_id)["status"] == "done"
+
+
 def test_release_hands_back_without_an_attempt(db: Database) -> None:
     """release() puts the job back as it was, ready at once."""
     (job_id,) = make_jobs(db, "acme", 1)
