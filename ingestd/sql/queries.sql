@@ -131,10 +131,10 @@ WITH j AS (
     SET status = 'done', finished_at = now(), updated_at = now(), lease_expires_at = NULL,
         error_message = NULL
     WHERE id = %(id)s AND status = 'processing' AND attempt = %(attempt)s::uuid
-    RETURNING document_id
+    RETURNING document_id, kind
 ), d AS (
     UPDATE documents SET processing_status = 'done', attention_reason = NULL
-    WHERE id IN (SELECT document_id FROM j)
+    WHERE id IN (SELECT document_id FROM j WHERE kind = 'analyze-document')
 )
 SELECT count(*) AS n FROM j;
 
@@ -160,7 +160,7 @@ WITH j AS (
                                  THEN 'attention' ELSE j.status END,
         attention_reason = CASE WHEN j.status = 'failed' AND %(attention)s
                                 THEN left(%(error)s, 2000) ELSE attention_reason END
-    FROM j WHERE documents.id = j.document_id
+    FROM j WHERE documents.id = j.document_id AND j.kind = 'analyze-document'
 ), e AS (
     INSERT INTO operator_events (type, severity, tenant, detail, trace_id)
     SELECT CASE WHEN %(attention)s THEN 'document.needs_attention' ELSE %(failed_event)s END,
@@ -180,9 +180,10 @@ WITH j AS (
     SET status = 'queued', lease_expires_at = NULL, worker_id = NULL, started_at = NULL,
         next_attempt_at = now(), updated_at = now()
     WHERE id = %(id)s AND status = 'processing' AND attempt = %(attempt)s::uuid
-    RETURNING document_id
+    RETURNING document_id, kind
 ), d AS (
-    UPDATE documents SET processing_status = 'queued' WHERE id IN (SELECT document_id FROM j)
+    UPDATE documents SET processing_status = 'queued'
+    WHERE id IN (SELECT document_id FROM j WHERE kind = 'analyze-document')
 )
 SELECT count(*) AS n FROM j;
 
@@ -204,7 +205,8 @@ WITH j AS (
     RETURNING id, tenant_id, kind, document_id, status, worker_id, retry_count, payload,
               error_message
 ), d AS (
-    UPDATE documents SET processing_status = j.status FROM j WHERE documents.id = j.document_id
+    UPDATE documents SET processing_status = j.status
+    FROM j WHERE documents.id = j.document_id AND j.kind = 'analyze-document'
 ), e AS (
     -- Failed for good (a file that kills its worker every time): the operator hears of it.
     -- Not for a notification itself, which would notify about notifying.
@@ -457,9 +459,10 @@ WITH j AS (
     SET status = 'queued', retry_count = 0, next_attempt_at = now(), finished_at = NULL,
         lease_expires_at = NULL, worker_id = NULL, updated_at = now()
     WHERE id = %(id)s AND (status = 'failed' OR (status = 'queued' AND next_attempt_at > now()))
-    RETURNING id, document_id
+    RETURNING id, document_id, kind
 ), d AS (
-    UPDATE documents SET processing_status = 'queued' WHERE id IN (SELECT document_id FROM j)
+    UPDATE documents SET processing_status = 'queued'
+    WHERE id IN (SELECT document_id FROM j WHERE kind = 'analyze-document')
 ), n AS (
     SELECT pg_notify('ingestd_jobs', '') FROM j LIMIT 1
 )
@@ -472,9 +475,10 @@ WITH j AS (
     SET status = 'failed', finished_at = now(), updated_at = now(),
         error_message = 'cancelled by an administrator'
     WHERE id = %(id)s AND status = 'queued'
-    RETURNING id, document_id
+    RETURNING id, document_id, kind
 ), d AS (
-    UPDATE documents SET processing_status = 'failed' WHERE id IN (SELECT document_id FROM j)
+    UPDATE documents SET processing_status = 'failed'
+    WHERE id IN (SELECT document_id FROM j WHERE kind = 'analyze-document')
 )
 SELECT id FROM j;
 

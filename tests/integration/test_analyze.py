@@ -95,7 +95,8 @@ def _doc(db: Database, doc_id: int) -> dict[str, Any]:
                          WHERE dt.document_id = d.id), '{}') AS tags
         FROM documents d
         LEFT JOIN document_content c ON c.document_id = d.id
-        JOIN LATERAL (SELECT * FROM processing_jobs WHERE document_id = d.id
+        JOIN LATERAL (SELECT * FROM processing_jobs
+                      WHERE document_id = d.id AND kind = 'analyze-document'
                       ORDER BY id DESC LIMIT 1) j ON true
         WHERE d.id = %(id)s""", {"id": doc_id})  # fmt: skip
     assert row is not None
@@ -264,26 +265,37 @@ def webhook() -> Iterator[tuple[str, list[dict[str, Any]], type[_Hook]]]:
         server.server_close()
 
 
+def _deliveries(db: Database, doc_id: int) -> list[dict[str, Any]]:
+    with db.transaction() as tx:
+        return tx.raw("SELECT status, retry_count, error_message, payload FROM processing_jobs "
+                      "WHERE document_id = %(d)s AND kind = 'deliver-webhook' ORDER BY id",
+                      {"d": doc_id})  # fmt: skip
+
+
+def _workflow(tenant: str, url: str, secret: Path, **when: Any) -> dict[str, Any]:
+    secret.write_text("s3cret-for-test\n")
+    secret.chmod(0o600)
+    return {"tenant": tenant, "name": "buchhaltung", "when": when,
+            "then": {"add_tags": ["Buchhaltung"],
+                     "webhook": {"url": url, "secret_file": str(secret), "timeout": 5}}}
+
+
 def test_hot_folder_workflow_tags_and_calls_webhook_once(
     make_env: Any, db: Database, tenant: str, tmp_path: Path, webhook: Any
 ) -> None:
     """A document dropped into Buchhaltung/ of a hot folder gets the workflow's tag and
-    its webhook is called once with a valid signature, even when the POST first fails
-    and when the document is analyzed again (force)."""
+    its webhook is delivered once with a valid signature through a deliver-webhook job:
+    a failing first POST retries that job, not the analysis; a forced re-analysis sends
+    nothing again."""
     url, calls, handler = webhook
-    handler.fail_first = 1  # the first attempt's POST fails: the job is retried
-    secret = tmp_path / "hook.secret"
-    secret.write_text("s3cret-for-test\n")
-    secret.chmod(0o600)
+    handler.fail_first = 1  # the first POST fails: the delivery job is retried
+    flow = _workflow(tenant, url, tmp_path / "hook.secret", sources=["watch:*"],
+                     subfolder="Buchhaltung")  # fmt: skip
     folder = tmp_path / "hot"
     (folder / "Buchhaltung").mkdir(parents=True)
-    flow = {"tenant": tenant, "name": "buchhaltung",
-            "when": {"sources": ["watch:*"], "subfolder": "Buchhaltung"},
-            "then": {"add_tags": ["Buchhaltung"],
-                     "webhook": {"url": url, "secret_file": str(secret),
-                                 "timeout": 5}}}  # fmt: skip
     env: Env = make_env(
         worker=WORKER, analysis=ANALYSIS, workflows=[flow],
+        deliveries={"retry_base": 0.05, "retry_jitter": 0},
         watch=[{"path": str(folder), "tenant": tenant, "failed": str(tmp_path / "failed")}],
         hotfolders={"stable_seconds": 0.5, "poll_interval": 0.3, "retry_max_delay": 2},
     )  # fmt: skip
@@ -300,9 +312,12 @@ def test_hot_folder_workflow_tags_and_calls_webhook_once(
     _drain(env, db)
 
     doc = _doc(db, doc_id)
-    assert (doc["job_status"], doc["retry_count"]) == ("done", 1), doc["error_message"]
+    assert (doc["job_status"], doc["retry_count"]) == ("done", 0), doc["error_message"]
     assert "Buchhaltung:workflow" in doc["tags"]
-    assert len(calls) == 2  # one failed POST (retried with the job), one delivered
+    [delivery] = _deliveries(db, doc_id)
+    assert (delivery["status"], delivery["retry_count"]) == ("done", 1)
+    assert delivery["payload"]["trace"] == doc["trace_id"]
+    assert len(calls) == 2  # one failed POST (retried with its job), one delivered
     call = calls[-1]
     headers = {k.lower(): v for k, v in call["headers"].items()}
     assert verify_signature(b"s3cret-for-test", headers["x-ingestd-timestamp"], call["body"],
@@ -311,6 +326,8 @@ def test_hot_folder_workflow_tags_and_calls_webhook_once(
     assert event["workflow"] == "buchhaltung" and event["document"]["id"] == doc_id
     assert "Buchhaltung" in event["document"]["tags"]
     assert headers["x-ingestd-event-id"].endswith(f":{doc_id}:buchhaltung")
+    run = _one(db, "SELECT webhook_delivered_at FROM document_workflow_runs")
+    assert run["webhook_delivered_at"] is not None
 
     # Analyzed again: derived data replaced in place, the workflow does not run twice.
     with db.transaction() as tx:
@@ -319,6 +336,42 @@ def test_hot_folder_workflow_tags_and_calls_webhook_once(
     _drain(env, db)
     again = _doc(db, doc_id)
     assert again["job_status"] == "done", again["error_message"]
-    assert len(calls) == 2
+    assert len(calls) == 2 and len(_deliveries(db, doc_id)) == 1
     assert again["tags"] == doc["tags"]
     assert _one(db, "SELECT count(*) AS n FROM document_content")["n"] == 1
+
+
+def test_receiver_down_does_not_fail_the_analysis(
+    make_env: Any, db: Database, tenant: str, tmp_path: Path, webhook: Any
+) -> None:
+    """With the webhook receiver refusing every POST the document is still done and
+    searchable; the delivery fails for good on its own ladder and says so as an operator
+    event; re-analysis sends nothing, --redeliver sends it once more."""
+    url, calls, handler = webhook
+    handler.fail_first = 10**6
+    flow = _workflow(tenant, url, tmp_path / "hook.secret")
+    env: Env = make_env(worker=WORKER, analysis=ANALYSIS, workflows=[flow],
+                        deliveries={"retry_base": 0.05, "retry_jitter": 0, "max_retries": 2})
+    doc_id = _ingest(env, db, image_pdf(env.root / "in" / "Scan_0001.pdf", LETTER), tenant)
+    _drain(env, db)
+
+    doc = _doc(db, doc_id)
+    assert (doc["job_status"], doc["processing_status"]) == ("done", "done")
+    found = run_cli(env, "search", "--tenant", tenant, "--json", "Mobilfunkvertrag")
+    assert found.returncode == 0 and [r["id"] for r in json.loads(found.stdout)] == [doc_id]
+    [delivery] = _deliveries(db, doc_id)
+    assert (delivery["status"], delivery["retry_count"]) == ("failed", 3)
+    assert "HTTP 500" in delivery["error_message"]
+    assert len(calls) == 3  # the first try and max_retries = 2 retries
+    events = _rows(db, "SELECT type, detail FROM operator_events WHERE type = 'delivery.failed'")
+    assert len(events) == 1 and events[0]["detail"]["kind"] == "deliver-webhook"
+
+    handler.fail_first = 0
+    assert run_cli(env, "documents", "analyze", "--tenant", tenant, str(doc_id)).returncode == 0
+    _drain(env, db)
+    assert len(calls) == 3 and len(_deliveries(db, doc_id)) == 1  # a re-analysis sends none
+    proc = run_cli(env, "documents", "analyze", "--tenant", tenant, "--redeliver", str(doc_id))
+    assert proc.returncode == 0, proc.stderr
+    _drain(env, db)
+    assert len(calls) == 4
+    assert [d["status"] for d in _deliveries(db, doc_id)] == ["failed", "done"]

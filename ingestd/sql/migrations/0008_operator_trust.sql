@@ -32,7 +32,9 @@ BEGIN
         LIMIT 1
         FOR NO KEY UPDATE SKIP LOCKED)
     RETURNING * INTO job;
-    IF FOUND THEN
+    -- A document's processing_status follows its analysis only: a delivery or a purge
+    -- of the document says nothing about whether it was processed.
+    IF FOUND AND job.kind = 'analyze-document' THEN
         UPDATE documents SET processing_status = 'processing' WHERE id = job.document_id;
     END IF;
     RETURN job;
