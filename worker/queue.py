@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from ingestd.config import DeliveriesConfig as RetryPolicy
 from ingestd import sql
+from ingestd.config import DeliveriesConfig as RetryPolicy
 from ingestd.config import WorkerConfig
 from ingestd.db import Database, Tx, connect_once
 from ingestd.errors import DatabaseUnavailable, ExitCode, IngestdError
