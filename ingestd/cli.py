@@ -332,6 +332,50 @@ def cmd_documents(args: argparse.Namespace) -> int:
     return ExitCode.ok
 
 
+def cmd_documents_attention(args: argparse.Namespace) -> int:
+    """Documents archived but not analysable (encrypted, damaged, over a limit), and why."""
+    from ingestd.runtime import open_database
+
+    config = _load(args)
+    with open_database(config) as db, db.transaction() as tx:
+        rows = tx.all("documents_attention", {"tenant": args.tenant, "limit": args.limit})
+    if args.json:
+        _print_json(rows)
+        return ExitCode.ok
+    if not rows:
+        print("no documents need attention")
+        return ExitCode.ok
+    for r in rows:
+        print(f"{r['id']:>6} {r['tenant']:<12} {_shown(r['original_filename'])}")
+        print(f"{'':>6} {_shown(r['attention_reason'] or '')}")
+    print(f"\n{len(rows)} document(s). Re-queue with `ingestd documents analyze --tenant T ID`, "
+          "or accept without text: `ingestd documents mark-done --tenant T ID`")
+    return ExitCode.ok
+
+
+def cmd_documents_mark_done(args: argparse.Namespace) -> int:
+    from ingestd.runtime import open_database
+
+    config = _load(args)
+    done: list[int] = []
+    missing: list[int] = []
+    with open_database(config) as db, db.transaction() as tx:
+        tenant = tx.one("tenant_by_name", {"name": args.tenant})
+        if tenant is None:
+            raise TenantNotFound(f"tenant {args.tenant!r} does not exist")
+        for doc_id in args.ids:
+            row = tx.one("document_mark_done", {"id": doc_id, "tenant_id": tenant["id"]})
+            (done if row else missing).append(doc_id)
+    if args.json:
+        _print_json({"marked_done": done, "not_in_attention": missing})
+    for d in done if not args.json else []:
+        print(f"document {d}: done without text")
+    for m in missing:
+        print(f"document {m}: not a document of tenant {args.tenant} that needs attention",
+              file=sys.stderr)
+    return ExitCode.ok if not missing else ExitCode.not_found
+
+
 # -- sftp -------------------------------------------------------------------------------
 def cmd_sftp(args: argparse.Namespace) -> int:
     from ingestd.sftp.bans import read_bans, request_unban
@@ -453,6 +497,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="send the workflows' webhooks again (a re-analysis sends none)")
     d.add_argument("ids", nargs="+", type=int, metavar="ID")
     d.set_defaults(func=cmd_documents_analyze)
+    d = dsub.add_parser("attention", parents=[common, jsonopt],
+                        help="documents archived but not analysable, with the reason")
+    d.add_argument("--tenant", default=None)
+    d.add_argument("--limit", type=int, default=200)
+    d.set_defaults(func=cmd_documents_attention)
+    d = dsub.add_parser("mark-done", parents=[common, jsonopt],
+                        help="accept documents that need attention as done, without text")
+    d.add_argument("--tenant", required=True)
+    d.add_argument("ids", nargs="+", type=int, metavar="ID")
+    d.set_defaults(func=cmd_documents_mark_done)
 
     s = sub.add_parser("hostkeys", parents=[common, jsonopt],
                        help="print the SFTP host key fingerprints (made if missing)")  # fmt: skip

@@ -536,3 +536,22 @@ SELECT id FROM tenants WHERE name = '_system';
 DELETE FROM operator_events
 WHERE id IN (SELECT id FROM operator_events
              WHERE created_at < now() - make_interval(secs => %(age)s) LIMIT 5000);
+
+-- ===================================================================== attention
+-- name: documents_attention
+SELECT d.id, t.name AS tenant, d.original_filename, d.title, d.source, d.created_at,
+       d.attention_reason, d.trace_id, d.archive_path
+FROM documents d JOIN tenants t ON t.id = d.tenant_id
+WHERE d.processing_status = 'attention'
+  AND (%(tenant)s::text IS NULL OR t.name = %(tenant)s)
+ORDER BY d.id
+LIMIT %(limit)s;
+
+-- name: document_mark_done
+-- An operator accepts a document that cannot be analysed as it is: done, without text.
+-- The reason stays, prefixed, so the record says why it has none.
+UPDATE documents
+SET processing_status = 'done',
+    attention_reason = 'marked done without text by an operator: ' || attention_reason
+WHERE id = %(id)s AND tenant_id = %(tenant_id)s AND processing_status = 'attention'
+RETURNING id;

@@ -375,3 +375,32 @@ def test_receiver_down_does_not_fail_the_analysis(
     _drain(env, db)
     assert len(calls) == 4
     assert [d["status"] for d in _deliveries(db, doc_id)] == ["failed", "done"]
+
+
+def test_attention_is_listed_requeued_and_marked_done(analysis_env: Env, db: Database) -> None:
+    """`documents attention` lists what cannot be analysed with its reason; `documents
+    analyze` re-queues it (and it comes back); `documents mark-done` accepts it as done."""
+    env = analysis_env
+    bad = _ingest(env, db, encrypted_pdf(env.root / "in" / "Vertrag.pdf"))
+    good = _ingest(env, db, image_pdf(env.root / "in" / "Brief.pdf", [["Hallo Welt"]]))
+    _drain(env, db)
+    proc = run_cli(env, "documents", "attention", "--tenant", "acme", "--json")
+    assert proc.returncode == 0, proc.stderr
+    listed = json.loads(proc.stdout)
+    assert [r["id"] for r in listed] == [bad]
+    assert "encrypted" in listed[0]["attention_reason"]
+    assert _doc(db, good)["processing_status"] == "done"
+
+    assert run_cli(env, "documents", "analyze", "--tenant", "acme", str(bad)).returncode == 0
+    assert _doc(db, bad)["processing_status"] == "attention"  # queued job, not yet run
+    _drain(env, db)
+    assert _doc(db, bad)["processing_status"] == "attention"
+
+    proc = run_cli(env, "documents", "mark-done", "--tenant", "acme", str(bad), str(good))
+    assert proc.returncode == 7  # `good` never needed attention: named, not changed
+    assert f"document {good}: not a document of tenant acme that needs attention" in proc.stderr
+    doc = _doc(db, bad)
+    assert doc["processing_status"] == "done" and doc["page_count"] is None
+    assert doc["attention_reason"].startswith("marked done without text by an operator: ")
+    proc = run_cli(env, "documents", "attention", "--json")
+    assert json.loads(proc.stdout) == []
