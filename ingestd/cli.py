@@ -153,17 +153,36 @@ def cmd_ingest(args: argparse.Namespace) -> int:
 
 # -- status -----------------------------------------------------------------------------
 def cmd_status(args: argparse.Namespace) -> int:
+    """Documents and jobs by tenant, the spool, hot folders and bans.
+
+    What is on disk (spool, hot folders, bans, the daemon's own report) is shown even when
+    the database is down, and the exit code then says so (ExitCode.degraded): an outage is
+    exactly when the backlog matters.
+    """
+    from ingestd.daemon_state import read_state
+    from ingestd.errors import DatabaseUnavailable
     from ingestd.runtime import open_database
     from ingestd.sftp.bans import read_bans
     from ingestd.sftp.spool import spool_counts
+    from ingestd.watch import backlog_on_disk
 
     config = _load(args)
-    spool = spool_counts(config.paths.spool)
-    bans = read_bans(config.paths.state_dir)
-    with open_database(config) as db, db.transaction() as tx:
-        docs = tx.all("status_documents")
-        jobs = tx.all("status_jobs")
-        queue = tx.all("status_queue")
+    report: dict[str, Any] = {
+        "spool": spool_counts(config.paths.spool),
+        "hotfolders": backlog_on_disk(config),
+        "sftp_bans": read_bans(config.paths.state_dir),
+        "daemon": read_state(config.paths.state_dir),
+    }
+    database: dict[str, Any] = {"up": True}
+    try:
+        with open_database(config) as db, db.transaction() as tx:
+            docs = tx.all("status_documents")
+            jobs = tx.all("status_jobs")
+            queue = tx.all("status_queue")
+    except DatabaseUnavailable as exc:
+        seen = (report["daemon"] or {}).get("database") or {}
+        database = {"up": False, "error": exc.message, "down_since": seen.get("down_since")}
+        docs, jobs, queue = [], [], []
     tenants: dict[str, dict[str, Any]] = {}
     for r in docs:
         t = tenants.setdefault(r["tenant"], {"documents": {}, "jobs": {}})
@@ -171,34 +190,64 @@ def cmd_status(args: argparse.Namespace) -> int:
     for r in jobs:
         t = tenants.setdefault(r["tenant"], {"documents": {}, "jobs": {}})
         t["jobs"].setdefault(r["kind"], {})[r["status"]] = r["n"]
+    report |= {"database": database, "tenants": tenants, "queue": queue}
+    code = ExitCode.ok if database["up"] else ExitCode.degraded
     if args.json:
-        _print_json({"tenants": tenants, "queue": queue, "spool": spool, "sftp_bans": bans})
-        return ExitCode.ok
+        _print_json(report)
+        return code
+    _print_status(report)
+    return code
+
+
+def _print_status(report: dict[str, Any]) -> None:
+    database, daemon = report["database"], report["daemon"]
+    if database["up"]:
+        print("database: up")
+    else:
+        since = f" since {database['down_since']}" if database.get("down_since") else ""
+        print(f"database: DOWN{since}: {database['error']}")
+        print("  uploads are still accepted into the spool; hot-folder files stay in place;")
+        print("  both are ingested when the database is back")
+    if daemon is None:
+        print("daemon: not running (or not reporting)")
+    else:
+        print(f"daemon: running, pid {daemon['pid']}, since {daemon['started_at']}")
+    spool = report["spool"]
     print(f"spool: {spool['pending']} upload(s) waiting for intake ({spool['bytes']} bytes)")
+    for h in report["hotfolders"]:
+        state = "MISSING" if h.get("missing") else (
+            f"{h['files']}{'+' if h['truncated'] else ''} file(s) waiting ({h['bytes']} bytes)")
+        print(f"hot folder {_shown(h['folder'])} [{h['tenant']}]: {state}")
+    stuck = ((daemon or {}).get("hotfolders") or {}).get("stuck") or []
+    for s in stuck:
+        print(f"  STUCK {_shown(s['path'])}: {s['reason']}")
+    bans = report["sftp_bans"]
     if bans:
         print(f"sftp bans: {len(bans)}")
         for b in bans:
             print(f"  {b['ip']:<40} {b['remaining']:>8} s left  (ban #{b['bans']})")
     else:
         print("sftp bans: none")
+    if not database["up"]:
+        return
     print()
-    print(f"{'TENANT':<20} {'WHAT':<24} {'QUEUED':>7} {'PROC':>7} {'DONE':>7} {'FAILED':>7}")
-    for name, t in sorted(tenants.items()):
+    print(f"{'TENANT':<20} {'WHAT':<24} {'QUEUED':>7} {'PROC':>7} {'DONE':>7} {'FAILED':>7} "
+          f"{'ATTN':>7}")  # fmt: skip
+    for name, t in sorted(report["tenants"].items()):
         rows = [("documents", t["documents"])] + [
             (f"jobs {k}", v) for k, v in sorted(t["jobs"].items())
         ]
         for label, counts in rows:
-            n = [counts.get(k, 0) for k in ("queued", "processing", "done", "failed")]
-            print(f"{name:<20} {label:<24} {n[0]:>7} {n[1]:>7} {n[2]:>7} {n[3]:>7}")
-    if queue:
+            n = [counts.get(k, 0) for k in ("queued", "processing", "done", "failed", "attention")]
+            print(f"{name:<20} {label:<24} {n[0]:>7} {n[1]:>7} {n[2]:>7} {n[3]:>7} {n[4]:>7}")
+    if report["queue"]:
         print()
         print(f"{'QUEUE':<20} {'READY':>7} {'RETRY':>7} {'RUNNING':>7} {'OLDEST':>9} "
               f"{'FAILED/1h':>9}")  # fmt: skip
-        for q in queue:
+        for q in report["queue"]:
             oldest = "-" if q["oldest_ready_seconds"] is None else f"{q['oldest_ready_seconds']}s"
             print(f"{q['tenant']:<20} {q['ready']:>7} {q['retrying']:>7} {q['running']:>7} "
                   f"{oldest:>9} {q['failed_last_hour']:>9}")  # fmt: skip
-    return ExitCode.ok
 
 
 # -- sftp: host keys, password hashes ----------------------------------------------------

@@ -24,6 +24,7 @@ from typing import Any
 
 from ingestd import log
 from ingestd.config import Config, load_config
+from ingestd.daemon_state import DaemonState
 from ingestd.db import Database
 from ingestd.errors import ConfigError, DatabaseError, DatabaseUnavailable
 from ingestd.metrics_server import (
@@ -163,6 +164,10 @@ def serve(config: Config, config_path: Path | None, notifier: Notifier | None = 
         # The spool first: uploads acknowledged before a crash are ingested at once.
         sftp.start()
         hot.start()
+        # For `ingestd status` while Postgres is down: since when, and what waits.
+        state = DaemonState(db, config.paths.state_dir,
+                            {"hotfolders": hot.status_snapshot, "spool": sftp.spool.snapshot})
+        state.start()
         endpoint = _start_metrics(config, db, logger)
         notifier.ready(_status(config, sftp))
         logger.info("daemon.ready", hot_folders=len(config.watch),
@@ -199,6 +204,7 @@ def serve(config: Config, config_path: Path | None, notifier: Notifier | None = 
             notifier.stopping("stopping" if flags.stop.is_set() else "stopping (error)")
             logger.info("daemon.stopping")
             schema.join(5)
+            state.stop()
             sftp.stop_listening()
             hot.stop()
             sftp.stop()

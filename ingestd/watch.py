@@ -64,6 +64,54 @@ _F_UNLCK = getattr(fcntl, "F_UNLCK", 2)
 TENANT_REPORT_INTERVAL = 3600.0
 
 
+def ignored(rel: Path, patterns: list[str]) -> bool:
+    """A path below a hot folder that is never taken: any component matches a pattern
+    (lower-cased globs, ``hotfolders.ignore``)."""
+    return any(fnmatch.fnmatchcase(part.lower(), pat) for part in rel.parts for pat in patterns)
+
+
+# `ingestd status` counts at most this many entries per folder (a share with a million
+# files must not make status hang).
+BACKLOG_SCAN_LIMIT = 100_000
+
+
+def backlog_on_disk(config: Config) -> list[dict[str, Any]]:
+    """Files waiting in each hot folder as seen on disk (``ingestd status``, also while the
+    database and the daemon are down): count, bytes, oldest mtime."""
+    patterns = [p.lower() for p in config.hotfolders.ignore]
+    out: list[dict[str, Any]] = []
+    for w in config.watch:
+        entry: dict[str, Any] = {"folder": str(w.path), "tenant": w.tenant, "files": 0,
+                                 "bytes": 0, "oldest_mtime": None, "truncated": False}
+        if not w.path.is_dir():
+            entry["missing"] = True
+            out.append(entry)
+            continue
+        seen = 0
+        oldest: float | None = None
+        for dirpath, dirs, files in os.walk(w.path, followlinks=False):
+            base = Path(dirpath)
+            dirs[:] = [d for d in dirs if not ignored((base / d).relative_to(w.path), patterns)]
+            for name in files:
+                seen += 1
+                path = base / name
+                if ignored(path.relative_to(w.path), patterns):
+                    continue
+                try:
+                    st = os.lstat(path)
+                except OSError:
+                    continue
+                entry["files"] += 1
+                entry["bytes"] += st.st_size
+                oldest = st.st_mtime if oldest is None else min(oldest, st.st_mtime)
+            if seen >= BACKLOG_SCAN_LIMIT:
+                entry["truncated"] = True
+                break
+        entry["oldest_mtime"] = oldest
+        out.append(entry)
+    return out
+
+
 @dataclass(frozen=True)
 class Folder:
     """One [[watch]] entry with its resolved directories."""
@@ -270,9 +318,7 @@ class HotFolders:
             rel = path.relative_to(folder.cfg.path)
         except ValueError:
             return True  # not below this folder at all
-        return any(
-            fnmatch.fnmatchcase(part.lower(), pat) for part in rel.parts for pat in self._ignore
-        )
+        return ignored(rel, self._ignore)
 
     def note(self, folder: Folder, path: Path, *, closed: bool = False) -> None:
         """A file may have appeared or changed: (re)start its stability window."""
@@ -484,6 +530,10 @@ class HotFolders:
     def snapshot(self) -> dict[str, int]:
         with self._lock:
             return {"pending": len(self._pending), "inflight": len(self._inflight)}
+
+    def status_snapshot(self) -> dict[str, Any]:
+        """For the daemon's state file (`ingestd status`)."""
+        return {**self.snapshot(), "stuck": []}
 
     def idle(self) -> bool:
         with self._lock:

@@ -111,8 +111,9 @@ class SpoolIntake:
             self.spool.wake.clear()
 
     def _ingest(self, entry: Entry) -> None:
+        # The spool id is the upload's correlation id: intake and every job carry it.
         log = self.log.bind(tenant=entry.tenant, account=entry.account, filename=entry.filename,
-                            spool_id=entry.id)  # fmt: skip
+                            spool_id=entry.id, trace=entry.id)  # fmt: skip
         retry_cause: str | None = None
         try:
             item = IntakeItem(
@@ -123,6 +124,7 @@ class SpoolIntake:
                 subdir=entry.subdir,
                 tags=tuple(entry.tags),
                 owned=True,
+                trace=entry.id,
             )
             result = self.intake.ingest(item)
             if result.outcome is Outcome.refused:

@@ -146,3 +146,43 @@ def test_broken_config_on_sighup_keeps_the_old_one(
         wait_until(lambda: _count(own_cluster.conninfo) == 1)
     finally:
         assert daemon.stop() == 0
+
+
+def test_status_with_the_database_down_shows_what_waits(
+    own_cluster: EmbeddedPostgres, tmp_path: Path
+) -> None:
+    """`ingestd status` with Postgres down: the hot-folder backlog from disk, 'database:
+    DOWN since ...' as the daemon saw it, exit code 9 (degraded); no traceback."""
+    import json
+
+    from ingestd.daemon_state import read_state
+
+    hot = tmp_path / "hot"
+    hot.mkdir()
+    daemon = Daemon(tmp_path, own_cluster.conninfo, [{"path": str(hot), "tenant": "acme"}])
+    try:
+        own_cluster.stop("fast")
+        for i in range(3):
+            write(hot / f"scan-{i}.pdf", pdf_bytes(seed=40 + i))
+        state_dir = tmp_path / "state"
+        wait_until(lambda: ((read_state(state_dir) or {}).get("database") or {}).get("up")
+                   is False, timeout=60)  # fmt: skip
+        argv = [sys.executable, "-m", "ingestd.cli", "status", "--config", str(daemon.config)]
+        proc = subprocess.run([*argv, "--json"], capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 9, proc.stderr
+        report = json.loads(proc.stdout)
+        assert report["database"]["up"] is False and report["database"]["down_since"]
+        assert [(h["folder"], h["files"]) for h in report["hotfolders"]] == [(str(hot), 3)]
+        assert report["daemon"]["pid"] == daemon.proc.pid
+        text = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+        assert text.returncode == 9
+        assert "database: DOWN since " in text.stdout
+        assert f"hot folder {hot} [acme]: 3 file(s) waiting" in text.stdout
+        assert "Traceback" not in text.stderr
+        own_cluster.start()
+        wait_until(lambda: not any(hot.iterdir()), timeout=120, interval=0.5)
+        back = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+        assert back.returncode == 0 and "database: up" in back.stdout
+    finally:
+        assert daemon.stop() == 0
+    assert daemon.events("daemon.database_down") and daemon.events("daemon.database_up")
