@@ -196,7 +196,7 @@ def run_cli(
     )
 
 
-def wait_until(predicate: Any, timeout: float = 30.0, interval: float = 0.05) -> None:
+def wait_until(predicate: Any, timeout: float = 60.0, interval: float = 0.05) -> None:
     """Poll ``predicate`` until it is true; fail after ``timeout`` seconds (a bound, not a
     timing assertion)."""
     import time

@@ -151,7 +151,7 @@ def test_retired_kind_row_is_refused(make_env: Any, qdb: Database, worker_log: P
             "RETURNING id", {"id": first})[0]["id"])  # fmt: skip
         tx.raw("ALTER TABLE processing_jobs ENABLE TRIGGER processing_jobs_kind_not_retired")
     (after,) = make_jobs(qdb, "globex", 1, kind="test-record")
-    run_worker(env, qdb, drain=False, timeout=5,
+    run_worker(env, qdb, drain=False, timeout=60,
                until=lambda: job_row(qdb, after)["status"] == "done"
                and job_row(qdb, retired)["status"] == "failed")  # fmt: skip
     row = job_row(qdb, retired)

@@ -329,7 +329,7 @@ def test_serve_speaks_sd_notify(make_env: Any, tmp_path: Path) -> None:
             with socket.create_connection(("127.0.0.1", port), timeout=10) as client:
                 assert client.recv(64).startswith(b"SSH-2.0-")
 
-            serve.receive(_has("WATCHDOG=1", 3), timeout=10)
+            serve.receive(_has("WATCHDOG=1", 3), timeout=60)
 
             _serve_env(make_env, tmp_path, folders=2)  # rewrites the config: 2 hot folders
             serve.proc.send_signal(signal.SIGHUP)
@@ -349,7 +349,7 @@ def test_serve_speaks_sd_notify(make_env: Any, tmp_path: Path) -> None:
             failed = serve.receive(_has("READY=1"))
             assert any(m.startswith("RELOADING=1") for m in failed)
             assert failed[-1].endswith("; reload failed, old config kept"), failed
-            serve.receive(_has("WATCHDOG=1", 2), timeout=10)  # still pinging
+            serve.receive(_has("WATCHDOG=1", 2), timeout=60)  # still pinging
 
             serve.proc.send_signal(signal.SIGTERM)
             assert serve.proc.wait(timeout=60) == 0
@@ -386,7 +386,7 @@ def test_serve_survives_a_burst_of_sighups(make_env: Any, tmp_path: Path) -> Non
             while time.monotonic() < end:
                 serve.proc.send_signal(signal.SIGHUP)
                 time.sleep(0.0005)
-            serve.receive(_has("WATCHDOG=1", 3), timeout=10)  # the loop runs on
+            serve.receive(_has("WATCHDOG=1", 3), timeout=60)  # the loop runs on
             serve.proc.send_signal(signal.SIGTERM)
             assert serve.proc.wait(timeout=30) == 0
             assert serve.rest()[-1] == "STOPPING=1\nSTATUS=stopping"

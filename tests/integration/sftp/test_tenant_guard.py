@@ -120,7 +120,7 @@ def test_activated_tenant_logs_in_after_the_refresh(make_rig: Callable[..., Rig]
     wait_until(lambda: cache(rig).status("acme") == "suspended")
     password_refused(rig, "scan1", "127.0.0.6")
     set_status(rig.db, "acme", "active")
-    wait_until(lambda: cache(rig).status("acme") == "active", timeout=10)
+    wait_until(lambda: cache(rig).status("acme") == "active", timeout=60)
     changed = rig.logs("sftp.tenant_status_changed")
     assert [(c["tenant"], c["old_status"], c["new_status"]) for c in changed] == [
         ("acme", "active", "suspended"), ("acme", "suspended", "active")]  # fmt: skip
