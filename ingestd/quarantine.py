@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 import shutil
 import stat
@@ -45,32 +44,27 @@ def quarantine(
     detail: str,
     name: str | None = None,
 ) -> Path:
-    """Move ``path`` into ``failed_dir/subdir`` and write ``<name>.error.txt`` beside it.
+    """Move ``path`` into ``failed_dir/subdir`` with ``<name>.error.txt`` beside it.
 
-    A symlink, FIFO or device is moved as the directory entry itself (rename never follows
-    or opens it); across filesystems such an entry has no content to keep and is removed.
-    ``name`` is the file's real name when ``path`` is a spool file with an internal name.
-    Returns the path of the error note.
+    The note is written (and fsynced) first and the file moved second, so a file never
+    sits in the failed folder without its reason; if the move fails, the note goes again
+    and the file stays where it was (the caller retries). Across filesystems a regular
+    file is copied under a temp name, renamed, and only then is the source removed; if
+    the source cannot be removed the copy goes too, so a retry never leaves a second
+    copy. A symlink, FIFO or device is moved as the directory entry itself (rename never
+    follows or opens it); across filesystems such an entry has no content to keep and is
+    removed. ``name`` is the file's real name when ``path`` is a spool file with an
+    internal name. Returns the path of the note.
     """
     target_dir = failed_dir / subdir if subdir else failed_dir
     target_dir.mkdir(parents=True, exist_ok=True, mode=0o750)
-    target = _free_target(target_dir, safe_name(name or path.name))
     st = os.lstat(path)
+    same_fs = os.stat(target_dir).st_dev == st.st_dev
+    target = _free_target(target_dir, safe_name(name or path.name))
     note_extra = ""
-    try:
-        os.rename(path, target)
-    except OSError as exc:
-        if exc.errno != errno.EXDEV:
-            raise
-        if stat.S_ISREG(st.st_mode):
-            shutil.copy2(path, target, follow_symlinks=False)
-            with open(target, "rb") as fh:
-                os.fsync(fh.fileno())
-            os.unlink(path)
-        else:
-            os.unlink(path)
-            note_extra = "note: the entry was removed (not a regular file, other filesystem)\n"
-            target = Path(f"{target}.removed")
+    if not same_fs and not stat.S_ISREG(st.st_mode):
+        note_extra = "note: the entry was removed (not a regular file, other filesystem)\n"
+        target = Path(f"{target}.removed")
     note = Path(f"{target}{ERROR_SUFFIX}")
     text = (
         f"file: {safe_name(name if name else str(path))}\n"
@@ -84,9 +78,45 @@ def quarantine(
     try:
         os.write(fd, text.encode())
         os.fsync(fd)
-    finally:
+    except BaseException:
         os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(note)
+        raise
+    os.close(fd)
+    try:
+        _move(path, target, st, same_fs)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(note)
+        raise
     fsync_dir(target_dir)
     with contextlib.suppress(OSError):
         fsync_dir(path.parent)
     return note
+
+
+def _move(path: Path, target: Path, st: os.stat_result, same_fs: bool) -> None:
+    if same_fs:
+        os.rename(path, target)
+        return
+    if not stat.S_ISREG(st.st_mode):
+        os.unlink(path)
+        return
+    tmp = target.with_name(f".{target.name}.copying")
+    try:
+        shutil.copy2(path, tmp, follow_symlinks=False)
+        with open(tmp, "rb") as fh:
+            os.fsync(fh.fileno())
+        os.rename(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    try:
+        os.unlink(path)
+    except BaseException:
+        # The source stays (its retry moves it again): no second copy may be left behind.
+        with contextlib.suppress(OSError):
+            os.unlink(target)
+        raise

@@ -1,0 +1,69 @@
+"""Quarantine: the reason is written before the file moves; a failure leaves it in place."""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+
+import pytest
+
+from ingestd.quarantine import ERROR_SUFFIX, quarantine
+from tests.fixtures.mounts import fill, tmpfs
+
+
+def test_quarantined_file_has_its_note_beside_it(tmp_path: Path) -> None:
+    """The file lands in failed/<subdir> with <name>.error.txt naming tenant and reason."""
+    src = tmp_path / "hot" / "a" / "Scan.pdf"
+    src.parent.mkdir(parents=True)
+    src.write_bytes(b"MZ not a pdf")
+    note = quarantine(src, tmp_path / "failed", subdir="a", tenant="acme", reason="bad_type",
+                      detail="content is Windows executable")  # fmt: skip
+    moved = tmp_path / "failed" / "a" / "Scan.pdf"
+    assert not src.exists() and moved.read_bytes() == b"MZ not a pdf"
+    assert note == Path(f"{moved}{ERROR_SUFFIX}")
+    text = note.read_text()
+    assert "tenant: acme" in text and "reason: bad_type" in text
+
+
+def test_a_note_that_cannot_be_written_leaves_the_file_where_it_was(tmp_path: Path) -> None:
+    """Disk full while writing the note: the file is not moved and no half-note is left,
+    so nothing ever sits in failed/ without its reason."""
+    with tmpfs(tmp_path / "fs", "1m") as fs:
+        src = fs / "hot" / "Scan.pdf"
+        src.parent.mkdir()
+        src.write_bytes(b"\x7fELF" + os.urandom(1000))
+        failed = fs / "failed"
+        failed.mkdir()
+        fill(fs)
+        with pytest.raises(OSError) as info:
+            quarantine(src, failed, subdir="", tenant="acme", reason="bad_type", detail="ELF")
+        assert info.value.errno == errno.ENOSPC
+        assert src.exists()
+        assert list(failed.iterdir()) == []
+
+
+def test_across_filesystems_a_source_that_cannot_be_removed_leaves_no_copy(
+    tmp_path: Path,
+) -> None:
+    """Cross-filesystem quarantine whose source cannot be unlinked (a sub-folder another
+    user owns): the copy is taken back, so retries never pile up copies."""
+    with tmpfs(tmp_path / "other", "4m") as other:
+        src_dir = tmp_path / "hot" / "sub"
+        src_dir.mkdir(parents=True)
+        src = src_dir / "Scan.pdf"
+        src.write_bytes(b"plain text, not a scan\n")
+        os.chmod(src_dir, 0o555)  # root ignores modes: make the directory immutable
+        try:
+            proc = os.system(f"chattr +i {src_dir} 2>/dev/null")
+            if proc != 0:
+                pytest.skip("chattr +i is not supported on this filesystem")
+            for _ in range(3):
+                with pytest.raises(PermissionError):
+                    quarantine(src, other / "failed", subdir="sub", tenant="acme",
+                               reason="bad_type", detail="plain text")  # fmt: skip
+            assert src.exists()
+            assert [p for p in (other / "failed").rglob("*") if p.is_file()] == []
+        finally:
+            os.system(f"chattr -i {src_dir} 2>/dev/null")
+            os.chmod(src_dir, 0o755)
