@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import stat
 from datetime import UTC, datetime
 from pathlib import Path
 
 from ingestd.archive import fsync_dir
+from ingestd.fsops import move_entry, same_filesystem
 
 ERROR_SUFFIX = ".error.txt"
 
@@ -58,11 +58,9 @@ def quarantine(
     """
     target_dir = failed_dir / subdir if subdir else failed_dir
     target_dir.mkdir(parents=True, exist_ok=True, mode=0o750)
-    st = os.lstat(path)
-    same_fs = os.stat(target_dir).st_dev == st.st_dev
     target = _free_target(target_dir, safe_name(name or path.name))
     note_extra = ""
-    if not same_fs and not stat.S_ISREG(st.st_mode):
+    if not same_filesystem(path, target_dir) and not stat.S_ISREG(os.lstat(path).st_mode):
         note_extra = "note: the entry was removed (not a regular file, other filesystem)\n"
         target = Path(f"{target}.removed")
     note = Path(f"{target}{ERROR_SUFFIX}")
@@ -85,7 +83,7 @@ def quarantine(
         raise
     os.close(fd)
     try:
-        _move(path, target, st, same_fs)
+        move_entry(path, target)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(note)
@@ -94,29 +92,3 @@ def quarantine(
     with contextlib.suppress(OSError):
         fsync_dir(path.parent)
     return note
-
-
-def _move(path: Path, target: Path, st: os.stat_result, same_fs: bool) -> None:
-    if same_fs:
-        os.rename(path, target)
-        return
-    if not stat.S_ISREG(st.st_mode):
-        os.unlink(path)
-        return
-    tmp = target.with_name(f".{target.name}.copying")
-    try:
-        shutil.copy2(path, tmp, follow_symlinks=False)
-        with open(tmp, "rb") as fh:
-            os.fsync(fh.fileno())
-        os.rename(tmp, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    try:
-        os.unlink(path)
-    except BaseException:
-        # The source stays (its retry moves it again): no second copy may be left behind.
-        with contextlib.suppress(OSError):
-            os.unlink(target)
-        raise
