@@ -161,6 +161,7 @@ class _ServerPolicy(paramiko.ServerInterface):
             log=self.log.bind(account=account.username, tenant=account.tenant),
             legacy=conn.legacy,
             tenant_status=self.server.tenant_status,
+            allowed_types=frozenset(self.server.config.intake.allowed_types),
         )
         conn.session = self.session
         conn.authenticated.set()

@@ -18,6 +18,7 @@ belongs to a connection that dropped before CLOSE; it is deleted (no document).
 from __future__ import annotations
 
 import contextlib
+import errno
 import fnmatch
 import json
 import os
@@ -76,7 +77,12 @@ def _new_id() -> str:
 
 
 class QuotaExceeded(Exception):
-    pass
+    """A reservation would take the account over its quota; says by how much, for the client."""
+
+    def __init__(self, used: int, limit: int) -> None:
+        super().__init__(f"account holds {used} pending bytes, quota is {limit}")
+        self.used = used
+        self.limit = limit
 
 
 class Spool:
@@ -149,7 +155,7 @@ class Spool:
         with self._lock:
             used = self._usage.get(account, 0)
             if nbytes > 0 and used + nbytes > limit:
-                raise QuotaExceeded(f"account holds {used} pending bytes, quota is {limit}")
+                raise QuotaExceeded(used, limit)
             self._usage[account] = used + nbytes
 
     def release(self, account: str, nbytes: int) -> None:
@@ -172,10 +178,18 @@ class Spool:
         tmp = self.queue_dir / f".tmp-{entry.id}.json"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, FILE_MODE)
         try:
-            os.write(fd, entry.to_json())
+            data = entry.to_json()
+            if os.write(fd, data) != len(data):
+                # Short: the filesystem filled up. Truncated metadata must never be acked.
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(tmp))
             os.fsync(fd)
-        finally:
+        except BaseException:
+            # A full spool fails here: leave no half-written metadata for recovery to trip on.
             os.close(fd)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
+        os.close(fd)
         os.rename(tmp, meta)
         try:
             os.rename(src, self.queue_dir / f"{entry.id}.data")

@@ -4,7 +4,9 @@ Every path from the client is canonicalised here and only here (``resolve``); a 
 byte, a control character or a ``..`` above the root is refused with an SFTP error and a
 log line naming the account and the path. We never create symlinks, and any found on the
 way (an admin's mistake) is refused, not followed. Uploads go to a private partial file
-per handle; CLOSE fsyncs it and hands it to the spool (see spool.py).
+per handle; CLOSE fsyncs it and hands it to the spool (see spool.py). Content intake would
+refuse (by its first bytes: ``filetypes``) fails the upload itself, with the reason in the
+status message, so the scanner shows the error instead of a success nobody sees undone.
 """
 
 from __future__ import annotations
@@ -42,10 +44,10 @@ from paramiko.sftp import (
     SFTP_PERMISSION_DENIED,
 )
 
-from ingestd import metrics
+from ingestd import filetypes, metrics
 from ingestd.archive import fsync_dir
 from ingestd.config import SftpAccountConfig
-from ingestd.intake import Refused, check_filename
+from ingestd.intake import Reason, Refused, check_filename
 from ingestd.sftp.spool import Entry, QuotaExceeded, Spool
 from ingestd.sftp.tenant_status import MISSING, TenantStatusCache
 
@@ -55,17 +57,72 @@ DIR_ATTR_MODE = 0o040750
 
 
 class SftpRefusal(Exception):
-    """A request we refuse; carries the SFTP status code and the reason for the log."""
+    """A request we refuse; carries the SFTP status code, the reason for the log and the
+    message the client sees. ``quiet``: already logged (a refusal repeated, not a new one)."""
 
-    def __init__(self, code: int, reason: str, message: str) -> None:
+    def __init__(self, code: int, reason: str, message: str, *, quiet: bool = False) -> None:
         super().__init__(message)
         self.code = code
         self.reason = reason
         self.message = message
+        self.quiet = quiet
 
 
 def _refuse(reason: str, message: str, code: int = SFTP_PERMISSION_DENIED) -> SftpRefusal:
     return SftpRefusal(code, reason, message)
+
+
+_NO_SPACE = {errno.ENOSPC: "no space left on device", errno.EDQUOT: "disk quota exceeded"}
+
+
+def storage_refusal(exc: OSError, reason: str,
+                    outcome: str = "the upload was not stored") -> SftpRefusal:  # fmt: skip
+    """What the client reads when the spool's filesystem fails us. A full disk is said as
+    such: the scanner's operator cannot fix it, but must know to call the admin, not retry."""
+    if exc.errno in _NO_SPACE:
+        return _refuse("spool_full", f"the server's spool is full ({_NO_SPACE[exc.errno]}); "
+                                     f"{outcome}", SFTP_FAILURE)  # fmt: skip
+    return _refuse(reason, f"cannot store the data: {exc.strerror or exc}; {outcome}",
+                   SFTP_FAILURE)  # fmt: skip
+
+
+def content_refusal(header: bytes, size: int, allowed: frozenset[str]) -> SftpRefusal | None:
+    """Why intake would refuse a file of ``size`` bytes starting with ``header``, or None.
+
+    The same test as intake's (``filetypes.detect`` against the allowed types), said
+    while the scanner still waits for its answer: refused later, in intake, the file only
+    lands in the failed folder and the scanner shows success.
+    """
+    if size == 0:
+        return _refuse(str(Reason.empty), "refused: file is empty", SFTP_FAILURE)
+    ftype = filetypes.detect(header)
+    if ftype is None or ftype.name not in allowed:
+        return _refuse(str(Reason.bad_type), f"refused: content is {filetypes.describe(header)}; "
+                       f"allowed types: {', '.join(sorted(allowed))}", SFTP_FAILURE)  # fmt: skip
+    return None
+
+
+def read_header(path: Path) -> bytes:
+    """The first ``HEADER_BYTES`` of a file the server wrote (a partial or a temp upload)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        return os.pread(fd, filetypes.HEADER_BYTES, 0)
+    finally:
+        os.close(fd)
+
+
+def _uncovered(gaps: list[tuple[int, int]], start: int, end: int) -> list[tuple[int, int]]:
+    """``gaps`` (byte ranges not written yet) minus the range a WRITE just delivered."""
+    out: list[tuple[int, int]] = []
+    for a, b in gaps:
+        if end <= a or start >= b:
+            out.append((a, b))
+            continue
+        if a < start:
+            out.append((a, start))
+        if end < b:
+            out.append((end, b))
+    return out
 
 
 def resolve(vpath: str) -> tuple[str, ...]:
@@ -106,12 +163,18 @@ class Session:
     # Checked at every upload's OPEN too, not only at login: a session that outlives its
     # tenant's suspension or deletion must not keep feeding the spool.
     tenant_status: TenantStatusCache | None = None
+    # intake.allowed_types: content is checked at upload against what intake will accept.
+    allowed_types: frozenset[str] = frozenset(filetypes.ARCHIVABLE)
     last_activity: float = field(default_factory=time.monotonic)
     uploads: int = 0
     upload_bytes: int = 0
     # Files this session completed, by virtual path: a scanner that stats or setstats
     # its file right after CLOSE gets an answer even if intake already took it.
     recent: dict[str, paramiko.SFTPAttributes] = field(default_factory=dict)
+    # ... and why the ones it refused are not there: clients that stat after CLOSE
+    # (paramiko's put) report that instead of a bare "no such file". paramiko ignores a
+    # failed CLOSE, so for a short file this is the only place its caller sees the reason.
+    refused_uploads: dict[str, str] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def touch(self) -> None:
@@ -122,9 +185,17 @@ class Session:
         attr.st_size, attr.st_mode = size, PENDING_FILE_MODE
         attr.st_mtime = attr.st_atime = int(mtime)
         with self.lock:
+            self.refused_uploads.pop(vpath, None)
             self.recent[vpath] = attr
             if len(self.recent) > 1000:
                 self.recent.pop(next(iter(self.recent)))
+
+    def remember_refusal(self, vpath: str, message: str) -> None:
+        with self.lock:
+            self.recent.pop(vpath, None)
+            self.refused_uploads[vpath] = message
+            if len(self.refused_uploads) > 1000:
+                self.refused_uploads.pop(next(iter(self.refused_uploads)))
 
 
 def _attrs(st: os.stat_result, name: str) -> paramiko.SFTPAttributes:
@@ -145,7 +216,14 @@ def _entry_attrs(entry: Entry) -> paramiko.SFTPAttributes:
 
 
 class UploadHandle(paramiko.SFTPHandle):
-    """One open write handle: bytes go to a private partial file, no fsync until CLOSE."""
+    """One open write handle: bytes go to a private partial file, no fsync until CLOSE.
+
+    A final-named upload's content is checked as soon as its first ``HEADER_BYTES`` are
+    in (writes may come in any order: clients pipeline them), and again at CLOSE from the
+    file itself. A refusal is final: it is logged once, the bytes and the quota go at
+    once, and every later WRITE and the CLOSE answer with the same reason. Temp-named
+    uploads (``x.pdf.part``) are checked when they are renamed to their final name.
+    """
 
     def __init__(self, vfs: InboxSFTP, parts: tuple[str, ...], flags: int) -> None:
         super().__init__(flags)
@@ -156,12 +234,17 @@ class UploadHandle(paramiko.SFTPHandle):
         self.size = 0  # bytes reserved against the quota
         self.failed: SftpRefusal | None = None
         self.closed = False
+        self.check_content = not vfs.spool.is_temp_name(parts[-1])
+        # Byte ranges of the header not written yet; empty once the header was checked.
+        self._header_gaps = [(0, filetypes.HEADER_BYTES)] if self.check_content else []
 
     def seed_from(self, existing: Path) -> None:
         """Open without TRUNC on an existing temp-named file: continue from its bytes."""
         with open(existing, "rb") as src, os.fdopen(os.dup(self.fd), "wb") as dst:
             shutil.copyfileobj(src, dst)
-        self._grow(os.fstat(self.fd).st_size)
+        size = os.fstat(self.fd).st_size
+        self._grow(size)
+        self._header_arrived(0, size, b"")
 
     def _grow(self, end: int) -> None:
         if end <= self.size:
@@ -176,36 +259,75 @@ class UploadHandle(paramiko.SFTPHandle):
         try:
             self.vfs.spool.reserve(acct.username, end - self.size, int(acct.quota))
         except QuotaExceeded as exc:
-            raise _refuse("quota_exceeded", f"quota exceeded: {exc}", SFTP_FAILURE) from None
+            # What the account holds besides this upload, whose bytes go with the refusal.
+            held = max(0, exc.used - self.size)
+            message = f"quota exceeded: the account holds {held} pending bytes, its quota is "
+            raise _refuse("quota_exceeded", f"{message}{exc.limit}", SFTP_FAILURE) from None
         self.size = end
+
+    def _store(self, offset: int, data: bytes) -> None:
+        view = memoryview(data)
+        try:
+            while view:
+                # A write that fills the disk is short first, then fails with ENOSPC.
+                n = os.pwrite(self.fd, view, offset)
+                if n <= 0:
+                    raise OSError(errno.EIO, "the filesystem accepted no bytes")
+                view, offset = view[n:], offset + n
+        except OSError as exc:
+            raise storage_refusal(exc, "write_error") from None
+
+    def _header_arrived(self, offset: int, end: int, data: bytes) -> None:
+        """Bytes ``offset..end`` are written: once all of the header is, check it."""
+        if not self._header_gaps or offset >= filetypes.HEADER_BYTES:
+            return
+        self._header_gaps = _uncovered(self._header_gaps, offset, end)
+        if self._header_gaps:
+            return  # not all there yet, or the file is shorter: CLOSE decides
+        if offset == 0 and len(data) >= filetypes.HEADER_BYTES:
+            header = data[: filetypes.HEADER_BYTES]  # the usual case: one write has it all
+        else:
+            header = read_header(self.partial)
+        refusal = content_refusal(header, len(header), self.session.allowed_types)
+        if refusal is not None:
+            raise refusal
+
+    def _fail(self, op: str, exc: SftpRefusal) -> None:
+        """Refuse the upload for good. The partial and its quota go now, not at CLOSE: a
+        client may pipeline many more writes, or never send CLOSE at all."""
+        self.failed = exc
+        self.vfs.refused(op, self.parts, exc)
+        self.session.remember_refusal(vpath_of(self.parts), exc.message)
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+        self._discard()
 
     def write(self, offset: int, data: bytes) -> int:
         if self.failed is not None:
             return self.failed.code
         try:
             self._grow(offset + len(data))
+            self._store(offset, data)
+            self._header_arrived(offset, offset + len(data), data)
         except SftpRefusal as exc:
-            self.failed = exc
-            self.vfs.refused("write", self.parts, exc)
+            # Disk full or a refused type: the CLOSE a client sends after the error must
+            # report failure too, instead of ingesting a torso.
+            self._fail("write", exc)
             return exc.code
-        try:
-            os.pwrite(self.fd, data, offset)
-        except OSError as exc:
-            # Disk full or I/O error: the file is incomplete. Mark it so that the CLOSE a
-            # client sends after the error reports failure instead of ingesting a torso.
-            self.failed = _refuse("write_error", f"cannot store the data: {exc.strerror}",
-                                  SFTP_FAILURE)  # fmt: skip
-            self.vfs.refused("write", self.parts, self.failed)
-            return SFTP_FAILURE
         return SFTP_OK
 
     def read(self, offset: int, length: int) -> int:
         return SFTP_PERMISSION_DENIED
 
     def stat(self) -> paramiko.SFTPAttributes | int:
+        if self.fd < 0:
+            return self.failed.code if self.failed is not None else SFTP_FAILURE
         return _attrs(os.fstat(self.fd), self.parts[-1])
 
     def chattr(self, attr: paramiko.SFTPAttributes) -> int:
+        if self.failed is not None:
+            return self.failed.code
         try:
             self.vfs.check_setstat(attr)
         except SftpRefusal as exc:
@@ -217,7 +339,7 @@ class UploadHandle(paramiko.SFTPHandle):
         return SFTP_OK
 
     def close(self) -> int:
-        """CLOSE: fsync, then hand the file to the spool. The reply waits for this."""
+        """CLOSE: check, fsync, then hand the file to the spool. The reply waits for this."""
         if self.closed:
             return SFTP_OK
         self.closed = True
@@ -225,25 +347,30 @@ class UploadHandle(paramiko.SFTPHandle):
             self.abort()
             return self.failed.code
         try:
-            os.fsync(self.fd)
             st = os.fstat(self.fd)
+            if self.check_content:
+                # Read back, not from what the writes said: a short file, writes with holes
+                # or a header rewritten after the early check are all decided here.
+                refusal = content_refusal(read_header(self.partial), st.st_size,
+                                          self.session.allowed_types)  # fmt: skip
+                if refusal is not None:
+                    raise refusal
+            os.fsync(self.fd)
+        except SftpRefusal as exc:
+            self._fail("close", exc)
+            return exc.code
         except OSError as exc:
-            self.abort()
-            self.session.log.error("sftp.upload_failed", path=vpath_of(self.parts),
-                                   detail=f"fsync: {exc}")  # fmt: skip
+            self._fail("close", storage_refusal(exc, "fsync_error"))
             return SFTP_FAILURE
         os.close(self.fd)
         self.fd = -1
         try:
             self.vfs.complete_upload(self.partial, self.parts, st.st_size, st.st_mtime)
         except SftpRefusal as exc:
-            self._discard()
-            self.vfs.refused("close", self.parts, exc)
+            self._fail("close", exc)
             return exc.code
         except OSError as exc:
-            self._discard()
-            self.session.log.error("sftp.upload_failed", path=vpath_of(self.parts),
-                                   detail=str(exc))  # fmt: skip
+            self._fail("close", storage_refusal(exc, "store_error"))
             return SFTP_FAILURE
         return SFTP_OK
 
@@ -280,8 +407,10 @@ class InboxSFTP(paramiko.SFTPServerInterface):
     def refused(self, op: str, parts: tuple[str, ...] | str, exc: SftpRefusal) -> None:
         path = parts if isinstance(parts, str) else vpath_of(parts)
         metrics.SFTP_REFUSED.labels(exc.reason).inc()
-        self.session.log.warning("sftp.refused", op=op, path=path, reason=exc.reason,
-                                 detail=exc.message)  # fmt: skip
+        # A full or failing spool is the server's fault, not the client's: an admin must act.
+        server_fault = exc.reason == "spool_full" or exc.reason.endswith("_error")
+        emit = self.session.log.error if server_fault else self.session.log.warning
+        emit("sftp.refused", op=op, path=path, reason=exc.reason, detail=exc.message)
 
     def _real(self, parts: tuple[str, ...]) -> Path:
         real = self.root.joinpath(*parts)
@@ -359,6 +488,8 @@ class InboxSFTP(paramiko.SFTPServerInterface):
         if flags & os.O_EXCL and (st is not None or self._pending(parts) is not None):
             raise _refuse("exists", "the file already exists", SFTP_FAILURE)
         handle = UploadHandle(self, parts, flags)
+        with self.session.lock:  # a new attempt: an earlier refusal no longer explains it
+            self.session.refused_uploads.pop(vpath_of(parts), None)
         try:
             if st is not None and not flags & os.O_TRUNC:
                 handle.seed_from(self._real(parts))
@@ -408,8 +539,9 @@ class InboxSFTP(paramiko.SFTPServerInterface):
         self.session.upload_bytes += size
         metrics.SFTP_UPLOADS.labels(acct.tenant).inc()
         metrics.SFTP_UPLOAD_BYTES.labels(acct.tenant).inc(size)
+        # The spool id is the upload's correlation id (trace): intake and its jobs carry it.
         self.session.log.info("sftp.upload_complete", path=vpath_of(parts), size=size,
-                              spool_id=entry.id)  # fmt: skip
+                              spool_id=entry.id, trace=entry.id)  # fmt: skip
 
     def list_folder(self, path: str) -> Any:
         parts = resolve(path)
@@ -440,6 +572,10 @@ class InboxSFTP(paramiko.SFTPServerInterface):
             return _entry_attrs(entry)
         with self.session.lock:
             recent = self.session.recent.get(vpath_of(parts))
+            refusal = self.session.refused_uploads.get(vpath_of(parts))
+        if refusal is not None:
+            # Logged when it was refused; this only says again why the file is not there.
+            raise SftpRefusal(SFTP_NO_SUCH_FILE, "refused_upload", refusal, quiet=True)
         return recent if recent is not None else SFTP_NO_SUCH_FILE
 
     lstat = stat
@@ -485,7 +621,13 @@ class InboxSFTP(paramiko.SFTPServerInterface):
         if st is not None:
             real_old = self._real(old)
             if stat.S_ISREG(st.st_mode) and not self.spool.is_temp_name(new[-1]):
-                # The scanner's "upload as x.tmp, rename to x.pdf": now it is complete.
+                # The scanner's "upload as x.tmp, rename to x.pdf": now it is complete, and
+                # its content is checked as a final-named upload's is at CLOSE. Refused, it
+                # keeps its temp name (and its quota) until the client removes it.
+                refusal = content_refusal(read_header(real_old), st.st_size,
+                                          self.session.allowed_types)  # fmt: skip
+                if refusal is not None:
+                    raise refusal
                 if target is not None:
                     os.unlink(self._real(new))
                     self.spool.release(self.account.username, target.st_size)
@@ -493,6 +635,11 @@ class InboxSFTP(paramiko.SFTPServerInterface):
                     self._enqueue(real_old, new, st.st_size, st.st_mtime)
                 except FileNotFoundError:
                     return SFTP_NO_SUCH_FILE  # another session took it first
+                except OSError as exc:
+                    if exc.errno not in _NO_SPACE:
+                        raise
+                    raise storage_refusal(exc, "store_error",
+                                          "the file keeps its temp name") from None  # fmt: skip
                 fsync_dir(real_old.parent)
                 self.session.remember(vpath_of(new), st.st_size, st.st_mtime)
                 return SFTP_OK
@@ -577,7 +724,9 @@ class IngestSFTPServer(paramiko.SFTPServer):
 
     - CLOSE can fail: paramiko always answers OK, but our CLOSE is the durability point
       and must report a failed fsync, quota or size limit.
-    - Refusals carry a reason: one place maps ``SftpRefusal`` to a status and a log line.
+    - Refusals carry a reason: one place maps ``SftpRefusal`` to a status and a log line,
+      and the client reads the reason in the status message, for WRITE, FSTAT, FSETSTAT
+      and CLOSE too (paramiko would send its bare "Failure").
     - A dropped connection aborts open uploads instead of closing (= completing) them.
     - The version reply advertises what we do (posix-rename, limits), not check-file,
       which needs reads a drop box refuses.
@@ -614,6 +763,15 @@ class IngestSFTPServer(paramiko.SFTPServer):
             if t == CMD_CLOSE:
                 self._close(request_number, msg)
                 return
+            if t == CMD_WRITE:
+                self._write(request_number, msg)
+                return
+            if t in (CMD_FSTAT, CMD_FSETSTAT):
+                failed = self._failed_upload(msg.get_binary())
+                msg.packet.seek(start)  # paramiko reads the request itself
+                if failed is not None:
+                    self._send_status(request_number, failed.code, failed.message)
+                    return
             if t == CMD_EXTENDED:
                 tag = msg.get_text()
                 if tag == "hardlink@openssh.com":
@@ -629,7 +787,8 @@ class IngestSFTPServer(paramiko.SFTPServer):
                 return
             super()._process(t, request_number, msg)
         except SftpRefusal as exc:
-            self._refused(t, msg, start, exc)
+            if not exc.quiet:
+                self._refused(t, msg, start, exc)
             self._send_status(request_number, exc.code, exc.message)
         except UnicodeDecodeError:
             bad = _refuse("bad_encoding", "path is not valid UTF-8", SFTP_FAILURE)
@@ -641,6 +800,8 @@ class IngestSFTPServer(paramiko.SFTPServer):
             code = _ERRNO_STATUS.get(exc.errno or 0, SFTP_FAILURE)
             err = _refuse(f"os_{errno.errorcode.get(exc.errno or 0, 'error')}",
                           exc.strerror or str(exc), code)  # fmt: skip
+            if exc.errno in _NO_SPACE:
+                err = storage_refusal(exc, err.reason, "nothing was changed")
             self._refused(t, msg, start, err)
             self._send_status(request_number, err.code, err.message)
 
@@ -665,6 +826,21 @@ class IngestSFTPServer(paramiko.SFTPServer):
                 )
         self.server.refused(op, path, exc)
 
+    def _failed_upload(self, handle: bytes) -> SftpRefusal | None:
+        fobj = self.file_table.get(handle)
+        return fobj.failed if isinstance(fobj, UploadHandle) else None
+
+    def _write(self, request_number: int, msg: paramiko.Message) -> None:
+        handle, offset, data = msg.get_binary(), msg.get_int64(), msg.get_binary()
+        fobj = self.file_table.get(handle)
+        if fobj is None:
+            self._send_status(request_number, paramiko.sftp.SFTP_BAD_MESSAGE, "Invalid handle")
+            return
+        code = fobj.write(offset, data)
+        failed = self._failed_upload(handle)
+        message = failed.message if code != SFTP_OK and failed is not None else None
+        self._send_status(request_number, code, message)
+
     def _close(self, request_number: int, msg: paramiko.Message) -> None:
         handle = msg.get_binary()
         if handle in self.folder_table:
@@ -677,7 +853,11 @@ class IngestSFTPServer(paramiko.SFTPServer):
             return
         result = fobj.close()
         code = result if isinstance(result, int) else SFTP_OK
-        self._send_status(request_number, code, "" if code == SFTP_OK else "upload failed")
+        failed = fobj.failed if isinstance(fobj, UploadHandle) else None
+        # Failed: the upload's own reason ("refused: content is ...", "quota exceeded: ..."),
+        # the last answer the scanner gets about this file and often the only one it shows.
+        message = "" if code == SFTP_OK else failed.message if failed else "upload failed"
+        self._send_status(request_number, code, message)
 
     def finish_subsystem(self) -> None:
         for fobj in list(self.file_table.values()):

@@ -86,8 +86,8 @@ def rig2(rig: Rig) -> Rig:
     """
     rig.service.loop.stop()
     with rig.paramiko("scan2") as sftp:
-        _upload(sftp, "b.pdf.part", b"scan2 temp bytes")
-        _upload(sftp, "pending.pdf", b"scan2 pending bytes")
+        _upload(sftp, "b.pdf.part", b"%PDF-1.4 scan2 temp bytes")
+        _upload(sftp, "pending.pdf", b"%PDF-1.4 scan2 pending bytes")
         assert sorted(sftp.listdir("/")) == ["b.pdf.part", "pending.pdf"]
     return rig
 
@@ -107,8 +107,8 @@ def test_account_cannot_reach_another_inbox(rig2: Rig) -> None:
     """scan1 can neither list, read, overwrite, rename, delete nor link into scan2's inbox."""
     rig = rig2
     before = _scan2_state(rig)
-    assert before["inbox"] == {"b.pdf.part": b"scan2 temp bytes"}
-    assert before["pending"] == [("pending.pdf", "", b"scan2 pending bytes")]
+    assert before["inbox"] == {"b.pdf.part": b"%PDF-1.4 scan2 temp bytes"}
+    assert before["pending"] == [("pending.pdf", "", b"%PDF-1.4 scan2 pending bytes")]
     a = Attempts(rig)
     with rig.paramiko("scan1") as sftp:
         _upload(sftp, "mine.pdf.part", b"scan1 temp bytes")
@@ -189,7 +189,7 @@ def test_scan2_still_sees_its_files_after_the_attempts(rig2: Rig) -> None:
     entries = rig.spool.pending("scan2", "")
     assert sorted(e.filename for e in entries) == ["b.pdf", "pending.pdf"]
     assert {rig.spool.data_path(e).read_bytes() for e in entries} == {
-        b"scan2 temp bytes", b"scan2 pending bytes"}  # fmt: skip
+        b"%PDF-1.4 scan2 temp bytes", b"%PDF-1.4 scan2 pending bytes"}  # fmt: skip
 
 
 def test_refused_rename_logs_the_escaping_target(rig2: Rig) -> None:
@@ -295,7 +295,7 @@ def test_openssh_batch_escapes_fail(rig2: Rig) -> None:
     refusals = rig.logs("sftp.refused")
     assert {r["reason"] for r in refusals} >= {"path_escape", "symlink"}
     assert {r["account"] for r in refusals} == {"scan1"}
-    assert _tree(rig.spool.inbox_root / "scan2") == {"b.pdf.part": b"scan2 temp bytes"}
+    assert _tree(rig.spool.inbox_root / "scan2") == {"b.pdf.part": b"%PDF-1.4 scan2 temp bytes"}
 
 
 def test_openssh_batch_sees_only_its_inbox(rig2: Rig) -> None:

@@ -8,6 +8,7 @@ import threading
 
 import pytest
 
+from ingestd.db import Database
 from tests.conftest import wait_until
 from tests.fixtures.files import pdf_bytes
 from tests.integration.sftp.conftest import Rig
@@ -184,17 +185,34 @@ def test_quota_and_size_limit(make_rig: object, password_hashes: dict[str, str])
     assert rig.spool.usage("scan1") == one.stat().st_size
 
 
-def test_refused_content_is_quarantined_with_reason(rig: Rig) -> None:
-    """An upload intake refuses (not a document) goes to the failed folder with a note."""
-    with rig.paramiko() as sftp, sftp.open("evil.pdf", "wb") as fh:
-        fh.write(b"MZ\x90\x00 this is an executable")
+def test_refused_content_fails_the_upload_and_nothing_is_kept(rig: Rig) -> None:
+    """An upload intake would refuse (an executable named .pdf) fails at the client with
+    its reason; nothing is spooled, quarantined or recorded."""
+    refused = pytest.raises(OSError, match="refused: content is Windows executable")
+    with refused, rig.paramiko() as sftp, sftp.open("evil.pdf", "wb") as fh:
+        fh.write(b"MZ\x90\x00 this is an executable" + bytes(3000))
+    rig.wait_idle()
+    assert rig.failed_notes() == []
+    assert rig.documents() == []
+
+
+def test_spooled_upload_intake_refuses_is_quarantined_with_reason(
+    make_rig: object, db: Database
+) -> None:
+    """An upload that passes the upload checks but that intake refuses (a duplicate with
+    intake.duplicates = refuse) goes to the failed folder with a note."""
+    rig: Rig = make_rig(intake={"duplicates": "refuse"})  # type: ignore[operator]
+    src = rig.write_pdf("a.pdf", 62)
+    with rig.paramiko() as sftp:
+        sftp.put(str(src), "first.pdf")
+        rig.wait_documents(1)
+        sftp.put(str(src), "again.pdf")
     rig.wait_idle()
     notes = rig.failed_notes()
-    assert len(notes) == 1
-    assert notes[0].name == "evil.pdf.error.txt"
-    assert "bad_type" in notes[0].read_text()
+    assert [n.name for n in notes] == ["again.pdf.error.txt"]
+    assert "reason: duplicate" in notes[0].read_text()
     assert os.path.exists(str(notes[0]).removesuffix(".error.txt"))
-    assert rig.documents() == []
+    assert len(rig.documents()) == 1
 
 
 def test_long_folder_name_tag_is_cut_not_retried_forever(
