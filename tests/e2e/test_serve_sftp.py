@@ -160,3 +160,59 @@ def test_serve_starts_with_postgres_down(tmp_path: Path) -> None:
             wait_until(lambda: count() == 1, timeout=90, interval=0.5)
         finally:
             assert serve.wait() == 0
+
+
+def test_one_id_follows_an_upload_from_arrival_to_its_last_job(
+    tmp_path: Path, db_url: str
+) -> None:
+    """The upload's spool id is its trace: `grep ID` finds sftp.upload_complete, the spool
+    and intake lines of the daemon and every job line of the worker, and the document."""
+    key = tmp_path / "id_ed25519"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    port = _free_port()
+    cfg = tmp_path / "ingestd.toml"
+    write_config(cfg, {
+        "database": {"url": db_url, "connect_timeout": 2},
+        "paths": {"state_dir": str(tmp_path / "state"), "spool": str(tmp_path / "spool"),
+                  "archive": str(tmp_path / "archive")},
+        "log": {"format": "json"},
+        "worker": {"poll_interval": 0.2},
+        "analysis": {"jobs": 1},
+        "sftp": {"listen": f"127.0.0.1:{port}", "retry_max_delay": 1},
+        "sftp.accounts": [{"username": "scan1", "tenant": "acme",
+                           "password_hash": hash_password("pw-1", rounds=4),
+                           "authorized_keys": [key.with_suffix(".pub").read_text().strip()]}],
+    })  # fmt: skip
+    env = Env(tmp_path, cfg, None, db_url)  # type: ignore[arg-type]
+    assert run_cli(env, "tenant", "create", "acme").returncode == 0
+    assert run_cli(env, "worker", "--drain").returncode == 0  # provision-tenant: active
+    serve = Serve(tmp_path, cfg)
+    serve.start()
+    try:
+        up = tmp_path / "up"
+        up.mkdir()
+        (up / "Scan_0001.pdf").write_bytes(pdf_bytes("trace me", seed=77))
+        batch = tmp_path / "batch"
+        batch.write_text("put Scan_0001.pdf\n")
+        result = subprocess.run(
+            ["sftp", "-b", str(batch), "-P", str(port), "-i", str(key), *SSH, "scan1@127.0.0.1"],
+            capture_output=True, text=True, timeout=60, cwd=up, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        wait_until(lambda: serve.events("intake.ingested"), timeout=60)
+    finally:
+        assert serve.wait() == 0
+    [upload] = serve.events("sftp.upload_complete")
+    trace = upload["trace"]
+    assert trace == upload["spool_id"]
+    worker = run_cli(env, "worker", "--drain")
+    assert worker.returncode == 0, worker.stderr[-2000:]
+
+    daemon_lines = [e for e in read_events(serve.log_path) if trace in json.dumps(e)]
+    assert {"sftp.upload_complete", "intake.ingested"} <= {e["event"] for e in daemon_lines}
+    worker_lines = [json.loads(line) for line in worker.stderr.splitlines() if trace in line]
+    assert {"job.started", "job.done"} <= {e["event"] for e in worker_lines}
+    assert all(e.get("trace") == trace for e in worker_lines)
+    with Database(db_url) as db, db.transaction() as tx:
+        doc = tx.raw("SELECT trace_id, processing_status FROM documents")[0]
+    assert (doc["trace_id"], doc["processing_status"]) == (trace, "done")
