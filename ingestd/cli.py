@@ -5,12 +5,14 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
+import signal
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ingestd import __version__, log
+from ingestd import __version__, checks, log
 from ingestd.config import Config, default_config_path, load_config
 from ingestd.errors import ConfigError, ExitCode, IngestdError, TenantNotFound
 from ingestd.intake import IntakeItem, Outcome
@@ -43,9 +45,10 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     results: list[dict[str, Any]] = []
     for f in files:
         try:
-            missing = _missing_ocr_languages(load_config(f))
-            if missing:
-                raise ConfigError(f"{f}: {len(missing)} problem(s)", missing)
+            # What the runtime would find on this machine too: OCR languages, secrets.
+            problems = checks.machine_problems(load_config(f))
+            if problems:
+                raise ConfigError(f"{f}: {len(problems)} problem(s)", problems)
             results.append({"file": str(f), "ok": True, "problems": []})
         except ConfigError as exc:
             results.append(
@@ -63,25 +66,6 @@ def cmd_check_config(args: argparse.Namespace) -> int:
                 if problem != r["error"]:
                     print(f"  {problem}")
     return ExitCode.ok if all(r["ok"] for r in results) else ExitCode.config_invalid
-
-
-def _missing_ocr_languages(config: Config) -> list[str]:
-    """analysis languages without an installed tesseract pack (checked here, where the
-    machine is known, not in the schema: the config may be written on another host)."""
-    from worker.ocr import OcrError, available_languages
-
-    a = config.analysis
-    wanted = {"analysis.languages": a.languages}
-    wanted |= {f"analysis.tenant_languages.{t}": v for t, v in a.tenant_languages.items()}
-    try:
-        installed = available_languages()
-    except OcrError as exc:
-        return [f"analysis.languages: cannot list tesseract's languages: {exc.message}"]
-    return [
-        f"{key}: tesseract language {lang!r} is not installed "
-        f"(apt-get install tesseract-ocr-{lang.replace('_', '-')})"
-        for key, langs in wanted.items() for lang in langs if lang not in installed
-    ]
 
 
 # -- migrate ----------------------------------------------------------------------------
@@ -613,21 +597,43 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _report(exc: IngestdError) -> int:
+    """The error on stderr: a JSON log line when logs are JSON (journald, a pipe: every
+    line parses), else ``ingestd: message`` and the problems indented below it."""
+    problems = [p for p in exc.problems if p != exc.message] if isinstance(exc, ConfigError) else []
+    if log.json_output():
+        fields: dict[str, Any] = {"problems": problems} if problems else {}
+        log.get_logger().error("cli.error", error=exc.message, exit_code=int(exc.exit_code),
+                               **fields)  # fmt: skip
+    else:
+        print(f"ingestd: {exc.message}", file=sys.stderr)
+        for problem in problems:
+            print(f"  {problem}", file=sys.stderr)
+    return int(exc.exit_code)
+
+
+def _stdout_closed() -> int:
+    """`ingestd jobs list | head -1`: the reader left. End quietly, as a tool killed by
+    SIGPIPE would (the Python docs' recipe: stdout to /dev/null, so the interpreter's
+    final flush of what is still buffered cannot raise again)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 128 + signal.SIGPIPE
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     log.configure()
     args = build_parser().parse_args(argv)
     func: Handler = args.func
     try:
-        return int(func(args))
-    except ConfigError as exc:
-        print(f"ingestd: {exc.message}", file=sys.stderr)
-        for problem in exc.problems:
-            if problem != exc.message:
-                print(f"  {problem}", file=sys.stderr)
-        return int(exc.exit_code)
+        code = int(func(args))
+        sys.stdout.flush()  # a closed pipe shows here, inside the try, not at exit
+        return code
+    except BrokenPipeError:
+        return _stdout_closed()
     except IngestdError as exc:
-        print(f"ingestd: {exc.message}", file=sys.stderr)
-        return int(exc.exit_code)
+        return _report(exc)
     except KeyboardInterrupt:
         return 130
 

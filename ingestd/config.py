@@ -15,16 +15,17 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import (
-    BaseModel,
     ByteSize,
-    ConfigDict,
     Field,
     ValidationError,
     field_validator,
     model_validator,
 )
 
-from ingestd.config_rules import REGEX_TIMEOUT, TaxonomyRule, WorkflowRule
+from ingestd import pathcheck
+from ingestd.config_notify import NotifySink, SmtpConfig, check_notify
+from ingestd.config_notify import secret_files as notify_secret_files
+from ingestd.config_rules import REGEX_TIMEOUT, ConfigModel, TaxonomyRule, WorkflowRule
 from ingestd.errors import ConfigError
 from ingestd.jobkinds import JobKind
 
@@ -35,9 +36,9 @@ FileType = Literal["pdf", "tiff", "jpeg", "png"]
 _ALL_TYPES: tuple[FileType, ...] = ("pdf", "tiff", "jpeg", "png")
 
 
-class _Section(BaseModel):
-    # Unknown keys are errors: a typo like `max_file_sise` must not silently keep a default.
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class _Section(ConfigModel):
+    """A config table: unknown keys are errors (a typo like `max_file_sise` must not
+    silently keep a default), values are immutable, a boolean is never a number."""
 
 
 class DatabaseConfig(_Section):
@@ -49,14 +50,25 @@ class DatabaseConfig(_Section):
     pool_max_size: Annotated[int, Field(ge=1, le=256)] = 4
     connect_timeout: Annotated[float, Field(gt=0, le=300)] = 5.0
 
+    @model_validator(mode="before")
+    @classmethod
+    def _hide_password(cls, data: Any) -> Any:
+        # An error message shows the value it refuses: never the password it refuses.
+        from ingestd.db import redact_conninfo
+
+        if isinstance(data, dict) and isinstance(data.get("url"), str):
+            return {**data, "url": redact_conninfo(data["url"])}
+        return data
+
     @field_validator("url")
     @classmethod
     def _url_shape(cls, v: str | None) -> str | None:
-        if v is not None and not re.match(r"^(postgres(ql)?://|\w+=)", v):
-            raise ValueError("must be a postgresql:// URL or a libpq key=value string")
-        if v is not None and re.search(r"://[^/@:]+:[^/@]+@", v):
-            # A password in the config file ends up in backups and `ps`; use .pgpass or peer auth.
-            raise ValueError("must not contain a password; use ~/.pgpass, PGPASSFILE or peer auth")
+        # Parsed by psycopg as libpq will parse it, so check-config sees what the
+        # processes will connect with; only ingestd.db speaks psycopg.
+        from ingestd.db import check_conninfo
+
+        if v is not None:
+            check_conninfo(v)  # ValueError: unparsable, or a password in any of its forms
         return v
 
 
@@ -487,6 +499,29 @@ class Config(_Section):
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
     taxonomy: list[TaxonomyRule] = Field(default_factory=list)
     workflows: list[WorkflowRule] = Field(default_factory=list)
+    # Operator notifications (ingestd/config_notify.py): the mail relay and the sinks.
+    smtp: SmtpConfig | None = None
+    notify: list[NotifySink] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _notify_sinks(self) -> Config:
+        problems = check_notify(self.smtp, self.notify)
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    def secret_files(self) -> list[tuple[str, Path]]:
+        """Every file a process will read a secret from, with its key path, for
+        check-config to check on the machine it runs on (ingestd.checks). Not checked in
+        the schema: the config may be written on another host. New kinds of secrets
+        (notification sinks) add their files here."""
+        files: list[tuple[str, Path]] = []
+        for i, w in enumerate(self.workflows):  # rules_files' workflows are merged in
+            hook = w.then.webhook
+            if hook is not None and hook.secret_file is not None:
+                files.append((f"workflows[{i}].then.webhook.secret_file", hook.secret_file))
+        files.extend(notify_secret_files(self.smtp, self.notify))
+        return files
 
     @model_validator(mode="after")
     def _workflow_names_unique(self) -> Config:
@@ -502,60 +537,20 @@ class Config(_Section):
 
     @model_validator(mode="after")
     def _watch_paths_safe(self) -> Config:
-        p = self.paths
-        internal = {
-            "paths.state_dir": p.state_dir,
-            "paths.archive": p.archive_dir,
-            "paths.derived": p.derived_dir,
-            "paths.spool": p.spool,
-        }
+        # One validator for all path problems: pydantic stops at the first one that fails.
         problems = []
         for i, w in enumerate(self.watch):
-            key = f"watch[{i}]"
             for name, value in (("path", w.path), ("done", w.done), ("failed", w.failed)):
                 if value is not None and not value.is_absolute():
-                    problems.append(f"{key}.{name} must be an absolute path (got {str(value)!r})")
-            for iname, ipath in internal.items():
-                if _overlap(w.path, ipath):
-                    # A hot folder inside the archive or spool would feed ingestd its own
-                    # files forever.
-                    problems.append(f"{key}.path ({w.path}) overlaps {iname} ({ipath})")
-            for name, value in (("done", w.done), ("failed", w.failed_dir(p.state_dir))):
-                if value is not None and _overlap(w.path, value):
-                    problems.append(f"{key}.{name} ({value}) must be outside the watched folder")
-            for j, other in enumerate(self.watch[:i]):
-                if _overlap(w.path, other.path):
                     problems.append(
-                        f"{key}.path ({w.path}) overlaps watch[{j}].path ({other.path})"
+                        f"watch[{i}].{name} must be an absolute path (got {str(value)!r})"
                     )
-                for name, value in (
-                    ("done", other.done),
-                    ("failed", other.failed_dir(p.state_dir)),
-                ):
-                    if value is not None and _overlap(w.path, value):
-                        problems.append(f"{key}.path ({w.path}) overlaps watch[{j}].{name}")
+        # Only what the text shows; load_config then checks real paths and mounts
+        # (ingestd.pathcheck, where the rules are), which is the authority.
+        problems.extend(pathcheck.lexical_problems(self))
         if problems:
             raise ValueError("; ".join(problems))
         return self
-
-    @model_validator(mode="after")
-    def _paths_disjoint(self) -> Config:
-        p = self.paths
-        named = {
-            "paths.archive": p.archive_dir,
-            "paths.derived": p.derived_dir,
-            "paths.spool": p.spool,
-        }
-        items = list(named.items())
-        for i, (ka, a) in enumerate(items):
-            for kb, b in items[i + 1 :]:
-                if a == b or a in b.parents or b in a.parents:
-                    raise ValueError(f"{ka} ({a}) and {kb} ({b}) must not overlap")
-        return self
-
-
-def _overlap(a: Path, b: Path) -> bool:
-    return a == b or a in b.parents or b in a.parents
 
 
 def _format_loc(loc: tuple[int | str, ...]) -> str:
@@ -637,7 +632,13 @@ def load_config(path: Path | str | None = None) -> Config:
     base = cfg_path.resolve().parent
     _resolve_relative(data, base)
     _merge_rules_files(data, str(cfg_path))
-    return parse_config(data, source=str(cfg_path))
+    config = parse_config(data, source=str(cfg_path))
+    # Symlinks, '..' and bind mounts as they are on this machine now: at check-config,
+    # at start and at every reload (a reload that fails keeps the running config).
+    problems = pathcheck.filesystem_problems(config)
+    if problems:
+        raise ConfigError(f"{cfg_path}: {len(problems)} problem(s)", problems)
+    return config
 
 
 def _parse_toml(path: Path, raw: bytes) -> dict[str, Any]:

@@ -16,19 +16,23 @@ import os
 import re
 import string
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 import regex
 from pydantic import (
     AfterValidator,
     BaseModel,
+    ByteSize,
     ConfigDict,
     Field,
+    ValidationError,
     ValidationInfo,
+    ValidatorFunctionWrapHandler,
     field_validator,
     model_validator,
 )
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from ingestd.errors import ConfigError
 from ingestd.filemodes import GROUP_READABLE, check_secret_file
@@ -51,9 +55,88 @@ def _plain_name(v: str) -> str:
 Name = Annotated[str, Field(min_length=1, max_length=100), AfterValidator(_plain_name)]
 
 
-class _Rule(BaseModel):
-    # Like ingestd.config._Section: unknown keys are errors, values are immutable.
+_Loc = tuple[int | str, ...]
+
+
+def _bool_as_number(given: object, taken: object) -> tuple[_Loc, str] | None:
+    """Where (the sub-key path, () for the value itself) a TOML ``true``/``false`` in
+    ``given`` came out as a number in ``taken``, and what was expected there; else None.
+    pydantic's lax mode reads a bool as 1/0 for int, float and ByteSize."""
+    if isinstance(given, bool):
+        if isinstance(taken, bool) or not isinstance(taken, int | float):
+            return None
+        if isinstance(taken, ByteSize):
+            return (), "must be a size (e.g. 512MiB) or a number of bytes"
+        return (), "must be an integer" if isinstance(taken, int) else "must be a number"
+    pairs: list[tuple[int | str, object, object]]
+    if isinstance(given, dict) and isinstance(taken, dict):
+        pairs = [(k, v, taken[k]) for k, v in given.items() if k in taken]
+    elif isinstance(given, list | tuple) and isinstance(taken, list | tuple):
+        pairs = [(i, v, t) for i, (v, t) in enumerate(zip(given, taken, strict=False))]
+    else:
+        return None  # a scalar that is no bool, or a nested table (it checks itself)
+    for key, v, t in pairs:
+        found = _bool_as_number(v, t)
+        if found is not None:
+            return (key, *found[0]), found[1]
+    return None
+
+
+# What a bool read as 0/1 fails before it could be compared (`window_size = true`).
+_NUMBER_LIMITS = frozenset({"greater_than", "greater_than_equal", "less_than",
+                            "less_than_equal", "multiple_of"})  # fmt: skip
+
+
+def _not_true_false(title: str, errors: list[tuple[_Loc, str, bool]]) -> ValidationError:
+    """The errors at their sub-keys ("must be a number, not true/false (got True)")."""
+    details = [
+        InitErrorDetails(
+            type=PydanticCustomError("bool_is_not_a_number", f"{expected}, not true/false"),
+            loc=loc,
+            input=value,
+        )
+        for loc, expected, value in errors
+    ]
+    return ValidationError.from_exception_data(title, details)
+
+
+class ConfigModel(BaseModel):
+    """The base of every config table (ingestd.config._Section, _Rule here): unknown keys
+    are errors (a typo like `max_file_sise` must not silently keep a default), values are
+    immutable, and a boolean is never a number."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @field_validator("*", mode="wrap")
+    @classmethod
+    def _no_bool_numbers(cls, value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        # Compared after validation, so every field type is covered without listing them
+        # (int, float, ByteSize, Annotated limits, unions, tables and arrays of numbers):
+        # wherever a bool went in and a non-bool number came out, `max_file_size = true`
+        # would have been read as 1 byte. Raised as a ValidationError to keep the sub-key.
+        try:
+            taken = handler(value)
+        except ValidationError as exc:
+            errors = exc.errors()
+            if errors and all(isinstance(e["input"], bool) and e["type"] in _NUMBER_LIMITS
+                              for e in errors):  # fmt: skip
+                raise _not_true_false(
+                    cls.__name__,
+                    [(tuple(e["loc"]), "must be a number", e["input"]) for e in errors],
+                ) from None
+            raise
+        found = _bool_as_number(value, taken)
+        if found is not None:
+            loc, expected = found
+            bad = value
+            for key in loc:
+                bad = bad[key]
+            raise _not_true_false(cls.__name__, [(loc, expected, bool(bad))])
+        return taken
+
+
+class _Rule(ConfigModel):
+    """A rule table: unknown keys are errors, values are immutable, no bools as numbers."""
 
 
 # --- taxonomy -------------------------------------------------------------------------

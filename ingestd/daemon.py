@@ -22,11 +22,12 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from ingestd import log
+from ingestd import log, statedir
 from ingestd.config import Config, load_config
 from ingestd.daemon_state import DaemonState
 from ingestd.db import Database
 from ingestd.errors import ConfigError, DatabaseError, DatabaseUnavailable
+from ingestd.events import EventLog
 from ingestd.metrics_server import (
     MetricsEndpoint,
     QueueCollector,
@@ -150,20 +151,38 @@ def _start_metrics(config: Config, db: Database, logger: Any) -> _Metrics | None
 
 def serve(config: Config, config_path: Path | None, notifier: Notifier | None = None) -> int:
     logger = log.get_logger(component="daemon")
+    # Before anything starts: a state directory this user cannot use (root-owned host
+    # keys, a read-only mount) needs an operator, not a restart loop (exit 10).
+    statedir.check_for_daemon(config)
     notifier = notifier or Notifier()
     flags = Flags()
     flags.install()
-    with open_database(config, migrate_schema=False) as db:
+    # A database that refuses us (no such role or database) ends the start (exit 3); one
+    # that is down does not: uploads are spooled until it answers.
+    with open_database(config, migrate_schema=False, require_server=False) as db:
         schema = _SchemaWhenReachable(db, flags.stop)
         schema.start()
         intake = make_intake(config, db)
-        hot = HotFolders(config, intake)
+        # Operator events decided here (quarantines, refused uploads, bans); buffered on
+        # disk while the database is down, flushed into the outbox when it is back.
+        events = EventLog(db, config.paths.state_dir)
+        events.start()
+        hot = HotFolders(config, intake, events=events)
         sftp = SftpService(config, intake, tenant_status=TenantStatusCache(
             db, interval=config.sftp.tenant_status_refresh,
-            max_age=config.sftp.tenant_status_max_age))
+            max_age=config.sftp.tenant_status_max_age), events=events)
         # The spool first: uploads acknowledged before a crash are ingested at once.
-        sftp.start()
-        hot.start()
+        try:
+            sftp.start()
+            hot.start()
+        except OSError as exc:  # what the check at start could not foresee (a race)
+            problem = statedir.unusable(exc)
+            if problem is None:
+                raise
+            hot.stop()
+            sftp.stop()
+            events.stop()
+            raise problem from None
         # For `ingestd status` while Postgres is down: since when, and what waits.
         state = DaemonState(db, config.paths.state_dir,
                             {"hotfolders": hot.status_snapshot, "spool": sftp.spool.snapshot})
@@ -208,6 +227,7 @@ def serve(config: Config, config_path: Path | None, notifier: Notifier | None = 
             sftp.stop_listening()
             hot.stop()
             sftp.stop()
+            events.stop()
             if endpoint is not None:
                 endpoint.close()
                 unregister(endpoint.collector)

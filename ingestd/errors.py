@@ -30,9 +30,14 @@ class ExitCode(enum.IntEnum):
 
 
 class IngestdError(Exception):
-    """Base class: an error with a message meant for a sysadmin and an exit code."""
+    """Base class: an error with a message meant for a sysadmin and an exit code.
+
+    ``transient``: the one question every loop asks (hot folders, spool, worker): try the
+    same thing again later (the file stays where it is), or not.
+    """
 
     exit_code: ExitCode = ExitCode.internal
+    transient: bool = False
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
@@ -55,6 +60,31 @@ class DatabaseError(IngestdError):
 
 class DatabaseUnavailable(DatabaseError):
     """Transient: the server is down, restarting or unreachable. Retry later, lose nothing."""
+
+    transient = True
+
+
+class DatabaseRefused(DatabaseError):
+    """Permanent: the server answers but will not let us in (no such role or database,
+    failed authentication, no pg_hba.conf entry). Retrying fixes nothing; an operator
+    must change the config, the server or the user ingestd runs as."""
+
+    exit_code = ExitCode.config_invalid
+
+
+class SchemaMissing(DatabaseError):
+    """Permanent: connected, but the tables (or the schema to create them in) are not
+    there: a database that was never migrated, or a search_path that points elsewhere."""
+
+    exit_code = ExitCode.config_invalid
+
+
+class StateUnusable(IngestdError):
+    """A directory or file ingestd must use (state dir, host keys, spool) cannot be read
+    or written by this user: wrong owner, mode or a read-only mount. Restarting does
+    not help (systemd: RestartPreventExitStatus)."""
+
+    exit_code = ExitCode.state_unusable
 
 
 class TenantError(IngestdError):
@@ -82,3 +112,26 @@ class ArchiveError(IngestdError):
     """The WORM store could not take or give a file (disk full, permissions, I/O)."""
 
     exit_code = ExitCode.internal
+    transient = True
+
+
+class SourceUnavailable(IngestdError):
+    """Transient: a source file could not be opened, read or removed right now for a
+    reason outside the file (descriptors or memory exhausted, I/O error, disk full, no
+    permission). The file stays where it is and is tried again; only properties of the
+    file itself (type, size, name, link) refuse it."""
+
+    exit_code = ExitCode.internal
+    transient = True
+
+    def __init__(self, message: str, errno_name: str = "") -> None:
+        super().__init__(message)
+        self.errno_name = errno_name
+
+
+class SourceProtected(IngestdError):
+    """Intake refused to remove or move a source whose folder resolves into the archive,
+    derived or state directory (e.g. a hot folder swapped for a link into the archive
+    after start). Permanent: the same file would be refused again, so it is not retried."""
+
+    exit_code = ExitCode.refused

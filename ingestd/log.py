@@ -2,6 +2,12 @@
 
 Log lines are keyed events (``event="intake.ingested"``) with flat fields so that
 journald, jq and fail2ban can match them without parsing prose.
+
+The stdlib ``logging`` records of libraries (psycopg.pool, psycopg, watchdog, ...) and
+``warnings`` go through the same renderer into the same stream, so ``journalctl -o cat |
+jq`` never meets a plain-text line: their message is ``event``, their logger name
+``logger``, a traceback one ``exception`` string. paramiko stays silent: the SFTP server
+cuts its logger off (ingestd/sftp/server.py) and logs its own events instead.
 """
 
 from __future__ import annotations
@@ -30,8 +36,20 @@ def _safe_text(_: Any, __: str, event_dict: MutableMapping[str, Any]) -> Mutable
     return event_dict
 
 
+# The handler configure() put on the root logger (replaced, not added to, on SIGHUP).
+_handler: logging.Handler | None = None
+_json = False
+
+
+def json_output() -> bool:
+    """Whether log lines are JSON (format=json, or auto off a TTY): the CLI then reports
+    its error as a log line too, so every line on stderr parses."""
+    return _json
+
+
 def configure(level: str = "info", fmt: Format = "auto", stream: TextIO | None = None) -> None:
     """Configure structlog for the whole process; safe to call again (e.g. on SIGHUP)."""
+    global _json
     out = stream or sys.stderr
     use_json = fmt == "json" or (fmt == "auto" and not out.isatty())
     renderer: Any
@@ -39,6 +57,7 @@ def configure(level: str = "info", fmt: Format = "auto", stream: TextIO | None =
         renderer = structlog.processors.JSONRenderer(sort_keys=False)
     else:
         renderer = structlog.dev.ConsoleRenderer(colors=out.isatty())
+    _json = use_json
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
@@ -52,9 +71,39 @@ def configure(level: str = "info", fmt: Format = "auto", stream: TextIO | None =
         wrapper_class=structlog.make_filtering_bound_logger(
             logging.getLevelNamesMapping()[level.upper()]
         ),
-        logger_factory=structlog.PrintLoggerFactory(file=out),
+        # One write() per line (PrintLogger writes the line and its newline apart): a
+        # library's line from another thread cannot land in the middle of ours.
+        logger_factory=structlog.WriteLoggerFactory(file=out),
         cache_logger_on_first_use=False,
     )
+    _route_stdlib(out, renderer)
+
+
+def _route_stdlib(out: TextIO, renderer: Any) -> None:
+    """Every library's logging records and warnings, rendered like our own lines."""
+    global _handler
+    formatter = structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=[
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.stdlib.add_logger_name,
+            structlog.processors.StackInfoRenderer(),
+            structlog.processors.format_exc_info,  # the traceback: one "exception" field
+            _safe_text,
+        ],
+        processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
+    )
+    handler = logging.StreamHandler(out)
+    handler.setFormatter(formatter)
+    root = logging.getLogger()
+    if _handler is not None:
+        root.removeHandler(_handler)
+    root.addHandler(handler)
+    _handler = handler
+    # Warnings and worse only, whatever our level: psycopg.pool logs every connection
+    # checkout at INFO, which would drown our own events (log volume is a resource).
+    root.setLevel(logging.WARNING)
+    logging.captureWarnings(True)
 
 
 def get_logger(**initial: Any) -> Any:

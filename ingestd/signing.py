@@ -14,7 +14,6 @@ signs delete requests signs nothing else.
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 import hashlib
 import hmac
@@ -25,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ingestd import statedir
 from ingestd.errors import ConfigError, IngestdError
 from ingestd.filemodes import check_secret_file
 
@@ -63,7 +63,8 @@ def server_secret(state_dir: Path, *, create: bool = True) -> bytes:
 
 
 def _create(path: Path) -> bytes:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    state_dir = path.parent
+    statedir.make_dirs(state_dir, state_dir, 0o777)  # as before: the umask decides
     value = secrets.token_hex(SECRET_BYTES).encode()
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
@@ -71,12 +72,11 @@ def _create(path: Path) -> bytes:
         _check_mode(path)
         return path.read_bytes().strip()
     try:
+        # Before it has content: the service user (owner of state_dir) must read it
+        # even when root (`sudo ingestd tenant delete`) made it.
+        statedir.adopt(state_dir, fd)
         os.write(fd, value + b"\n")
         os.fsync(fd)
-        if os.geteuid() == 0:  # the service user (owner of state_dir) must read it
-            owner = path.parent.stat()
-            with contextlib.suppress(OSError):
-                os.fchown(fd, owner.st_uid, owner.st_gid)
     finally:
         os.close(fd)
     return value

@@ -32,14 +32,15 @@ PATHS = {
     "spool": "/var/spool/ingestd",
 }
 # Tables whose entries refer to things that exist only on the administrator's machine.
-EXAMPLE_ONLY = ("taxonomy", "workflows", "watch", "sftp.accounts")
+EXAMPLE_ONLY = ("taxonomy", "workflows", "watch", "sftp.accounts", "smtp", "notify")
 
 HEADER = """\
 # /etc/ingestd/ingestd.toml - installed by the ingestd package (a dpkg conffile: your
 # changes are kept on upgrades). It is config/ingestd.example.toml with the database set
 # to the local PostgreSQL (peer authentication as the system user ingestd) and the
-# example tenant's taxonomy rules and workflow commented out. The full example is
-# /usr/share/doc/ingestd/ingestd.example.toml. After editing: `ingestd check-config`.
+# example's taxonomy rules, workflow and notification sinks commented out. The full
+# example is /usr/share/doc/ingestd/ingestd.example.toml. After editing: `ingestd
+# check-config`.
 
 """
 

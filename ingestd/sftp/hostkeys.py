@@ -17,6 +17,7 @@ import paramiko
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519, rsa
 
+from ingestd import statedir
 from ingestd.archive import fsync_dir
 from ingestd.errors import ConfigError
 from ingestd.filemodes import check_secret_file
@@ -87,14 +88,9 @@ def _write_new(path: Path, data: bytes) -> None:
     fsync_dir(path.parent)
 
 
-def _give_to_state_owner(state_dir: Path, path: Path) -> None:
-    # `sudo ingestd hostkeys` before the first start must not leave root-owned keys that
-    # the daemon (running as the state directory's owner) cannot read.
-    if os.geteuid() != 0:
-        return
-    owner = os.stat(state_dir)
-    if owner.st_uid != 0:
-        os.chown(path, owner.st_uid, owner.st_gid, follow_symlinks=False)
+def key_paths(state_dir: Path) -> list[Path]:
+    """The key files, one per KEY_TYPES entry (present or not)."""
+    return [key_dir(state_dir) / f"ssh_host_{kind}_key" for kind in KEY_TYPES]
 
 
 def _load(kind: str, path: Path) -> paramiko.PKey:
@@ -107,18 +103,26 @@ def _load(kind: str, path: Path) -> paramiko.PKey:
 
 
 def load_or_create(state_dir: Path, *, create: bool = True) -> list[HostKey]:
-    """The host keys under ``state_dir/hostkeys``, generating missing ones if ``create``."""
+    """The host keys under ``state_dir/hostkeys``, generating missing ones if ``create``.
+
+    Made by root (`sudo ingestd hostkeys` before the first start), the directory and
+    keys are given to the state directory's owner: the daemon runs as that user. A key
+    or directory this user cannot read is StateUnusable, not a traceback."""
     directory = key_dir(state_dir)
-    if create:
-        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-        _give_to_state_owner(state_dir, directory)
-    keys = []
-    for kind in KEY_TYPES:
-        path = directory / f"ssh_host_{kind}_key"
-        if not os.path.lexists(path):
-            if not create:
-                continue
-            _write_new(path, _generate(kind))
-            _give_to_state_owner(state_dir, path)
-        keys.append(HostKey(kind, path, _load(kind, path)))
+    try:
+        if create:
+            statedir.make_dirs(state_dir, directory, 0o700)
+        keys = []
+        for kind, path in zip(KEY_TYPES, key_paths(state_dir), strict=True):
+            if not os.path.lexists(path):
+                if not create:
+                    continue
+                _write_new(path, _generate(kind))
+                statedir.adopt(state_dir, path)
+            keys.append(HostKey(kind, path, _load(kind, path)))
+    except OSError as exc:
+        problem = statedir.unusable(exc)
+        if problem is None:
+            raise
+        raise problem from None
     return keys

@@ -136,15 +136,25 @@ def test_example_config_documents_every_key() -> None:
 
 def test_check_config_cli_exit_codes(tmp_path: Path) -> None:
     """check-config prints every problem with key paths and exits 3; OK files exit 0."""
+    # The example's secret files, made on this machine (check-config reads them as the
+    # workers will: a missing one is a problem here).
+    secrets = tmp_path / "secrets"
+    secrets.mkdir()
+    text = EXAMPLE.read_text().replace("/etc/ingestd/secrets/", f"{secrets}/")
+    for name in re.findall(rf"{re.escape(str(secrets))}/([\w.-]+)", text):
+        (secrets / name).write_text("a-secret\n")
+        (secrets / name).chmod(0o600)
+    example = tmp_path / "example.toml"
+    example.write_text(text)
     bad = tmp_path / "bad.toml"
     bad.write_text('[intake]\nduplicates = "keep"\nmax_file_size = 0\n')
     cmd = [sys.executable, "-m", "ingestd.cli", "check-config"]
-    proc = subprocess.run([*cmd, str(EXAMPLE), str(bad)], capture_output=True, text=True)
-    assert proc.returncode == 3
-    assert f"{EXAMPLE}: OK" in proc.stdout
+    proc = subprocess.run([*cmd, str(example), str(bad)], capture_output=True, text=True)
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert f"{example}: OK" in proc.stdout
     assert "intake.duplicates:" in proc.stdout and "intake.max_file_size:" in proc.stdout
-    ok = subprocess.run([*cmd, str(EXAMPLE)], capture_output=True, text=True)
-    assert ok.returncode == 0
+    ok = subprocess.run([*cmd, str(example)], capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
 
 
 def test_hot_folder_loops_are_config_errors() -> None:
