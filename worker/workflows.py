@@ -302,7 +302,7 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
 _AddrInfo = tuple[socket.AddressFamily, socket.SocketKind, int, str, Any]
 
 
-class _Deadline:
+class Deadline:
     """The end of one delivery, enforced on every step of it.
 
     Socket timeouts bound each operation, not their sum: a receiver that sends a byte a
@@ -429,7 +429,7 @@ class _Deadline:
 class _HTTPConnection(http.client.HTTPConnection):
     """A connection that opens its socket within ``deadline``."""
 
-    def __init__(self, *args: Any, deadline: _Deadline | None = None, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, deadline: Deadline | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         if deadline is not None:  # always given; a default only to fit do_open's type
             # What connect() opens its socket with (socket.create_connection otherwise).
@@ -441,7 +441,7 @@ class _HTTPSConnection(_HTTPConnection, http.client.HTTPSConnection):
 
 
 class _HTTPHandler(urllib.request.HTTPHandler):
-    def __init__(self, deadline: _Deadline) -> None:
+    def __init__(self, deadline: Deadline) -> None:
         super().__init__()
         self._deadline = deadline
 
@@ -451,7 +451,7 @@ class _HTTPHandler(urllib.request.HTTPHandler):
 
 class _HTTPSHandler(urllib.request.HTTPSHandler):
     # Like the default HTTPSHandler: no context given, so http.client's default one.
-    def __init__(self, deadline: _Deadline) -> None:
+    def __init__(self, deadline: Deadline) -> None:
         super().__init__()
         self._deadline = deadline
 
@@ -493,7 +493,7 @@ def deliver_webhook(
     limit = webhook.timeout if timeout is None else timeout
     late = WebhookError(url, None, f"did not answer within {limit:g} s")
     failure: WebhookError | None = None
-    with _Deadline(limit) as deadline:
+    with Deadline(limit) as deadline:
         # Built per call: proxy settings are read from the environment when it is built.
         opener = urllib.request.build_opener(
             _NoRedirect(), _HTTPHandler(deadline), _HTTPSHandler(deadline)

@@ -18,9 +18,10 @@ from ipaddress import ip_address
 from pathlib import Path
 from typing import Any
 
-from ingestd import metrics
+from ingestd import metrics, statedir
 from ingestd.archive import fsync_dir
 from ingestd.config import SftpBansConfig
+from ingestd.events import EventLog
 from ingestd.log import get_logger
 
 STATE_FILE = "sftp-bans.json"
@@ -49,8 +50,12 @@ def request_unban(state_dir: Path, ip: str) -> str:
     """Ask the server to lift the ban of ``ip``; returns the normalised address."""
     addr = ip_address(ip).compressed  # ValueError for anything that is not an address
     folder = state_dir / UNBAN_DIR
-    folder.mkdir(mode=0o700, exist_ok=True)
-    (folder / addr).touch(mode=0o600)
+    # Made by root (`sudo ingestd sftp unban`): the server, running as the state
+    # directory's owner, must list and remove these.
+    statedir.make_dirs(state_dir, folder, 0o700)
+    request = folder / addr
+    request.touch(mode=0o600)
+    statedir.adopt(state_dir, request)
     return addr
 
 
@@ -71,8 +76,12 @@ def read_bans(state_dir: Path, now: float | None = None) -> list[dict[str, Any]]
 
 
 class BanList:
-    def __init__(self, cfg: SftpBansConfig, state_dir: Path | None) -> None:
+    def __init__(self, cfg: SftpBansConfig, state_dir: Path | None,
+                 events: EventLog | None = None) -> None:  # fmt: skip
         self.cfg = cfg
+        # A ban is an operator event (sftp.banned): someone should know a scanner or an
+        # attacker is locked out.
+        self.events = events
         self._path = state_path(state_dir) if state_dir is not None else None
         self._unban_dir = state_dir / UNBAN_DIR if state_dir is not None else None
         self._lock = threading.Lock()
@@ -175,6 +184,9 @@ class BanList:
         # fail2ban-friendly: one line with a fixed event name and the remote_ip key.
         self.log.warning("sftp.banned", remote_ip=ip, seconds=int(length), ban_count=rec.bans)
         metrics.SFTP_BANS.inc()
+        if self.events is not None:
+            self.events.emit("sftp.banned", "warning", None,
+                             {"remote_ip": ip, "seconds": int(length), "ban_count": rec.bans})
         return rec.until
 
     def lift(self, ip: str) -> bool:

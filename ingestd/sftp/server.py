@@ -162,6 +162,7 @@ class _ServerPolicy(paramiko.ServerInterface):
             legacy=conn.legacy,
             tenant_status=self.server.tenant_status,
             allowed_types=frozenset(self.server.config.intake.allowed_types),
+            events=self.server.bans.events,
         )
         conn.session = self.session
         conn.authenticated.set()

@@ -9,6 +9,7 @@ service starts the cache with the server and stops it with the service.
 from __future__ import annotations
 
 from ingestd.config import Config
+from ingestd.events import EventLog
 from ingestd.intake import Intake
 from ingestd.log import get_logger
 from ingestd.sftp import hostkeys
@@ -26,8 +27,11 @@ class SftpService:
         intake: Intake,
         *,
         tenant_status: TenantStatusCache | None = None,
+        events: EventLog | None = None,
     ) -> None:
         self.config = config
+        # Operator events of the SFTP side: bans, refused uploads, quarantined spool files.
+        self.events = events
         self.log = get_logger(component="sftp")
         self.spool = Spool(config.paths.spool, config.sftp.temp_names)
         self.loop = SpoolIntake(
@@ -36,6 +40,7 @@ class SftpService:
             failed_root=config.paths.state_dir / "failed",
             workers=config.sftp.spool_workers,
             retry_max_delay=config.sftp.retry_max_delay,
+            events=events,
         )
         self.server: SftpServer | None = None
         # None: no tenant check, every login with the right credentials goes in.
@@ -63,7 +68,7 @@ class SftpService:
         state_dir = config.paths.state_dir
         state_dir.mkdir(parents=True, exist_ok=True)
         keys = hostkeys.load_or_create(state_dir)
-        bans = BanList(config.sftp.bans, state_dir)
+        bans = BanList(config.sftp.bans, state_dir, self.events)
         if self.tenant_status is not None:
             self.tenant_status.start()
         self.server = SftpServer(config, self.spool, keys, bans, self.tenant_status)

@@ -47,6 +47,7 @@ from paramiko.sftp import (
 from ingestd import filetypes, metrics
 from ingestd.archive import fsync_dir
 from ingestd.config import SftpAccountConfig
+from ingestd.events import EventLog
 from ingestd.intake import Reason, Refused, check_filename
 from ingestd.sftp.spool import Entry, QuotaExceeded, Spool
 from ingestd.sftp.tenant_status import MISSING, TenantStatusCache
@@ -73,6 +74,9 @@ def _refuse(reason: str, message: str, code: int = SFTP_PERMISSION_DENIED) -> Sf
 
 
 _NO_SPACE = {errno.ENOSPC: "no space left on device", errno.EDQUOT: "disk quota exceeded"}
+# Refusals that are an operator's business, not only the scanner's: wrong content, limits,
+# a full spool. (Bad names, links and paths are refused quietly: attacks and typos.)
+OPERATOR_REASONS = frozenset({"bad_type", "empty", "too_large", "quota_exceeded", "spool_full"})
 
 
 def storage_refusal(exc: OSError, reason: str,
@@ -165,6 +169,8 @@ class Session:
     tenant_status: TenantStatusCache | None = None
     # intake.allowed_types: content is checked at upload against what intake will accept.
     allowed_types: frozenset[str] = frozenset(filetypes.ARCHIVABLE)
+    # Refusals an operator must hear about become operator events (file.refused).
+    events: EventLog | None = None
     last_activity: float = field(default_factory=time.monotonic)
     uploads: int = 0
     upload_bytes: int = 0
@@ -405,6 +411,20 @@ class InboxSFTP(paramiko.SFTPServerInterface):
 
     # -- helpers ------------------------------------------------------------------------
     def refused(self, op: str, parts: tuple[str, ...] | str, exc: SftpRefusal) -> None:
+        self._log_refusal(op, parts, exc)
+        events = self.session.events
+        if events is not None and exc.reason in OPERATOR_REASONS and not exc.quiet:
+            acct = self.account
+            path = parts if isinstance(parts, str) else vpath_of(parts)
+            # One event per account and reason in a while: a scanner retrying a refused
+            # upload every minute must not send a mail every minute.
+            events.emit("file.refused", "error" if exc.reason == "spool_full" else "warning",
+                        acct.tenant, {"filename": path, "source": f"sftp:{acct.username}",
+                                      "reason": exc.reason, "detail": exc.message,
+                                      "remote_ip": self.session.remote_ip},
+                        dedupe=f"sftp:{acct.username}:{exc.reason}")  # fmt: skip
+
+    def _log_refusal(self, op: str, parts: tuple[str, ...] | str, exc: SftpRefusal) -> None:
         path = parts if isinstance(parts, str) else vpath_of(parts)
         metrics.SFTP_REFUSED.labels(exc.reason).inc()
         # A full or failing spool is the server's fault, not the client's: an admin must act.

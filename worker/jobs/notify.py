@@ -9,20 +9,16 @@ run under the '_system' tenant, in a lane of their own in the round robin.
 
 from __future__ import annotations
 
-from typing import Any
+import uuid
 
 from ingestd.config import Config
 from ingestd.db import Database
 from ingestd.jobkinds import JobKind
 from ingestd.jobs import enqueue
-from worker.jobs import JobContext, register
+from worker.jobs import JobContext, PermanentError, register
+from worker.notify import Event, deliver, find_sink, matching_sinks
 
 RELAY_BATCH = 500
-
-
-def matching_sinks(config: Config, event: dict[str, Any]) -> list[str]:
-    """The names of the sinks that want ``event`` (none configured yet: none)."""
-    return []
 
 
 def relay(db: Database, config: Config) -> int:
@@ -45,4 +41,38 @@ def relay(db: Database, config: Config) -> int:
 
 @register(JobKind.notify, tenant_status=("active",), failed_event=None)
 def notify_event(ctx: JobContext) -> None:
-    ctx.result.update(event=ctx.job.payload.get("type"), sink=ctx.job.payload.get("sink"))
+    """Deliver one event to one sink, both as they are now (the event from the table, the
+    sink from the current config: a moved receiver or a rotated secret applies to pending
+    notifications). A sink gone from the config, or one that no longer wants the event,
+    is not a failure: the job is done with a note saying so.
+
+    Failures propagate: the job retries on the [deliveries] ladder, and its error (the
+    worker's ``job.retry`` / ``job.failed`` lines) names the sink and the receiver's or
+    relay's answer. Failed for good it writes no operator event (failed_event=None: a
+    notification that cannot be delivered must not notify about itself); the worker's
+    ``job.failed`` line, at error level, is the one record of it.
+    """
+    payload = ctx.job.payload
+    try:
+        event_id, name = str(uuid.UUID(str(payload["event_id"]))), str(payload["sink"])
+    except KeyError as exc:
+        raise PermanentError(f"malformed notify payload: no {exc.args[0]!r}") from None
+    except ValueError:
+        raise PermanentError(f"malformed notify payload: event_id {payload['event_id']!r} "
+                             "is not a UUID") from None  # fmt: skip
+    ctx.result.update(event=payload.get("type"), sink=name, event_id=event_id)
+    sink = find_sink(ctx.config, name)
+    if sink is None:
+        ctx.result["note"] = f"sink {name!r} is no longer in the config; not sent"
+        return
+    with ctx.db.transaction() as tx:
+        row = tx.one("operator_event", {"event_id": event_id})
+    if row is None:
+        ctx.result["note"] = "the event no longer exists (pruned); not sent"
+        return
+    event = Event.from_row(row)
+    if not sink.wants(event.type, event.severity, event.tenant):
+        ctx.result["note"] = (f"sink {name!r} no longer wants {event.type} ({event.severity}) "
+                              "events; not sent")  # fmt: skip
+        return
+    ctx.result.update(deliver(ctx.config, sink, event))

@@ -1,0 +1,783 @@
+"""Operator notifications end to end: real events (the CLI's tenant commands, an encrypted
+PDF analysed, the daemon's EventLog), the worker loop in this process with its real job
+child, a real HTTP receiver (http.server) and a real SMTP server (aiosmtpd, with STARTTLS,
+TLS and AUTH) on ports the OS chose; EventLog against a database that is not there."""
+
+from __future__ import annotations
+
+import collections
+import datetime
+import email
+import email.policy
+import http.server
+import ipaddress
+import json
+import shutil
+import socket
+import ssl
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from email.message import EmailMessage
+from email.utils import parsedate_to_datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiosmtpd.controller import Controller
+from aiosmtpd.smtp import AuthResult, LoginPassword
+
+from ingestd import log
+from ingestd.config import parse_config
+from ingestd.config_notify import SmtpConfig
+from ingestd.db import Database, jsonb
+from ingestd.events import EventLog
+from ingestd.intake import IntakeItem, Outcome
+from ingestd.runtime import make_intake
+from tests.conftest import Env, read_events, run_cli, wait_until
+from tests.fixtures.scans import encrypted_pdf
+from worker.jobs import PermanentError, notify
+from worker.notify import SmtpError, SmtpRefused, send_mail
+from worker.runner import Runner
+from worker.sdnotify import Notifier
+from worker.workflows import verify_signature
+
+WORKER = {"poll_interval": 0.1, "lease_seconds": 30, "retry_base": 0.05, "max_retries": 3}
+# Deliveries retry fast here (production: 30 s, 1 min, 2 min ...).
+DELIVERIES = {"retry_base": 0.2, "retry_jitter": 0, "max_retries": 8}
+SECRET = b"hook-secret"
+FROM = "ingestd <ingestd@example.org>"
+
+
+# --- the receivers -------------------------------------------------------------------------
+
+
+class Receiver:
+    """A webhook receiver on 127.0.0.1 that records every request; stop() takes it down
+    (connections refused), start() brings it back on the same port."""
+
+    def __init__(self) -> None:
+        self.requests: list[dict[str, Any]] = []
+        self.port = 0
+        self._server: http.server.ThreadingHTTPServer | None = None
+
+    def start(self) -> None:
+        calls = self.requests
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                calls.append({"path": self.path, "headers": dict(self.headers), "body": body})
+                self.send_response(204)
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        self.port = server.server_address[1]
+        self._server = server
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/hooks/ingestd"
+
+    def by_sink(self) -> dict[str, list[dict[str, Any]]]:
+        out: dict[str, list[dict[str, Any]]] = collections.defaultdict(list)
+        for r in self.requests:
+            out[r["headers"]["X-Ingestd-Event-Id"].rpartition(":")[2]].append(r)
+        return out
+
+
+@dataclass
+class Mail:
+    mail_from: str
+    rcpt_tos: list[str]
+    message: EmailMessage
+    raw: bytes
+
+
+class Inbox:
+    """aiosmtpd handler: keeps what it was given; answers what a test tells it to."""
+
+    def __init__(self) -> None:
+        self.mails: list[Mail] = []
+        self.rcpt_replies: dict[str, str] = {}
+        self.data_reply: str | None = None
+        self.logins: list[tuple[str, str]] = []
+
+    async def handle_RCPT(self, server: Any, session: Any, envelope: Any, address: str,
+                          rcpt_options: Any) -> str:  # fmt: skip
+        if address in self.rcpt_replies:
+            return self.rcpt_replies[address]
+        envelope.rcpt_tos.append(address)
+        return "250 OK"
+
+    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
+        if self.data_reply is not None:
+            return self.data_reply
+        raw = bytes(envelope.original_content or envelope.content)
+        # As a mailbox stores it: lines end in LF.
+        msg = email.message_from_bytes(raw.replace(b"\r\n", b"\n"), policy=email.policy.default)
+        assert isinstance(msg, EmailMessage)
+        self.mails.append(Mail(str(envelope.mail_from), list(envelope.rcpt_tos), msg, raw))
+        return "250 Message accepted for delivery"
+
+    def authenticate(self, server: Any, session: Any, envelope: Any, mechanism: str,
+                     auth_data: Any) -> AuthResult:  # fmt: skip
+        # handled=False: aiosmtpd answers 535 itself.
+        if not isinstance(auth_data, LoginPassword):
+            return AuthResult(success=False, handled=False)
+        login, password = auth_data.login.decode(), auth_data.password.decode()
+        self.logins.append((login, password))
+        return AuthResult(success=(login, password) == ("ingestd", "pässwort"), handled=False)
+
+    def to(self, address: str) -> list[Mail]:
+        return [m for m in self.mails if address in m.rcpt_tos]
+
+
+class Smtpd(Controller):
+    """aiosmtpd's threaded controller on a port the OS chose (port=0)."""
+
+    def _trigger_server(self) -> None:
+        assert self.server is not None
+        self.port = self.server.sockets[0].getsockname()[1]
+        super()._trigger_server()
+
+
+def _start_smtpd(inbox: Inbox, **kwargs: Any) -> Smtpd:
+    controller = Smtpd(inbox, hostname="127.0.0.1", port=0, server_hostname="smtp.test",
+                       ready_timeout=30, **kwargs)  # fmt: skip
+    controller.start()
+    return controller
+
+
+# --- TLS: a CA and a certificate for 127.0.0.1, made here ---------------------------------
+
+
+@dataclass
+class Tls:
+    ca_file: Path
+    cert_file: Path
+    key_file: Path
+
+    def server_context(self) -> ssl.SSLContext:
+        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        ctx.load_cert_chain(self.cert_file, self.key_file)
+        return ctx
+
+
+@pytest.fixture(scope="session")
+def tls(tmp_path_factory: pytest.TempPathFactory) -> Tls:
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    base = tmp_path_factory.mktemp("tls")
+    now = datetime.datetime.now(datetime.UTC)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "ingestd test CA")])
+    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name)
+          .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
+          .not_valid_before(now - datetime.timedelta(hours=1))
+          .not_valid_after(now + datetime.timedelta(days=2))
+          .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+          .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
+                                       content_commitment=False, key_encipherment=False,
+                                       data_encipherment=False, key_agreement=False,
+                                       encipher_only=False, decipher_only=False), critical=True)
+          .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()),
+                         critical=False)
+          .sign(ca_key, hashes.SHA256()))  # fmt: skip
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = (x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")]))
+            .issuer_name(ca_name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(hours=1))
+            .not_valid_after(now + datetime.timedelta(days=2))
+            .add_extension(x509.SubjectAlternativeName([
+                x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]),
+                critical=False)
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]),
+                           critical=False)
+            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(
+                ca_key.public_key()), critical=False)
+            .sign(ca_key, hashes.SHA256()))  # fmt: skip
+    tls = Tls(base / "ca.pem", base / "server.pem", base / "server.key")
+    tls.ca_file.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    tls.cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    tls.key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                               serialization.PrivateFormat.PKCS8,
+                                               serialization.NoEncryption()))  # fmt: skip
+    return tls
+
+
+# --- fixtures ------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    r = Receiver()
+    r.start()
+    yield r
+    r.stop()
+
+
+@pytest.fixture
+def inbox() -> Iterator[tuple[Inbox, int]]:
+    box = Inbox()
+    controller = _start_smtpd(box)
+    yield box, controller.port
+    controller.stop()
+
+
+@pytest.fixture
+def hook_secret(tmp_path: Path) -> Path:
+    path = tmp_path / "hook-secret"
+    path.write_bytes(SECRET + b"\n")
+    path.chmod(0o600)
+    return path
+
+
+@pytest.fixture
+def worker_log(tmp_path: Path) -> Iterator[Path]:
+    """The JSON log lines of this test (the runner's, the EventLog's) go to this file."""
+    path = tmp_path / "worker.log"
+    with open(path, "w") as stream:
+        log.configure("debug", "json", stream=stream)
+        try:
+            yield path
+        finally:
+            log.configure("debug", "json")
+
+
+def _smtp(port: int, **kw: Any) -> dict[str, Any]:
+    return {"host": "127.0.0.1", "port": port, "from_address": FROM, "timeout": 10, **kw}
+
+
+def _hook(receiver: Receiver, secret: Path) -> dict[str, Any]:
+    return {"url": receiver.url, "secret_file": str(secret), "timeout": 10}
+
+
+def _one(db: Database, sql: str, params: dict[str, Any] | None = None) -> Any:
+    with db.transaction() as tx:
+        rows = tx.raw(sql, params)
+    return rows[0] if rows else None
+
+
+def _rows(db: Database, sql: str, params: dict[str, Any] | None = None) -> list[Any]:
+    with db.transaction() as tx:
+        return tx.raw(sql, params)
+
+
+def _run_once(env: Env, db: Database) -> None:
+    """One `ingestd worker --drain` in this process: runs what is ready, then stops (a
+    retry that is not due yet stays queued)."""
+    runner = Runner(env.config, db, config_path=env.config_path, worker_id="w-notify",
+                    drain=True, notifier=Notifier({}))  # fmt: skip
+    assert runner.run(install_signals=False) == 0
+
+
+DUE = "SELECT 1 AS due FROM processing_jobs WHERE status = 'queued' AND next_attempt_at <= now()"
+
+
+def _drain(env: Env, db: Database) -> None:
+    """Run the worker until no job is queued (a retry waits for its time: drain again;
+    bounded)."""
+    for _ in range(20):
+        _run_once(env, db)
+        if not _one(db, "SELECT 1 AS q FROM processing_jobs WHERE status = 'queued'"):
+            return
+        wait_until(lambda: _one(db, DUE), timeout=30)
+    raise AssertionError("jobs still queued after 20 drains")
+
+
+def _notify_jobs(db: Database) -> dict[str, list[dict[str, Any]]]:
+    out: dict[str, list[dict[str, Any]]] = collections.defaultdict(list)
+    for r in _rows(db, "SELECT id, status, retry_count, error_message, payload "
+                       "FROM processing_jobs WHERE kind = 'notify' ORDER BY id"):  # fmt: skip
+        out[r["payload"]["sink"]].append(dict(r))
+    return out
+
+
+def _insert_event(db: Database, type_: str, severity: str, tenant: str | None,
+                  detail: dict[str, Any], trace_id: str | None = None) -> str:  # fmt: skip
+    event_id = str(uuid.uuid4())
+    with db.transaction() as tx:
+        tx.run("operator_event_insert", {
+            "event_id": event_id, "type": type_, "severity": severity, "tenant": tenant,
+            "detail": jsonb(detail), "trace_id": trace_id,
+            "created_at": datetime.datetime.now(datetime.UTC)})  # fmt: skip
+    return event_id
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+# --- through the worker --------------------------------------------------------------------
+
+
+def test_each_sink_gets_the_events_it_wants(
+    make_env: Any, db: Database, tenant: str, receiver: Receiver, inbox: tuple[Inbox, int],
+    hook_secret: Path,
+) -> None:  # fmt: skip
+    """Global sinks get every event (the appliance's too), a tenant sink only its tenant's;
+    min_severity and globs filter; each once; signed webhooks and readable mails."""
+    box, smtp_port = inbox
+    with db.transaction() as tx:
+        tx.one("tenant_insert", {"name": "other", "status": "active"})
+    hook = _hook(receiver, hook_secret)
+    env: Env = make_env(worker=WORKER, deliveries=DELIVERIES, smtp=_smtp(smtp_port), notify=[
+        {"name": "ops-mail", "email": ["ops@example.org"], "min_severity": "info"},
+        {"name": "ops-hook", "webhook": hook},
+        {"name": "acme-mail", "tenant": "acme", "email": ["it@acme.example"],
+         "min_severity": "info"},
+        {"name": "docs-hook", "webhook": hook, "events": ["document.*"], "min_severity": "error"},
+    ])  # fmt: skip
+    for command in ("suspend", "activate"):
+        proc = run_cli(env, "tenant", command, "acme")
+        assert proc.returncode == 0, proc.stderr
+    EventLog(db, env.config.paths.state_dir).emit(
+        "sftp.banned", "warning", None, {"remote_ip": "203.0.113.9", "seconds": 1800,
+                                         "ban_count": 1})  # fmt: skip
+    _insert_event(db, "document.needs_attention", "error", "other",
+                  {"job_id": 1, "kind": "analyze-document", "document_id": 42, "attempts": 1,
+                   "error": "the PDF is encrypted"}, trace_id="tr-42")  # fmt: skip
+    _drain(env, db)
+
+    def mails(address: str) -> list[tuple[str, str | None]]:
+        got = [(m.message["X-Ingestd-Event"], m.message.get("X-Ingestd-Tenant"))
+               for m in box.to(address)]  # fmt: skip
+        return sorted(got, key=str)
+
+    def hooks(sink: str) -> list[tuple[str, str | None]]:
+        bodies = [json.loads(r["body"]) for r in receiver.by_sink()[sink]]
+        return sorted([(b["event"], b["tenant"]) for b in bodies], key=str)
+
+    assert mails("ops@example.org") == sorted([
+        ("tenant.created", "acme"), ("tenant.created", "other"), ("tenant.suspended", "acme"),
+        ("tenant.active", "acme"), ("sftp.banned", None), ("document.needs_attention", "other"),
+    ], key=str)  # fmt: skip
+    assert hooks("ops-hook") == sorted([
+        ("tenant.suspended", "acme"), ("sftp.banned", None),
+        ("document.needs_attention", "other")], key=str)  # fmt: skip
+    assert mails("it@acme.example") == sorted(
+        [("tenant.created", "acme"), ("tenant.suspended", "acme"), ("tenant.active", "acme")],
+        key=str,
+    )
+    assert hooks("docs-hook") == [("document.needs_attention", "other")]
+    # Each (event, sink) exactly once; every event relayed; every notify job done.
+    ids = [r["headers"]["X-Ingestd-Event-Id"] for r in receiver.requests]
+    ids += [m.message["X-Ingestd-Event-Id"] for m in box.mails]
+    assert len(ids) == len(set(ids)) == 6 + 3 + 3 + 1
+    assert all(len(m.rcpt_tos) == 1 for m in box.mails)
+    assert _one(db, "SELECT count(*) AS n FROM operator_events WHERE relayed_at IS NULL")["n"] == 0
+    jobs = [j for js in _notify_jobs(db).values() for j in js]
+    assert len(jobs) == 13 and {j["status"] for j in jobs} == {"done"}
+
+    # The webhook: signed like workflow webhooks, deduplicable per event and sink.
+    (request,) = receiver.by_sink()["docs-hook"]
+    headers, body = request["headers"], request["body"]
+    assert verify_signature(SECRET, headers["X-Ingestd-Timestamp"], body,
+                            headers["X-Ingestd-Signature"], max_age=300)  # fmt: skip
+    assert not verify_signature(b"wrong", headers["X-Ingestd-Timestamp"], body,
+                                headers["X-Ingestd-Signature"])  # fmt: skip
+    payload = json.loads(body)
+    assert set(payload) == {"event", "event_id", "severity", "tenant", "detail", "trace_id",
+                            "created_at", "text"}  # fmt: skip
+    assert headers["X-Ingestd-Event-Id"] == f"{payload['event_id']}:docs-hook"
+    assert (payload["severity"], payload["trace_id"], payload["detail"]["document_id"]) == (
+        "error", "tr-42", 42)  # fmt: skip
+    assert payload["text"] == "[ingestd] other: document 42 needs attention: the PDF is encrypted"
+    assert headers["Content-Type"] == "application/json"
+
+    # A mail: subject, From, To, the envelope, dates and ids, and a body that says what to do.
+    (mail,) = [m for m in box.to("it@acme.example")
+               if m.message["X-Ingestd-Event"] == "tenant.suspended"]  # fmt: skip
+    msg = mail.message
+    assert msg["Subject"] == "[ingestd] tenant acme suspended"
+    assert (msg["From"], msg["To"]) == (FROM, "it@acme.example")
+    assert (mail.mail_from, mail.rcpt_tos) == ("ingestd@example.org", ["it@acme.example"])
+    event = _one(db, "SELECT event_id, created_at FROM operator_events "
+                     "WHERE type = 'tenant.suspended'")  # fmt: skip
+    assert msg["Message-ID"] == f"<{event['event_id']}.acme-mail@example.org>"
+    assert msg["X-Ingestd-Event-Id"] == f"{event['event_id']}:acme-mail"
+    sent = parsedate_to_datetime(msg["Date"])
+    assert abs((sent - datetime.datetime.now(datetime.UTC)).total_seconds()) < 600
+    assert msg["Auto-Submitted"] == "auto-generated"
+    body_text = msg.get_content()
+    for part in (
+        "Tenant acme was suspended (it was active)",
+        "ingestd tenant activate acme",
+        "tenant:    acme",
+        "type:      tenant.suspended (warning)",
+        f"event id:  {event['event_id']}",
+        "from: active",
+        "to:   suspended",
+        event["created_at"].astimezone(datetime.UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
+    ):
+        assert part in body_text, (part, body_text)
+    (ban,) = [m for m in box.to("ops@example.org")
+              if m.message["X-Ingestd-Event"] == "sftp.banned"]  # fmt: skip
+    assert ban.message["Subject"] == (
+        "[ingestd] SFTP: 203.0.113.9 banned for 30 min after failed logins"
+    )
+    assert "ingestd sftp unban 203.0.113.9" in ban.message.get_content()
+
+
+def test_encrypted_pdf_tells_the_operator_what_to_do(
+    make_env: Any, db: Database, tenant: str, inbox: tuple[Inbox, int]
+) -> None:
+    """An encrypted PDF ingested and analysed: one mail saying which document, why, its
+    trace id and the commands to deal with it."""
+    box, smtp_port = inbox
+    env: Env = make_env(worker=WORKER, deliveries=DELIVERIES, smtp=_smtp(smtp_port),
+                        analysis={"jobs": 1, "thumbnail_width": 200},
+                        notify=[{"name": "ops", "email": ["ops@example.org"]}])  # fmt: skip
+    src = encrypted_pdf(env.root / "in" / "Rechnung.pdf")
+    res = make_intake(env.config, db).ingest(IntakeItem(path=src, tenant="acme"))
+    assert res.outcome is Outcome.ingested and res.document_id is not None
+    _drain(env, db)
+    doc = _one(db, "SELECT id, trace_id, attention_reason FROM documents WHERE id = %(id)s",
+               {"id": res.document_id})  # fmt: skip
+    assert doc["attention_reason"] and "encrypted" in doc["attention_reason"]
+    (mail,) = box.mails  # tenant.created is "info": below the default min_severity
+    reason = doc["attention_reason"].splitlines()[0]
+    assert mail.message["Subject"] == (
+        f"[ingestd] acme: document {doc['id']} needs attention: {reason}"
+    )
+    text = mail.message.get_content()
+    for part in (
+        f"Document {doc['id']} of tenant acme is archived",
+        "ingestd documents attention --tenant acme",
+        f"ingestd documents analyze --tenant acme {doc['id']}",
+        f"trace id:  {doc['trace_id']}",
+        "kind:        analyze-document",
+    ):
+        assert part in text, (part, text)
+
+
+def test_a_receiver_that_is_down_delays_only_its_own_notification(
+    make_env: Any, db: Database, receiver: Receiver, inbox: tuple[Inbox, int],
+    hook_secret: Path,
+) -> None:  # fmt: skip
+    """The webhook receiver down: only its notify job retries, the mail goes out once; back
+    up, the receiver gets the event exactly once."""
+    box, smtp_port = inbox
+    receiver.stop()
+    env: Env = make_env(worker=WORKER, deliveries=DELIVERIES, smtp=_smtp(smtp_port), notify=[
+        {"name": "mail", "email": ["ops@example.org"]},
+        {"name": "hook", "webhook": _hook(receiver, hook_secret)},
+    ])  # fmt: skip
+    event_id = EventLog(db, env.config.paths.state_dir).emit(
+        "sftp.banned", "warning", None, {"remote_ip": "198.51.100.7", "seconds": 60}
+    )
+    _run_once(env, db)
+    jobs = _notify_jobs(db)
+    (hook_job,), (mail_job,) = jobs["hook"], jobs["mail"]
+    assert mail_job["status"] == "done"
+    assert hook_job["status"] == "queued" and hook_job["retry_count"] >= 1
+    assert hook_job["error_message"].startswith(
+        f"NotifyError: notify sink 'hook': webhook http://127.0.0.1:{receiver.port}/hooks/"
+        "ingestd: no response"
+    ), hook_job["error_message"]
+    assert len(box.mails) == 1 and receiver.requests == []
+
+    receiver.start()  # the same port
+    _drain(env, db)
+    jobs = _notify_jobs(db)
+    assert [j["status"] for j in jobs["hook"]] == ["done"]
+    assert [j["status"] for j in jobs["mail"]] == ["done"]
+    (request,) = receiver.requests
+    assert request["headers"]["X-Ingestd-Event-Id"] == f"{event_id}:hook"
+    assert len(box.mails) == 1
+
+
+def test_a_sink_removed_from_the_config_is_done_with_a_note(
+    make_env: Any, db: Database, receiver: Receiver, inbox: tuple[Inbox, int],
+    hook_secret: Path, worker_log: Path,
+) -> None:  # fmt: skip
+    """A notify job whose sink is gone from the config by the time it runs: done, not
+    failed, with a note in its log line; the other sink still gets the event."""
+    box, smtp_port = inbox
+    sinks = [{"name": "gone", "webhook": _hook(receiver, hook_secret)},
+             {"name": "stays", "email": ["ops@example.org"]}]  # fmt: skip
+    env: Env = make_env(worker=WORKER, deliveries=DELIVERIES, smtp=_smtp(smtp_port),
+                        notify=sinks)  # fmt: skip
+    _insert_event(db, "job.failed", "error", None, {"job_id": 9, "kind": "analyze-document",
+                                                    "error": "boom"})  # fmt: skip
+    assert notify.relay(db, env.config) == 1
+    env = make_env(worker=WORKER, deliveries=DELIVERIES, smtp=_smtp(smtp_port),
+                   notify=sinks[1:])  # fmt: skip
+    _drain(env, db)
+    jobs = _notify_jobs(db)
+    assert [j["status"] for j in jobs["gone"]] == [j["status"] for j in jobs["stays"]] == ["done"]
+    assert receiver.requests == [] and len(box.mails) == 1
+    (done,) = [e for e in read_events(worker_log, "job.done")
+               if e["job_id"] == jobs["gone"][0]["id"]]  # fmt: skip
+    assert done["result"]["note"] == "sink 'gone' is no longer in the config; not sent"
+
+
+def test_relay_refusals_retry_or_fail_for_good(
+    make_env: Any, db: Database, inbox: tuple[Inbox, int], worker_log: Path
+) -> None:
+    """451 from the relay: the job retries, then delivers once; 550 for the recipient: failed
+    at once, one job.failed line naming the sink, and no operator event about itself."""
+    box, smtp_port = inbox
+    env: Env = make_env(worker=WORKER, deliveries=DELIVERIES, smtp=_smtp(smtp_port), notify=[
+        {"name": "mail", "email": ["ops@example.org"], "events": ["sftp.*"]},
+        {"name": "typo", "email": ["nobody@example.org"], "events": ["file.*"]},
+    ])  # fmt: skip
+    box.data_reply = "451 4.3.0 try later"
+    _insert_event(db, "sftp.banned", "warning", None, {"remote_ip": "192.0.2.1"})
+    _run_once(env, db)
+    (job,) = _notify_jobs(db)["mail"]
+    assert job["status"] == "queued" and job["retry_count"] >= 1
+    assert job["error_message"].startswith(
+        f"NotifyError: notify sink 'mail': smtp 127.0.0.1:{smtp_port}: 451 4.3.0 try later"
+    )
+    box.data_reply = None
+    _drain(env, db)
+    assert [j["status"] for j in _notify_jobs(db)["mail"]] == ["done"]
+    assert len(box.mails) == 1
+
+    box.rcpt_replies["nobody@example.org"] = "550 5.1.1 <nobody@example.org>: no such user"
+    _insert_event(db, "file.refused", "warning", "acme", {"filename": "x.docx"})
+    _drain(env, db)
+    (job,) = _notify_jobs(db)["typo"]
+    assert (job["status"], job["retry_count"]) == ("failed", 0)
+    assert job["error_message"] == (
+        f"notify sink 'typo': smtp 127.0.0.1:{smtp_port}: recipients refused: "
+        "nobody@example.org: 550 5.1.1 <nobody@example.org>: no such user"
+    )
+    failed = [e for e in read_events(worker_log, "job.failed") if e["job_id"] == job["id"]]
+    assert len(failed) == 1 and failed[0]["permanent"] is True
+    assert "notify sink 'typo'" in failed[0]["error"]
+    assert _one(db, "SELECT count(*) AS n FROM operator_events WHERE type IN "
+                    "('job.failed', 'delivery.failed')")["n"] == 0  # fmt: skip
+    assert len(box.mails) == 1
+
+
+# --- SMTP delivery on its own --------------------------------------------------------------
+
+
+def _smtp_config(port: int, **kw: Any) -> SmtpConfig:
+    cfg = parse_config({"smtp": _smtp(port, **kw)})
+    assert cfg.smtp is not None
+    return cfg.smtp
+
+
+def _message(subject: str = "[ingestd] Prüfung: Grüße", body: str = "Größe ✓\n") -> EmailMessage:
+    msg = EmailMessage(policy=email.policy.SMTP)
+    msg["Subject"], msg["From"], msg["To"] = subject, FROM, "ops@example.org"
+    msg.set_content(body, charset="utf-8")
+    return msg
+
+
+@pytest.fixture
+def password_file(tmp_path: Path) -> Path:
+    path = tmp_path / "smtp-password"
+    path.write_text("pässwort\n")
+    path.chmod(0o640)
+    return path
+
+
+def test_starttls_with_auth_delivers_utf8(tls: Tls, password_file: Path) -> None:
+    """STARTTLS verified against ca_file, AUTH with the password file, UTF-8 subject and
+    body arrive intact."""
+    box = Inbox()
+    controller = _start_smtpd(box, tls_context=tls.server_context(), require_starttls=True,
+                              authenticator=box.authenticate, auth_require_tls=True)  # fmt: skip
+    try:
+        smtp = _smtp_config(controller.port, security="starttls", ca_file=str(tls.ca_file),
+                            username="ingestd", password_file=str(password_file))  # fmt: skip
+        assert send_mail(smtp, ["ops@example.org"], _message()) == {}
+        (mail,) = box.mails
+        assert box.logins == [("ingestd", "pässwort")]
+        assert mail.message["Subject"] == "[ingestd] Prüfung: Grüße"
+        assert mail.message.get_content() == "Größe ✓\n"
+        # A wrong password is worth a retry: fixing the file delivers what is pending.
+        password_file.write_text("alt\n")
+        with pytest.raises(SmtpError, match=r"^smtp 127\.0\.0\.1:\d+: 535 .*AUTH as 'ingestd'"):
+            send_mail(smtp, ["ops@example.org"], _message())
+        # No ca_file: the system's CAs do not know ours.
+        untrusted = _smtp_config(controller.port, security="starttls")
+        expected = r"TLS certificate not accepted: unable to get local issuer certificate \("
+        with pytest.raises(SmtpError, match=expected):
+            send_mail(untrusted, ["ops@example.org"], _message())
+    finally:
+        controller.stop()
+
+
+def test_implicit_tls_and_a_relay_without_starttls(tls: Tls) -> None:
+    """security = "tls" speaks TLS from the first byte; "starttls" refuses a relay that
+    does not offer it rather than sending in clear."""
+    box = Inbox()
+    controller = _start_smtpd(box, ssl_context=tls.server_context())
+    plain = _start_smtpd(box)
+    try:
+        smtp = _smtp_config(controller.port, security="tls", ca_file=str(tls.ca_file))
+        assert send_mail(smtp, ["ops@example.org"], _message()) == {}
+        assert len(box.mails) == 1
+        with pytest.raises(SmtpError, match="does not offer STARTTLS"):
+            send_mail(_smtp_config(plain.port, security="starttls"), ["a@example.org"],
+                      _message())  # fmt: skip
+        assert len(box.mails) == 1
+    finally:
+        controller.stop()
+        plain.stop()
+
+
+def test_smtp_answers_map_to_retry_or_permanent(inbox: tuple[Inbox, int]) -> None:
+    """4xx and a relay that is down: SmtpError naming the relay and its reply; 5xx for every
+    recipient: permanent; 5xx for some: delivered to the rest, the refusals returned."""
+    box, port = inbox
+    smtp = _smtp_config(port)
+    box.data_reply = "451 4.3.0 try later"
+    with pytest.raises(SmtpError) as info:
+        send_mail(smtp, ["ops@example.org"], _message())
+    assert str(info.value) == f"smtp 127.0.0.1:{port}: 451 4.3.0 try later"
+    box.data_reply = "554 5.6.0 message refused"
+    with pytest.raises(SmtpRefused, match=r"message refused: 554 5\.6\.0 message refused"):
+        send_mail(smtp, ["ops@example.org"], _message())
+    box.data_reply = None
+    box.rcpt_replies = {"a@example.org": "550 5.1.1 no such user",
+                        "b@example.org": "450 4.2.1 mailbox busy"}  # fmt: skip
+    with pytest.raises(SmtpRefused) as refused:
+        send_mail(smtp, ["a@example.org"], _message())
+    assert isinstance(refused.value, PermanentError)
+    with pytest.raises(SmtpError, match=r"recipients not taken: .*450 4\.2\.1 mailbox busy"):
+        send_mail(smtp, ["a@example.org", "b@example.org"], _message())
+    assert send_mail(smtp, ["a@example.org", "ops@example.org"], _message()) == {
+        "a@example.org": "550 5.1.1 no such user"}  # fmt: skip
+    assert [m.rcpt_tos for m in box.mails] == [["ops@example.org"]]
+    with pytest.raises(SmtpError) as down:
+        send_mail(_smtp_config(_closed_port()), ["ops@example.org"], _message())
+    assert "connection refused" in str(down.value)
+
+
+def test_smtp_timeout_bounds_the_whole_delivery() -> None:
+    """A relay that trickles its greeting a byte at a time is cut off at smtp.timeout,
+    however steadily it sends."""
+    server = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def trickle() -> None:
+        conn, _ = server.accept()
+        with conn:
+            for byte in b"220-" + b"x" * 1000:
+                if stop.wait(0.2):
+                    return
+                try:
+                    conn.sendall(bytes([byte]))
+                except OSError:
+                    return
+
+    thread = threading.Thread(target=trickle, daemon=True)
+    thread.start()
+    try:
+        smtp = _smtp_config(server.getsockname()[1], timeout=1)
+        t0 = time.monotonic()
+        with pytest.raises(SmtpError, match=r"did not finish within 1 s"):
+            send_mail(smtp, ["ops@example.org"], _message())
+        assert time.monotonic() - t0 < 10  # a bound: 1 s plus scheduling, not 1000 × 0.2 s
+    finally:
+        stop.set()
+        server.close()
+        thread.join(10)
+
+
+# --- EventLog: the daemon's events, Postgres or not ----------------------------------------
+
+
+def test_event_log_buffers_while_postgres_is_down_and_inserts_once(
+    db: Database, tmp_path: Path, worker_log: Path
+) -> None:
+    """With Postgres unreachable, events go to <state_dir>/events as whole files; flush()
+    inserts them in order once it is back, exactly once, even if a file comes back."""
+    state = tmp_path / "state"
+    with Database(f"host=127.0.0.1 port={_closed_port()} dbname=nope user=nope",
+                  connect_timeout=1) as down:  # fmt: skip
+        events = EventLog(down, state)
+        first = events.emit("file.quarantined", "warning", "acme",
+                            {"filename": "Scan_0001.pdf", "reason": "unsupported type",
+                             "size": 12, "when": datetime.date(2026, 11, 3)},
+                            trace_id="tr-1")  # fmt: skip
+        t0 = time.monotonic()
+        second = events.emit("sftp.banned", "warning", None, {"remote_ip": "203.0.113.9"})
+        # Buffering already: the second does not wait for the database again.
+        assert time.monotonic() - t0 < 1.0
+        assert events.pending() == 2
+        files = sorted((state / "events").iterdir())
+        assert [json.loads(f.read_text())["event_id"] for f in files] == [first, second]
+        assert not [f for f in files if f.name.startswith(".tmp")]
+        assert events.flush() == 0 and events.pending() == 2  # still down: kept
+    (buffering,) = read_events(worker_log, "events.buffering")
+    assert "database unavailable" in buffering["error"]
+
+    saved = tmp_path / "saved.json"
+    shutil.copy(files[0], saved)
+    up = EventLog(db, state)
+    assert up.flush() == 2 and up.pending() == 0
+    rows = _rows(db, "SELECT event_id::text AS id, type, tenant, detail, trace_id "
+                     "FROM operator_events WHERE type IN ('file.quarantined', 'sftp.banned') "
+                     "ORDER BY operator_events.id")  # fmt: skip
+    assert [r["id"] for r in rows] == [first, second]
+    assert (rows[0]["tenant"], rows[0]["trace_id"], rows[0]["detail"]["when"]) == (
+        "acme", "tr-1", "2026-11-03")  # fmt: skip
+    assert rows[1]["tenant"] is None
+    # A crash between the COMMIT and the delete: the file is there again; nothing doubles.
+    shutil.copy(saved, state / "events" / files[0].name)
+    assert up.flush() == 0 and up.pending() == 0
+    assert len(_rows(db, "SELECT 1 FROM operator_events WHERE event_id = %(id)s::uuid",
+                     {"id": first})) == 1  # fmt: skip
+    # Back up: straight into the table.
+    third = up.emit("file.refused", "warning", "acme", {"filename": "a.docx"})
+    assert up.pending() == 0
+    assert _one(db, "SELECT type FROM operator_events WHERE event_id = %(id)s::uuid",
+                {"id": third})["type"] == "file.refused"  # fmt: skip
+
+
+def test_event_log_is_bounded_and_its_thread_flushes(
+    db: Database, tmp_path: Path, worker_log: Path
+) -> None:
+    """Past max_files the oldest buffered events are dropped with one warning line; the
+    background thread inserts the rest once the database is reachable."""
+    state = tmp_path / "state"
+    with Database(f"host=127.0.0.1 port={_closed_port()} dbname=nope user=nope",
+                  connect_timeout=1) as down:  # fmt: skip
+        events = EventLog(down, state, max_files=3)
+        ids = [events.emit("sftp.banned", "warning", None, {"remote_ip": f"192.0.2.{i}"})
+               for i in range(6)]  # fmt: skip
+        assert events.pending() == 3
+    assert len(read_events(worker_log, "events.buffer_full")) == 1
+    with pytest.raises(ValueError, match="severity"):
+        events.emit("sftp.banned", "fatal", None, {})  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="event type"):
+        events.emit("Banned", "warning", None, {})
+
+    up = EventLog(db, state, flush_every=0.2)
+    up.start()
+    try:
+        wait_until(lambda: up.pending() == 0, timeout=30)
+    finally:
+        up.stop()
+    rows = _rows(db, "SELECT event_id::text AS id FROM operator_events "
+                     "WHERE type = 'sftp.banned' ORDER BY operator_events.id")  # fmt: skip
+    assert [r["id"] for r in rows] == ids[3:]
+    flushed = read_events(worker_log, "events.flushed")
+    assert flushed and flushed[-1]["inserted"] == 3
