@@ -24,8 +24,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import enum
+import errno
 import os
-import shutil
 import stat
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
@@ -36,11 +36,19 @@ from ingestd import filetypes, metrics
 from ingestd.archive import ArchivedFile, ArchiveStore, TooLarge, fsync_dir
 from ingestd.config import IntakeConfig
 from ingestd.db import Database
-from ingestd.errors import TenantNotActive, TenantNotFound
+from ingestd.errors import (
+    IngestdError,
+    SourceProtected,
+    SourceUnavailable,
+    TenantNotActive,
+    TenantNotFound,
+)
 from ingestd.faults import crashpoint
+from ingestd.fsops import move_entry, why_not_removable
 from ingestd.jobkinds import JobKind
 from ingestd.jobs import enqueue
 from ingestd.log import get_logger, new_trace_id
+from ingestd.pathcheck import ProtectedPaths
 from ingestd.titles import TitleRules, parse_filename
 
 MAX_TAG_LENGTH = 100  # tags.name CHECK in 0002_tags.sql
@@ -63,7 +71,6 @@ class Reason(enum.StrEnum):
     too_large = "too_large"
     bad_type = "bad_type"
     duplicate = "duplicate"
-    unreadable = "unreadable"
 
 
 class Disposal(enum.Enum):
@@ -71,8 +78,10 @@ class Disposal(enum.Enum):
     keep = "keep"  # leave it (the caller moves it, or the user asked to keep it)
 
 
-class FileChanged(Exception):
+class FileChanged(IngestdError):
     """Transient: the source changed while it was copied (a writer is still at work)."""
+
+    transient = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +118,9 @@ class IntakeResult:
     detail: str = ""
     archive_path: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    # Committed, but the source could not be removed after COMMIT (why, for the
+    # operator). The caller must not ingest or copy it again: only retry the removal.
+    source_left: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -139,14 +151,25 @@ def check_filename(name: str, max_bytes: int) -> None:
         raise Refused(Reason.bad_filename, "file name is empty or not a plain name")
 
 
+def unavailable(what: str, exc: OSError) -> SourceUnavailable:
+    """An OSError of the environment (not of the file) as the transient error it is."""
+    name = errno.errorcode.get(exc.errno or 0, "EIO")
+    return SourceUnavailable(f"cannot {what}: {exc.strerror or exc} ({name})", name)
+
+
 def _open_regular(path: Path, *, owned: bool = False) -> tuple[int, os.stat_result]:
-    """Open ``path`` only if it is one regular file; never follow a symlink or block."""
+    """Open ``path`` only if it is one regular file; never follow a symlink or block.
+
+    Refused (permanent) only for what the file is: a link, not a regular file, a hard
+    link. Any other failure (EMFILE, ENFILE, ENOMEM, EIO, EACCES, ...) is the
+    environment's and transient: ``SourceUnavailable``, the file stays for a retry.
+    """
     try:
         before = os.lstat(path)
     except FileNotFoundError:
         raise
     except OSError as exc:
-        raise Refused(Reason.unreadable, f"cannot stat: {exc.strerror}") from exc
+        raise unavailable("stat the file", exc) from exc
     if stat.S_ISLNK(before.st_mode):
         raise Refused(Reason.symlink, "symbolic links are not followed")
     if not stat.S_ISREG(before.st_mode):
@@ -162,12 +185,16 @@ def _open_regular(path: Path, *, owned: bool = False) -> tuple[int, os.stat_resu
     try:
         fd = os.open(path, flags)
     except OSError as exc:
-        if exc.errno == 40:  # ELOOP: swapped for a symlink between lstat and open
+        if exc.errno == errno.ELOOP:  # swapped for a symlink between lstat and open
             raise Refused(Reason.symlink, "symbolic links are not followed") from exc
         if isinstance(exc, FileNotFoundError):
             raise
-        raise Refused(Reason.unreadable, f"cannot open: {exc.strerror}") from exc
-    st = os.fstat(fd)
+        raise unavailable("open the file", exc) from exc
+    try:
+        st = os.fstat(fd)
+    except OSError as exc:
+        os.close(fd)
+        raise unavailable("stat the open file", exc) from exc
     if (st.st_dev, st.st_ino) != (before.st_dev, before.st_ino) or not stat.S_ISREG(st.st_mode):
         os.close(fd)
         raise Refused(Reason.not_regular, "file was replaced while it was opened")
@@ -179,26 +206,37 @@ def _open_regular(path: Path, *, owned: bool = False) -> tuple[int, os.stat_resu
     return fd, st
 
 
-def remove_source(path: Path) -> None:
-    """Unlink the source after COMMIT.
+def remove_source(
+    path: Path, protected: ProtectedPaths | None = None, *, owned: bool = False
+) -> None:
+    """Unlink the source after COMMIT, unless its folder resolves into the archive,
+    derived or state directory (``SourceProtected``): whatever the config said, a hot
+    folder swapped for a link into the archive must not wipe it as "duplicates".
 
     No directory fsync here: if a crash undoes the unlink, the source comes back, a
     re-run finds its SHA-256 recorded and only removes it again (idempotent intake).
     Skipping that flush is worth ~25% of intake throughput.
     """
+    if protected is not None:
+        protected.check(path, action="remove", owned=owned)
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
 
 
-def move_source(path: Path, target_dir: Path) -> Path:
-    """Move the source into ``target_dir`` without overwriting anything there."""
+def move_source(path: Path, target_dir: Path, protected: ProtectedPaths | None = None) -> Path:
+    """Move the source into ``target_dir`` without overwriting anything there; refused
+    like ``remove_source`` for a source inside the archive, derived or state directory.
+    All or nothing (``fsops.move_entry``): a source that cannot be removed leaves no copy
+    in ``target_dir``, so a retry cannot pile up ``name.1.pdf``, ``name.2.pdf`` ..."""
+    if protected is not None:
+        protected.check(path, action="move", owned=False)
     target_dir.mkdir(parents=True, exist_ok=True)
     target = target_dir / path.name
     n = 1
-    while target.exists() or target.is_symlink():
+    while os.path.lexists(target):
         target = target_dir / f"{path.stem}.{n}{path.suffix}"
         n += 1
-    shutil.move(str(path), str(target))
+    move_entry(path, target)
     fsync_dir(target_dir)
     with contextlib.suppress(FileNotFoundError):
         fsync_dir(path.parent)
@@ -215,11 +253,15 @@ class Intake:
         archive: ArchiveStore,
         *,
         title_rules: TitleRules | None = None,
+        protected: ProtectedPaths | None = None,
     ) -> None:
         self.config = config
         self.db = db
         self.archive = archive
         self.rules = title_rules or TitleRules()
+        # Folders no source is ever removed from (archive, derived, state directory);
+        # None: only what the config check at load ensured.
+        self.protected = protected
         self.allowed = {filetypes.ARCHIVABLE[t] for t in config.allowed_types}
         self.log = get_logger()
 
@@ -257,6 +299,10 @@ class Intake:
     def _ingest(self, item: IntakeItem, disposal: Disposal, log: Any) -> IntakeResult:
         cfg = self.config
         check_filename(item.name, cfg.max_filename_bytes)
+        if self.protected is not None:
+            # Before anything is read or recorded: a file in the archive's own folders
+            # (seen through a link or bind mount) is never taken, so never removed.
+            self.protected.check(item.path, action="take", owned=item.owned)
         fd, st = _open_regular(item.path, owned=item.owned)
         try:
             if st.st_size == 0:
@@ -266,7 +312,10 @@ class Intake:
                     Reason.too_large,
                     f"file is {st.st_size} bytes, limit is {int(cfg.max_file_size)}",
                 )
-            header = os.pread(fd, filetypes.HEADER_BYTES, 0)
+            try:
+                header = os.pread(fd, filetypes.HEADER_BYTES, 0)
+            except OSError as exc:
+                raise unavailable("read the file", exc) from exc
             ftype = filetypes.detect(header)
             if ftype is None or ftype not in self.allowed:
                 allowed = ", ".join(sorted(t.name for t in self.allowed))
@@ -376,8 +425,7 @@ class Intake:
             raise
         crashpoint("after_commit")
 
-        if disposal is Disposal.delete:
-            remove_source(item.path)
+        left = self._dispose(item, disposal, log)
         document_id = int(doc["id"])
         metrics.INTAKE_BYTES.labels(item.tenant, item.source_kind).inc(archived.size)
         log.info(
@@ -399,7 +447,24 @@ class Intake:
             document_id=document_id,
             job_id=job_id,
             archive_path=archived.relpath,
+            source_left=left,
         )
+
+    def _dispose(self, item: IntakeItem, disposal: Disposal, log: Any) -> str | None:
+        """After COMMIT: remove the source. A failure does not undo the intake (it is
+        recorded, the file is safe in the archive); it is returned, never raised, so the
+        caller retries only the removal instead of taking the file again."""
+        if disposal is not Disposal.delete:
+            return None
+        try:
+            remove_source(item.path, self.protected, owned=item.owned)
+        except SourceProtected as exc:
+            return exc.message
+        except OSError as exc:
+            reason = why_not_removable(item.path, exc)
+            log.warning("intake.source_not_removed", detail=reason)
+            return reason
+        return None
 
     def _duplicate(
         self,
@@ -413,10 +478,10 @@ class Intake:
             raise Refused(Reason.duplicate, f"same content as document {document_id}")
         # The bytes are archived and recorded (committed) under that document, so the
         # source is safe to drop. This is also how a re-run after a crash finishes up.
-        if disposal is Disposal.delete:
-            remove_source(item.path)
+        left = self._dispose(item, disposal, log)
         log.info("intake.duplicate", document_id=document_id)
-        return IntakeResult(item, Outcome.duplicate, sha256=sha256, document_id=document_id)
+        return IntakeResult(item, Outcome.duplicate, sha256=sha256, document_id=document_id,
+                            source_left=left)
 
     def _active_tenant_id(self, tenant: str) -> int:
         with self.db.transaction() as tx:

@@ -28,9 +28,10 @@ import stat
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from watchdog.events import (
     DirCreatedEvent,
@@ -48,12 +49,14 @@ from watchdog.events import (
 from watchdog.observers import Observer
 from watchdog.observers.polling import PollingObserver
 
-from ingestd import metrics
+from ingestd import metrics, retry
 from ingestd.config import Config, HotfoldersConfig, WatchConfig
-from ingestd.errors import ArchiveError, DatabaseError, TenantError, TenantNotActive
-from ingestd.intake import Disposal, FileChanged, Intake, IntakeItem, Outcome, move_source
-from ingestd.log import get_logger
-from ingestd.quarantine import quarantine
+from ingestd.errors import IngestdError, SourceProtected, TenantError, TenantNotActive
+from ingestd.events import EventLog
+from ingestd.fsops import why_not_removable
+from ingestd.intake import Disposal, Intake, IntakeItem, Outcome, move_source, remove_source
+from ingestd.log import get_logger, new_trace_id
+from ingestd.quarantine import ERROR_SUFFIX, quarantine
 
 # F_SETLEASE and friends (Linux); absent elsewhere, then only the stability window counts.
 _F_SETLEASE = getattr(fcntl, "F_SETLEASE", 1024)
@@ -140,6 +143,37 @@ class _Pending:
     attempts: int = 0
     # The tenant status last reported for this file, and when (time.monotonic()).
     tenant_reported: tuple[str, float] | None = None
+    # The file's correlation id, made when it is first taken (kept across retries).
+    trace: str = field(default_factory=new_trace_id)
+
+
+StuckAction = Literal["remove", "move", "keep"]
+
+
+def _identity(st: os.stat_result) -> tuple[int, int, int, int]:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+@dataclass
+class _Stuck:
+    """A file whose intake is decided but that cannot leave the hot folder.
+
+    ``remove``/``move``: committed (a document), but removing it (or moving it to done)
+    failed, e.g. a sub-folder another user created with umask 022. Only that step is
+    retried, with backoff; the file is never ingested or copied again. ``keep``: it must
+    never be touched (its folder resolves into the archive). Either is forgotten when the
+    file goes or changes (a new file of the same name is a new file).
+    """
+
+    folder: Folder
+    identity: tuple[int, int, int, int]
+    action: StuckAction
+    reason: str
+    document_id: int | None
+    trace: str
+    since: str = field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
+    attempts: int = 0
+    due: float = 0.0
 
 
 class WriterCheck:
@@ -206,12 +240,16 @@ class _Handler(FileSystemEventHandler):
 class HotFolders:
     """All [[watch]] folders of one daemon; thread-safe; reloadable."""
 
-    def __init__(self, config: Config, intake: Intake, *, tick: float = 0.1) -> None:
+    def __init__(self, config: Config, intake: Intake, *, tick: float = 0.1,
+                 events: EventLog | None = None) -> None:  # fmt: skip
         self.intake = intake
+        # Quarantined and stuck files are operator events (file.quarantined, ...).
+        self.events = events
         self.log = get_logger(component="watch")
         self._lock = threading.Lock()
         self._pending: dict[Path, _Pending] = {}
         self._inflight: set[Path] = set()
+        self._stuck: dict[Path, _Stuck] = {}
         self._observers: dict[tuple[str, bool], Any] = {}
         self._folders: dict[tuple[str, bool], Folder] = {}
         self._missing_reported: set[str] = set()
@@ -328,6 +366,10 @@ class HotFolders:
         with self._lock:
             if path in self._inflight:
                 return
+            stuck = self._stuck.get(path)
+        if stuck is not None and self._still_stuck(path, stuck):
+            return  # decided already: only its removal is retried (_retry_stuck)
+        with self._lock:
             current = self._folders.get(folder.key)
             if current is None:
                 return
@@ -386,6 +428,11 @@ class HotFolders:
         now = time.monotonic()
         capacity = self.settings.workers * 2  # bounded hand-off queue: memory stays flat
         with self._lock:
+            stuck_due = [(p, s) for p, s in self._stuck.items()
+                         if s.action != "keep" and s.due <= now]  # fmt: skip
+        for path, stuck in stuck_due:
+            self._retry_stuck(path, stuck)
+        with self._lock:
             room = capacity - len(self._inflight)
             due = [(p, c) for p, c in self._pending.items() if c.due <= now]
         due.sort(key=lambda pc: pc[1].due)
@@ -429,7 +476,7 @@ class HotFolders:
         return True
 
     # -- taking a file ------------------------------------------------------------------
-    def _item(self, folder: Folder, path: Path) -> IntakeItem:
+    def _item(self, folder: Folder, path: Path, trace: str | None = None) -> IntakeItem:
         rel = path.relative_to(folder.cfg.path)
         parts = rel.parts[:-1]
         tags = list(folder.cfg.tags)
@@ -442,6 +489,7 @@ class HotFolders:
             filename=path.name,
             subdir="/".join(parts),
             tags=tuple(tags),
+            trace=trace,
         )
 
     def _contained(self, folder: Folder, path: Path) -> bool:
@@ -455,57 +503,147 @@ class HotFolders:
     def _ingest(self, path: Path, pending: _Pending) -> None:
         folder = pending.folder
         tenant = folder.cfg.tenant
-        retry_cause: str | None = None
+        log = self.log.bind(tenant=tenant, folder=folder.name, filename=path.name,
+                            trace=pending.trace)  # fmt: skip
+        cause: retry.Cause | None = None
         try:
-            item = self._item(folder, path)
-            log = self.log.bind(tenant=tenant, folder=folder.name, filename=item.name)
+            item = self._item(folder, path, pending.trace)
             if not self._contained(folder, path):
                 log.warning("watch.escape_refused", path=str(path))
                 return
             disposal = Disposal.keep if folder.cfg.done else Disposal.delete
             result = self.intake.ingest(item, disposal=disposal)
             if result.outcome is Outcome.refused:
-                note = quarantine(
-                    path,
-                    folder.failed,
-                    subdir=item.subdir,
-                    tenant=tenant,
-                    reason=str(result.reason),
-                    detail=result.detail,
-                )
-                metrics.WATCH_QUARANTINED.labels(tenant, str(result.reason)).inc()
-                log.warning("watch.quarantined", reason=str(result.reason), note=str(note))
+                self._quarantine(path, pending, item, result.reason, result.detail, log)
+            elif result.source_left is not None:
+                self._mark_stuck(path, pending, "remove", result.source_left, result.document_id)
             elif folder.cfg.done:
-                done_dir = folder.cfg.done / item.subdir if item.subdir else folder.cfg.done
-                move_source(path, done_dir)
+                self._move_to_done(path, pending, item, result.document_id)
         except FileNotFoundError:
             pass  # gone (moved away by a user): nothing to do
         except TenantError as exc:
-            retry_cause = "tenant_inactive"
+            cause = retry.Cause.tenant_inactive
             self._report_tenant(path, pending, exc)
-        except (DatabaseError, FileChanged, ArchiveError, OSError) as exc:
-            retry_cause = type(exc).__name__
-            self.log.warning("watch.retry", tenant=tenant, filename=path.name,
-                             attempt=pending.attempts + 1, detail=str(exc))  # fmt: skip
-        except Exception:
-            retry_cause = "internal"
-            self.log.exception("watch.intake_error", tenant=tenant, filename=path.name)
+        except Exception as exc:
+            cause = retry.cause_of(exc)
+            detail = exc.message if isinstance(exc, IngestdError) else str(exc)
+            if cause is None:
+                # Its folder resolves into the archive (a hot folder swapped for a link or
+                # bind mount after start): never touched again, not even re-read.
+                log.error("watch.source_protected", detail=detail)
+                self._mark_stuck(path, pending, "keep", detail, None, log_it=False)
+            elif cause is retry.Cause.internal:
+                log.exception("watch.intake_error")
+            else:
+                log.warning("watch.retry", cause=str(cause), attempt=pending.attempts + 1,
+                            detail=detail)  # fmt: skip
         finally:
             with self._lock:
                 self._inflight.discard(path)
                 self._wake.set()
-                if retry_cause is not None and not self._stop.is_set():
+                if cause is not None and not self._stop.is_set():
                     pending.attempts += 1
-                    limit = self.settings.retry_max_delay
-                    if retry_cause == "tenant_inactive":
-                        limit = min(limit, 30.0)  # pick up quickly once the tenant is active
-                    delay = min(2.0 ** min(pending.attempts, 20), limit)
+                    wait = retry.delay(pending.attempts, self.settings.retry_max_delay, cause)
                     # Size/mtime stay recorded: if the file did not change meanwhile it is
                     # taken as soon as the delay is over, with no second stability window.
-                    pending.due = time.monotonic() + delay
+                    pending.due = time.monotonic() + wait
                     self._pending.setdefault(path, pending)
-            if retry_cause is not None:
-                metrics.WATCH_RETRIED.labels(tenant, retry_cause).inc()
+            if cause is not None:
+                metrics.WATCH_RETRIED.labels(tenant, str(cause)).inc()
+
+    def _quarantine(self, path: Path, pending: _Pending, item: IntakeItem, reason: Any,
+                    detail: str, log: Any) -> None:  # fmt: skip
+        """A permanent refusal: to the failed folder with its note, and tell someone."""
+        folder = pending.folder
+        protected = self.intake.protected
+        if protected is not None:
+            protected.check(path, action="quarantine")  # never move a file out of the archive
+        note = quarantine(path, folder.failed, subdir=item.subdir, tenant=folder.cfg.tenant,
+                          reason=str(reason), detail=detail)  # fmt: skip
+        metrics.WATCH_QUARANTINED.labels(folder.cfg.tenant, str(reason)).inc()
+        log.warning("watch.quarantined", reason=str(reason), note=str(note))
+        if self.events is not None:
+            self.events.emit("file.quarantined", "warning", folder.cfg.tenant, {
+                "filename": item.name, "source": item.source, "reason": str(reason),
+                "detail": detail, "moved_to": str(note).removesuffix(ERROR_SUFFIX),
+            }, trace_id=pending.trace)  # fmt: skip
+
+    def _done_dir(self, folder: Folder, subdir: str) -> Path:
+        assert folder.cfg.done is not None
+        return folder.cfg.done / subdir if subdir else folder.cfg.done
+
+    def _move_to_done(self, path: Path, pending: _Pending, item: IntakeItem,
+                      document_id: int | None) -> None:  # fmt: skip
+        try:
+            move_source(path, self._done_dir(pending.folder, item.subdir), self.intake.protected)
+        except FileNotFoundError:
+            raise
+        except OSError as exc:
+            # Committed: only the move is retried; never ingested or copied again.
+            self._mark_stuck(path, pending, "move", why_not_removable(path, exc), document_id)
+
+    def _mark_stuck(self, path: Path, pending: _Pending, action: StuckAction, reason: str,
+                    document_id: int | None, *, log_it: bool = True) -> None:  # fmt: skip
+        try:
+            identity = _identity(os.lstat(path))
+        except OSError:
+            return  # gone meanwhile: nothing is stuck
+        stuck = _Stuck(pending.folder, identity, action, reason, document_id, pending.trace)
+        stuck.due = time.monotonic() + retry.delay(0, self.settings.retry_max_delay,
+                                                   retry.Cause.source)  # fmt: skip
+        with self._lock:
+            self._stuck[path] = stuck
+        tenant = pending.folder.cfg.tenant
+        metrics.WATCH_RETRIED.labels(tenant, f"stuck_{action}").inc()
+        if not log_it:
+            return
+        # Once per file: its removal is retried quietly until it works.
+        self.log.error("watch.source_not_removable", tenant=tenant, folder=pending.folder.name,
+                       filename=path.name, path=str(path), document_id=document_id,
+                       action=action, reason=reason, trace=pending.trace)  # fmt: skip
+        if self.events is not None:
+            self.events.emit("file.not_removable", "warning", tenant, {
+                "filename": path.name, "path": str(path), "document_id": document_id,
+                "source": f"watch:{pending.folder.cfg.path}", "reason": f"cannot {action}",
+                "detail": reason,
+            }, trace_id=pending.trace, dedupe=f"stuck:{path.parent}")  # fmt: skip
+
+    def _still_stuck(self, path: Path, stuck: _Stuck) -> bool:
+        """Is ``path`` still the file that got stuck? Forgets it if not."""
+        try:
+            same = _identity(os.lstat(path)) == stuck.identity
+        except OSError:
+            same = False
+        if not same:
+            with self._lock:
+                if self._stuck.get(path) is stuck:
+                    del self._stuck[path]
+        return same
+
+    def _retry_stuck(self, path: Path, stuck: _Stuck) -> None:
+        """Try the removal (or the move to done) of a committed file once more."""
+        if not self._still_stuck(path, stuck):
+            return
+        try:
+            if stuck.action == "remove":
+                remove_source(path, self.intake.protected)
+            else:
+                rel = path.relative_to(stuck.folder.cfg.path)
+                subdir = "/".join(rel.parts[:-1])
+                move_source(path, self._done_dir(stuck.folder, subdir), self.intake.protected)
+        except (OSError, SourceProtected) as exc:
+            stuck.attempts += 1
+            stuck.due = time.monotonic() + retry.delay(
+                stuck.attempts, self.settings.retry_max_delay, retry.Cause.source)
+            if isinstance(exc, SourceProtected):
+                stuck.action, stuck.reason = "keep", exc.message
+            return
+        with self._lock:
+            self._stuck.pop(path, None)
+        self.log.info("watch.source_removed", tenant=stuck.folder.cfg.tenant,
+                      folder=stuck.folder.name, filename=path.name, action=stuck.action,
+                      after_attempts=stuck.attempts + 1, document_id=stuck.document_id,
+                      trace=stuck.trace)  # fmt: skip
 
     def _report_tenant(self, path: Path, pending: _Pending, exc: TenantError) -> None:
         """One line per waiting file; again only if the status changed or an hour passed."""
@@ -533,7 +671,12 @@ class HotFolders:
 
     def status_snapshot(self) -> dict[str, Any]:
         """For the daemon's state file (`ingestd status`)."""
-        return {**self.snapshot(), "stuck": []}
+        with self._lock:
+            stuck = [{"path": str(p), "tenant": s.folder.cfg.tenant, "action": s.action,
+                      "reason": s.reason, "document_id": s.document_id, "since": s.since,
+                      "attempts": s.attempts, "trace": s.trace}
+                     for p, s in sorted(self._stuck.items())]  # fmt: skip
+        return {**self.snapshot(), "stuck": stuck}
 
     def idle(self) -> bool:
         with self._lock:

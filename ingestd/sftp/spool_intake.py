@@ -15,11 +15,12 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from ingestd import metrics
-from ingestd.errors import ArchiveError, DatabaseError, TenantError
-from ingestd.intake import FileChanged, Intake, IntakeItem, Outcome
+from ingestd import metrics, retry
+from ingestd.errors import IngestdError, TenantError
+from ingestd.events import EventLog
+from ingestd.intake import Intake, IntakeItem, Outcome
 from ingestd.log import get_logger
-from ingestd.quarantine import quarantine
+from ingestd.quarantine import ERROR_SUFFIX, quarantine
 from ingestd.sftp.spool import Entry, Spool
 
 
@@ -32,12 +33,14 @@ class SpoolIntake:
         failed_root: Path,
         workers: int = 2,
         retry_max_delay: float = 60.0,
+        events: EventLog | None = None,
     ) -> None:
         self.spool = spool
         self.intake = intake
         self.failed_root = failed_root
         self.workers = workers
         self.retry_max_delay = retry_max_delay
+        self.events = events
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="spool-intake")
         self._inflight = 0
         self._lock = threading.Lock()
@@ -114,7 +117,7 @@ class SpoolIntake:
         # The spool id is the upload's correlation id: intake and every job carry it.
         log = self.log.bind(tenant=entry.tenant, account=entry.account, filename=entry.filename,
                             spool_id=entry.id, trace=entry.id)  # fmt: skip
-        retry_cause: str | None = None
+        cause: retry.Cause | None = None
         try:
             item = IntakeItem(
                 path=self.spool.data_path(entry),
@@ -140,30 +143,37 @@ class SpoolIntake:
                 )
                 metrics.SPOOL_QUARANTINED.labels(entry.tenant, str(result.reason)).inc()
                 log.warning("spool.quarantined", reason=str(result.reason), note=str(note))
+                if self.events is not None:
+                    self.events.emit("file.quarantined", "warning", entry.tenant, {
+                        "filename": entry.filename, "source": item.source,
+                        "reason": str(result.reason), "detail": result.detail,
+                        "moved_to": str(note).removesuffix(ERROR_SUFFIX),
+                    }, trace_id=entry.id)  # fmt: skip
             self.spool.finish(entry)
         except FileNotFoundError:
             # The data file is gone: intake finished it before a crash, or an admin moved it.
             log.warning("spool.entry_missing")
             self.spool.finish(entry)
         except TenantError as exc:
-            retry_cause = "tenant_inactive"
-            if retry_cause not in entry.reported:
-                entry.reported.add(retry_cause)
+            cause = retry.Cause.tenant_inactive
+            if cause not in entry.reported:
+                entry.reported.add(cause)
                 log.warning("spool.tenant_not_active", detail=exc.message)
-        except (DatabaseError, FileChanged, ArchiveError, OSError) as exc:
-            retry_cause = type(exc).__name__
-            log.warning("spool.retry", attempt=entry.attempts + 1, detail=str(exc))
-        except Exception:
-            retry_cause = "internal"
-            log.exception("spool.intake_error")
+        except Exception as exc:
+            # Everything else keeps the upload in the spool: it was acknowledged, so it
+            # is only ever ingested or quarantined for what it is, never lost to an outage.
+            cause = retry.cause_of(exc) or retry.Cause.internal
+            if cause is retry.Cause.internal:
+                log.exception("spool.intake_error")
+            else:
+                detail = exc.message if isinstance(exc, IngestdError) else str(exc)
+                log.warning("spool.retry", cause=str(cause), attempt=entry.attempts + 1,
+                            detail=detail)  # fmt: skip
         finally:
-            if retry_cause is not None:
-                limit = self.retry_max_delay
-                if retry_cause == "tenant_inactive":
-                    limit = min(limit, 30.0)
-                delay = min(2.0 ** min(entry.attempts, 20), limit)
-                self.spool.unclaim(entry, delay)
-                metrics.SPOOL_RETRIED.labels(entry.tenant, retry_cause).inc()
+            if cause is not None:
+                self.spool.unclaim(entry, retry.delay(entry.attempts, self.retry_max_delay,
+                                                      cause))  # fmt: skip
+                metrics.SPOOL_RETRIED.labels(entry.tenant, str(cause)).inc()
             with self._lock:
                 self._inflight -= 1
             self.spool.wake.set()

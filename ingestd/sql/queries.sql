@@ -134,7 +134,7 @@ WITH j AS (
     RETURNING document_id, kind
 ), d AS (
     UPDATE documents SET processing_status = 'done', attention_reason = NULL
-    WHERE id IN (SELECT document_id FROM j WHERE kind = 'analyze-document')
+    WHERE id IN (SELECT document_id FROM j WHERE ingestd_tracks_document(kind))
 )
 SELECT count(*) AS n FROM j;
 
@@ -160,13 +160,17 @@ WITH j AS (
                                  THEN 'attention' ELSE j.status END,
         attention_reason = CASE WHEN j.status = 'failed' AND %(attention)s
                                 THEN left(%(error)s, 2000) ELSE attention_reason END
-    FROM j WHERE documents.id = j.document_id AND j.kind = 'analyze-document'
+    FROM j WHERE documents.id = j.document_id AND ingestd_tracks_document(j.kind)
 ), e AS (
     INSERT INTO operator_events (type, severity, tenant, detail, trace_id)
     SELECT CASE WHEN %(attention)s THEN 'document.needs_attention' ELSE %(failed_event)s END,
            'error', t.name,
            jsonb_build_object('job_id', j.id, 'kind', j.kind, 'document_id', j.document_id,
-                              'attempts', j.retry_count + 1, 'error', left(%(error)s, 2000)),
+                              -- retry_count as returned counts this attempt, unless
+                              -- the failure was permanent (not counted)
+                              'attempts', CASE WHEN %(permanent)s OR %(attention)s
+                                               THEN j.retry_count + 1 ELSE j.retry_count END,
+                              'error', left(%(error)s, 2000)),
            j.payload->>'trace'
     FROM j JOIN tenants t ON t.id = j.tenant_id
     WHERE j.status = 'failed' AND (%(attention)s OR %(failed_event)s::text IS NOT NULL)
@@ -183,7 +187,7 @@ WITH j AS (
     RETURNING document_id, kind
 ), d AS (
     UPDATE documents SET processing_status = 'queued'
-    WHERE id IN (SELECT document_id FROM j WHERE kind = 'analyze-document')
+    WHERE id IN (SELECT document_id FROM j WHERE ingestd_tracks_document(kind))
 )
 SELECT count(*) AS n FROM j;
 
@@ -206,7 +210,7 @@ WITH j AS (
               error_message
 ), d AS (
     UPDATE documents SET processing_status = j.status
-    FROM j WHERE documents.id = j.document_id AND j.kind = 'analyze-document'
+    FROM j WHERE documents.id = j.document_id AND ingestd_tracks_document(j.kind)
 ), e AS (
     -- Failed for good (a file that kills its worker every time): the operator hears of it.
     -- Not for a notification itself, which would notify about notifying.
@@ -462,7 +466,7 @@ WITH j AS (
     RETURNING id, document_id, kind
 ), d AS (
     UPDATE documents SET processing_status = 'queued'
-    WHERE id IN (SELECT document_id FROM j WHERE kind = 'analyze-document')
+    WHERE id IN (SELECT document_id FROM j WHERE ingestd_tracks_document(kind))
 ), n AS (
     SELECT pg_notify('ingestd_jobs', '') FROM j LIMIT 1
 )
@@ -478,7 +482,7 @@ WITH j AS (
     RETURNING id, document_id, kind
 ), d AS (
     UPDATE documents SET processing_status = 'failed'
-    WHERE id IN (SELECT document_id FROM j WHERE kind = 'analyze-document')
+    WHERE id IN (SELECT document_id FROM j WHERE ingestd_tracks_document(kind))
 )
 SELECT id FROM j;
 

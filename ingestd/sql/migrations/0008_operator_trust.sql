@@ -8,6 +8,12 @@
 -- stopped attempt whose job was rescued and claimed again, must not record anything.
 ALTER TABLE processing_jobs ADD COLUMN IF NOT EXISTS attempt UUID;
 
+-- Which jobs a document's processing_status follows: its processing (analysis, and site
+-- kinds from plugins), not a delivery of one of its webhooks nor its purge. One place for
+-- the rule: the claim and every outcome query ask this function.
+CREATE OR REPLACE FUNCTION ingestd_tracks_document(p_kind TEXT) RETURNS BOOLEAN
+LANGUAGE sql IMMUTABLE AS $$ SELECT p_kind NOT IN ('deliver-webhook', 'purge-document') $$;
+
 CREATE OR REPLACE FUNCTION ingestd_claim_from(
     p_tenant BIGINT, p_worker TEXT, p_lease INTERVAL, p_tenant_cap INT)
 RETURNS processing_jobs LANGUAGE plpgsql AS $$
@@ -32,9 +38,7 @@ BEGIN
         LIMIT 1
         FOR NO KEY UPDATE SKIP LOCKED)
     RETURNING * INTO job;
-    -- A document's processing_status follows its analysis only: a delivery or a purge
-    -- of the document says nothing about whether it was processed.
-    IF FOUND AND job.kind = 'analyze-document' THEN
+    IF FOUND AND ingestd_tracks_document(job.kind) THEN
         UPDATE documents SET processing_status = 'processing' WHERE id = job.document_id;
     END IF;
     RETURN job;
