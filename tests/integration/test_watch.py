@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from ingestd.db import Database
+from ingestd.events import EventLog
 from ingestd.runtime import make_intake
 from ingestd.watch import HotFolders
 from tests.conftest import Env, wait_until
@@ -49,7 +50,8 @@ def hot_env(make_env: Any, tmp_path: Path, tenant: str) -> Iterator[Any]:
         entry |= watch or {}
         env: Env = make_env(watch=[entry], hotfolders={**FAST, **(hotfolders or {})})
         db = Database(env.db_url, max_size=4).open()
-        hot = cls(env.config, make_intake(env.config, db))
+        hot = cls(env.config, make_intake(env.config, db),
+                  events=EventLog(db, env.config.paths.state_dir))  # as the daemon has them
         hot._test_db = db  # type: ignore[attr-defined]
         if start:
             hot.start()
@@ -190,6 +192,12 @@ def test_bad_files_go_to_failed_with_a_reason(hot_env: Any, db: Database, tmp_pa
     assert (failed / "link.pdf").is_symlink()  # moved as a link, never followed
     assert outside.read_bytes() == pdf_bytes(seed=500)  # the target is untouched
     assert not any(folder.iterdir())
+    with db.transaction() as tx:
+        events = tx.raw("SELECT tenant, detail, trace_id FROM operator_events "
+                        "WHERE type = 'file.quarantined'")  # fmt: skip
+    assert sorted(e["detail"]["reason"] for e in events) == [
+        "bad_type", "not_regular", "symlink", "symlink"]  # fmt: skip
+    assert all(e["tenant"] == "acme" and e["trace_id"] for e in events)
     # The daemon keeps serving: a good file afterwards is ingested.
     write(folder / "good.pdf", pdf_bytes(seed=501))
     wait_until(lambda: _count(db) == 1)

@@ -23,6 +23,7 @@ import pytest
 from ingestd import log
 from ingestd.config import Config, parse_config
 from ingestd.db import Database
+from ingestd.events import EventLog
 from ingestd.runtime import make_intake
 from ingestd.sftp.accounts import hash_password
 from ingestd.sftp.service import SftpService
@@ -99,6 +100,11 @@ class Rig:
 
     def wait_idle(self, timeout: float = 60.0) -> None:
         wait_until(self.service.loop.idle, timeout=timeout)
+
+    def operator_events(self, type: str) -> list[dict[str, Any]]:
+        with self.db.transaction() as tx:
+            return tx.raw("SELECT type, tenant, detail, trace_id FROM operator_events "
+                          "WHERE type = %(t)s ORDER BY id", {"t": type})  # fmt: skip
 
     def failed_notes(self) -> list[Path]:
         return sorted((self.config.paths.state_dir / "failed").rglob("*.error.txt"))
@@ -220,7 +226,8 @@ def make_rig(
         }
         config = parse_config(data)
         log.configure("debug", "json", stream=log_fh)
-        service = SftpService(config, make_intake(config, the_db))
+        events = EventLog(the_db, config.paths.state_dir)  # as the daemon has them
+        service = SftpService(config, make_intake(config, the_db), events=events)
         service.start()
         rig = Rig(config, service, the_db, tmp_path, client_key, log_path)
         (tmp_path / "upload").mkdir(exist_ok=True)

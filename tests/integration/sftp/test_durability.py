@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import hashlib
+import os
+import resource
 from collections.abc import Callable, Iterator
 
 import pytest
 
+from ingestd import metrics
 from ingestd.db import Database
 from ingestd.pgcluster import EmbeddedPostgres
 from ingestd.runtime import make_intake
 from ingestd.schema import migrate
 from ingestd.sftp.service import SftpService
+from ingestd.sftp.spool import Spool
+from ingestd.sftp.spool_intake import SpoolIntake
 from tests.conftest import private_cluster, wait_until
 from tests.fixtures.files import pdf_bytes
 from tests.integration.sftp.conftest import Rig
@@ -130,3 +135,51 @@ def test_filesystem_errors_answer_and_log(rig: Rig) -> None:
         assert failed is not None
         assert sftp.listdir("/")  # the session still works
     assert any(r["reason"].startswith("os_") for r in rig.logs("sftp.refused"))
+
+
+def test_descriptors_exhausted_keep_an_acknowledged_upload_in_the_spool(
+    make_rig: Callable[..., Rig],
+) -> None:
+    """Spool intake out of file descriptors: the acknowledged upload stays in the spool
+    (retried, never quarantined) and is ingested once descriptors are back."""
+    rig = make_rig()
+    with rig.db.transaction() as tx:
+        tx.raw("UPDATE tenants SET status = 'suspended' WHERE name = 'acme'")
+    with rig.paramiko() as sftp:
+        sftp.put(str(rig.write_pdf("kept.pdf", 41)), "kept.pdf")
+    rig.service.stop()
+    with rig.db.transaction() as tx:
+        tx.raw("UPDATE tenants SET status = 'active' WHERE name = 'acme'")
+    spool = Spool(rig.config.paths.spool, rig.config.sftp.temp_names).open()
+    failed = rig.config.paths.state_dir / "failed"
+    loop = SpoolIntake(spool, make_intake(rig.config, rig.db), failed_root=failed,
+                       retry_max_delay=1)  # fmt: skip
+    retried = metrics.SPOOL_RETRIED.labels("acme", "source")
+    before = retried._value.get()
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    hog: list[int] = []
+    try:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + 64,
+                                                        hard))  # fmt: skip
+            while True:
+                hog.append(os.open("/dev/null", os.O_RDONLY))
+        except OSError:
+            pass  # EMFILE: the table is full
+        loop.start()
+        wait_until(lambda: retried._value.get() > before, timeout=60)
+        # Only stat(2) here: listing a directory needs a descriptor too.
+        assert spool.snapshot()["pending"] == 1
+        assert not failed.exists()
+    finally:
+        for fd in hog:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    try:
+        wait_until(lambda: [d["original_filename"] for d in rig.documents()] == ["kept.pdf"],
+                   timeout=60)  # fmt: skip
+        wait_until(loop.idle)
+        assert list(spool.queue_dir.iterdir()) == []
+    finally:
+        loop.stop()
+    assert not failed.exists() or not any(failed.rglob("*.error.txt"))

@@ -194,6 +194,12 @@ def test_refused_content_fails_the_upload_and_nothing_is_kept(rig: Rig) -> None:
     rig.wait_idle()
     assert rig.failed_notes() == []
     assert rig.documents() == []
+    [event] = rig.operator_events("file.refused")
+    assert (event["tenant"], event["detail"]["reason"]) == ("acme", "bad_type")
+    # The scanner retrying the same refused upload is one event, not one each time.
+    with refused, rig.paramiko() as sftp, sftp.open("evil.pdf", "wb") as fh:
+        fh.write(b"MZ\x90\x00 this is an executable" + bytes(3000))
+    assert len(rig.operator_events("file.refused")) == 1
 
 
 def test_spooled_upload_intake_refuses_is_quarantined_with_reason(
@@ -213,6 +219,8 @@ def test_spooled_upload_intake_refuses_is_quarantined_with_reason(
     assert "reason: duplicate" in notes[0].read_text()
     assert os.path.exists(str(notes[0]).removesuffix(".error.txt"))
     assert len(rig.documents()) == 1
+    [event] = rig.operator_events("file.quarantined")
+    assert event["detail"]["reason"] == "duplicate" and event["trace_id"]
 
 
 def test_long_folder_name_tag_is_cut_not_retried_forever(

@@ -194,6 +194,8 @@ def test_brute_force_bans_the_source_ip(rig: Rig) -> None:
     events = [r["event"] for r in rig.logs() if r["event"] in ("sftp.auth_failed", "sftp.banned")]
     assert events.index("sftp.banned") == 15
     assert [b["ip"] for b in read_bans(rig.config.paths.state_dir)] == ["127.0.0.1"]
+    [event] = rig.operator_events("sftp.banned")  # the operator is told, once
+    assert event["tenant"] is None and event["detail"]["remote_ip"] == "127.0.0.1"
     _status_shows_ban(rig)
 
     assert closed_before_banner(rig)
