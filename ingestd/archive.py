@@ -24,6 +24,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Protocol
 
+from ingestd import statedir
 from ingestd.errors import ArchiveError
 
 TEMP_PREFIX = ".tmp-"
@@ -75,15 +76,20 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def makedirs_durable(path: Path, mode: int = DIR_MODE) -> None:
-    """mkdir -p where every newly created entry is fsynced into its parent."""
+def makedirs_durable(
+    path: Path, mode: int = DIR_MODE, owner: tuple[int, int] | None = None
+) -> None:
+    """mkdir -p where every newly created entry is fsynced into its parent (and given to
+    ``owner``, if set)."""
     if path.is_dir():
         return
-    makedirs_durable(path.parent, mode)
+    makedirs_durable(path.parent, mode, owner)
     try:
         os.mkdir(path, mode)
     except FileExistsError:
         return
+    if owner is not None:
+        os.chown(path, *owner, follow_symlinks=False)
     fsync_dir(path.parent)
 
 
@@ -102,6 +108,13 @@ class LocalArchive:
 
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
+        # Root running `ingestd ingest` must not leave root-owned month directories (or
+        # 0440 root:root files) that the daemon and workers, running as the archive's
+        # owner, can then neither write into nor read: what root makes is the owner's.
+        existing = self.root
+        while not existing.exists() and existing != existing.parent:
+            existing = existing.parent  # not made yet: its parent's owner is the one
+        self._owner = statedir.owner(existing)
 
     def path_of(self, relpath: str) -> Path:
         path = (self.root / relpath).resolve()
@@ -113,7 +126,7 @@ class LocalArchive:
         relative_dir = f"{tenant}/{when:%Y}/{when:%m}"
         target_dir = self.root / relative_dir
         try:
-            makedirs_durable(target_dir)
+            makedirs_durable(target_dir, owner=self._owner)
         except OSError as exc:
             raise ArchiveError(f"cannot create {target_dir}: {exc.strerror}") from exc
         return relative_dir, target_dir, target_dir / f"{TEMP_PREFIX}{secrets.token_hex(8)}"
@@ -134,6 +147,8 @@ class LocalArchive:
             # Read-only before it ever gets its final name: there is no instant at which
             # the archived name refers to a writable file.
             os.fchmod(out, FILE_MODE)
+            if self._owner is not None:
+                os.fchown(out, *self._owner)
         except BaseException as exc:
             os.close(out)
             with contextlib.suppress(FileNotFoundError):

@@ -12,7 +12,7 @@ import os
 import stat
 from pathlib import Path
 
-from ingestd import statedir
+from ingestd import config_notify, statedir
 from ingestd.config import Config
 from ingestd.errors import ConfigError
 from ingestd.filemodes import GROUP_READABLE, read_secret_file
@@ -63,18 +63,19 @@ def secret_problems(config: Config) -> list[str]:
 
 
 def _missing_secret_envs(config: Config) -> list[str]:
-    problems = []
+    named: list[tuple[str, str]] = []
     for i, w in enumerate(config.workflows):
         hook = w.then.webhook
-        name = hook.secret_env if hook is not None else None
-        if name is not None and not os.environ.get(name, "").rstrip("\r\n").strip():
-            problems.append(
-                f"workflows[{i}].then.webhook.secret_env: environment variable {name} is "
-                "not set here; the workers need it in theirs: set it in the unit "
-                "(systemctl edit ingestd-worker@.service: Environment= or LoadCredential=) "
-                "and export it for check-config"
-            )
-    return problems
+        if hook is not None and hook.secret_env is not None:
+            named.append((f"workflows[{i}].then.webhook.secret_env", hook.secret_env))
+    named.extend(config_notify.secret_envs(config.notify))
+    return [
+        f"{key}: environment variable {name} is not set here; the workers need it in "
+        "theirs: set it in the unit (systemctl edit ingestd-worker@.service: Environment= "
+        "or LoadCredential=) and export it for check-config"
+        for key, name in named
+        if not os.environ.get(name, "").rstrip("\r\n").strip()
+    ]
 
 
 def _unreadable_for(path: Path, uid: int, gid: int) -> str | None:

@@ -35,7 +35,7 @@ from pydantic import (
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from ingestd.errors import ConfigError
-from ingestd.filemodes import GROUP_READABLE, check_secret_file
+from ingestd.filemodes import GROUP_READABLE, read_secret_file
 
 # The same as ingestd.config.TENANT_NAME (a test keeps them equal).
 TENANT_NAME = r"^[a-z0-9][a-z0-9_-]{0,62}$"
@@ -276,39 +276,15 @@ class WebhookConfig(_Rule):
                 )
             return value.encode("utf-8")
         assert self.secret_file is not None  # _one_secret
-        return _read_secret_file(self.secret_file)
+        # Group read is how a service user gets a root-owned secret (0640 root:ingestd);
+        # anything for "other", or group write, means the secret is not one.
+        return read_secret_file(self.secret_file, f"webhook secret_file {self.secret_file}",
+                                GROUP_READABLE)  # fmt: skip
 
     @property
     def display_url(self) -> str:
         """The URL for logs and errors: no credentials, query, fragment or token-like path."""
         return redact_url(self.url)
-
-
-_MAX_SECRET = 4096
-
-
-def _read_secret_file(path: Path) -> bytes:
-    try:
-        # Symlinks are fine (Kubernetes and systemd credentials use them); the mode
-        # checked is the target's.
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        raise ConfigError(f"webhook secret_file {path}: no such file") from None
-    except OSError as exc:
-        raise ConfigError(f"webhook secret_file {path}: cannot open: {exc.strerror}") from None
-    try:
-        # Group read is how a service user gets a root-owned secret (0640 root:ingestd);
-        # anything for "other", or group write, means the secret is not one.
-        check_secret_file(os.fstat(fd), f"webhook secret_file {path}", GROUP_READABLE)
-        data = os.read(fd, _MAX_SECRET + 1)
-    finally:
-        os.close(fd)
-    if len(data) > _MAX_SECRET:
-        raise ConfigError(f"webhook secret_file {path}: larger than {_MAX_SECRET} bytes")
-    secret = data.rstrip(b"\r\n")
-    if not secret.strip():
-        raise ConfigError(f"webhook secret_file {path}: is empty")
-    return secret
 
 
 # Path segments this long and made of token characters are likely secrets themselves

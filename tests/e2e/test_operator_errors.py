@@ -362,3 +362,33 @@ def test_a_closed_stdout_ends_a_command_quietly(env: Env) -> None:
     stderr = reader_gone.stderr.read()
     assert reader_gone.wait(timeout=120) == 128 + signal.SIGPIPE
     assert stderr == b""
+
+
+def test_ingest_as_root_leaves_archive_files_the_service_user_can_read(
+    tmp_path: Path, db_url: str
+) -> None:
+    """Root running `ingestd ingest` on an archive owned by the service user: the month
+    directories and the archived file belong to that user, who can read them."""
+    import pwd
+
+    from ingestd.db import Database
+    from tests.conftest import run_cli
+    from tests.fixtures.files import pdf_bytes
+
+    nobody = pwd.getpwnam("nobody")
+    state = tmp_path / "state"
+    state.mkdir()
+    os.chown(state, nobody.pw_uid, nobody.pw_gid)
+    cfg = tmp_path / "ingestd.toml"
+    write_config(cfg, {"database": {"url": db_url},
+                       "paths": {"state_dir": str(state), "spool": str(tmp_path / "spool")}})
+    env = Env(tmp_path, cfg, None, db_url)  # type: ignore[arg-type]
+    with Database(db_url) as db, db.transaction() as tx:
+        tx.one("tenant_insert", {"name": "acme", "status": "active"})
+    src = tmp_path / "Rechnung.pdf"
+    src.write_bytes(pdf_bytes(seed=808))
+    proc = run_cli(env, "ingest", "--tenant", "acme", str(src))
+    assert proc.returncode == 0, proc.stderr
+    made = [p for p in (state / "archive").rglob("*")]
+    assert made and all(p.stat().st_uid == nobody.pw_uid for p in made), [
+        (str(p), p.stat().st_uid) for p in made]  # fmt: skip
