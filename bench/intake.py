@@ -114,7 +114,7 @@ def main() -> None:
                 results["primitive"].append(primitive(db, work, payloads))
                 results["intake"].append(product(db, work, payloads, threads=1))
                 with db.transaction() as tx:
-                    tx.raw("TRUNCATE documents, processing_jobs, document_tags")
+                    tx.raw("TRUNCATE documents, processing_jobs, document_tags CASCADE")
                 shutil.rmtree(work / "archive")
                 results["intake4"].append(product(db, work, payloads, threads=4))
             shutil.rmtree(work, ignore_errors=True)

@@ -143,7 +143,8 @@ CREATE INDEX bench_fifo_ready ON processing_jobs (id) WHERE status = 'queued';
 -- A function, like ingestd_claim: one autocommitted statement that commits without
 -- waiting for the WAL flush, so both claims pay the same round trips and commit.
 CREATE FUNCTION bench_fifo_claim(p_worker TEXT, p_lease FLOAT8)
-RETURNS TABLE (id BIGINT, tenant_id BIGINT, document_id BIGINT) LANGUAGE plpgsql AS $$
+RETURNS TABLE (id BIGINT, tenant_id BIGINT, document_id BIGINT, attempt UUID)
+LANGUAGE plpgsql AS $$
 BEGIN
     PERFORM set_config('synchronous_commit', 'off', true);
     RETURN QUERY
@@ -151,16 +152,16 @@ BEGIN
         UPDATE processing_jobs p
         SET status = 'processing', started_at = now(), updated_at = now(),
             lease_expires_at = now() + make_interval(secs => p_lease), worker_id = p_worker,
-            finished_at = NULL
+            attempt = gen_random_uuid(), finished_at = NULL
         WHERE p.id = (SELECT r.id FROM processing_jobs r
                       WHERE r.status = 'queued' AND r.next_attempt_at <= now()
                       ORDER BY r.id LIMIT 1 FOR NO KEY UPDATE SKIP LOCKED)
-        RETURNING p.id, p.tenant_id, p.document_id
+        RETURNING p.id, p.tenant_id, p.document_id, p.attempt
     ), d AS (
         UPDATE documents SET processing_status = 'processing'
         WHERE documents.id IN (SELECT j.document_id FROM j)
     )
-    SELECT j.id, j.tenant_id, j.document_id FROM j;
+    SELECT j.id, j.tenant_id, j.document_id, j.attempt FROM j;
 END $$;
 """
 FIFO_CLAIM = "SELECT * FROM bench_fifo_claim(%(worker)s, %(lease)s)"
@@ -275,6 +276,7 @@ def worker_main(spec: dict[str, Any]) -> None:
             with db.autocommit() as tx:  # as Queue.claim
                 row = tx.raw(FIFO_CLAIM, params)
             job_id = row[0]["id"] if row else None
+            attempt = row[0]["attempt"] if row else None
         else:
             job = queue.claim()
             job_id = job.id if job else None
@@ -290,7 +292,7 @@ def worker_main(spec: dict[str, Any]) -> None:
             continue
         if fifo:
             with db.autocommit() as tx:  # as Queue.done
-                tx.raw(FIFO_DONE, {**params, "id": job_id})
+                tx.raw(FIFO_DONE, {**params, "id": job_id, "attempt": attempt})
         else:
             assert job is not None
             queue.done(job)

@@ -110,6 +110,8 @@ def cmd_ingest(args: argparse.Namespace) -> int:
                 if res.outcome is Outcome.refused:
                     entry |= {"reason": str(res.reason), "detail": res.detail}
                     worst = max(worst, ExitCode.refused)
+                if res.source_left is not None:
+                    entry["source_left"] = res.source_left  # archived; the file stayed
             except FileNotFoundError:
                 entry |= {"outcome": "error", "detail": "no such file"}
                 worst = max(worst, ExitCode.refused)
@@ -129,6 +131,8 @@ def cmd_ingest(args: argparse.Namespace) -> int:
                     f"{e['outcome']:<9} {e['file']}  document {e['document_id']}"
                     + (f" job {e['job_id']}" if e.get("job_id") else "")
                 )
+                if e.get("source_left"):
+                    print(f"{'':<9} source kept: {e['source_left']}")
             else:
                 reason = f"{e['reason']}: " if e.get("reason") else ""
                 print(f"{e['outcome']:<9} {e['file']}  {reason}{e['detail']}")

@@ -1,0 +1,34 @@
+"""Every benchmark's small mode runs in `make test`, so none can break unnoticed.
+
+The numbers are not asserted (speed is the benchmarks' business, on a quiet machine);
+only that each one runs the product and its baseline to the end and prints its table.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+SMALL = {
+    "intake": ["--files", "40", "--rounds", "1", "--size", "50000"],
+    "watch": ["--files", "40", "--rounds", "1", "--stable", "0.5"],
+    "queue": ["--small", "--rounds", "1", "--no-pgqueuer"],
+    "sftp": ["--small"],
+    "ocr": ["--pages", "1", "--rounds", "1"],
+}
+
+
+@pytest.mark.parametrize("bench", sorted(SMALL))
+def test_bench_small_mode_prints_its_table(bench: str) -> None:
+    """bench/<name>.py in its small mode exits 0 with a table comparing to a baseline."""
+    proc = subprocess.run([sys.executable, str(REPO / "bench" / f"{bench}.py"), *SMALL[bench]],
+                          capture_output=True, text=True, timeout=900, cwd=REPO)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    table = [line for line in proc.stdout.splitlines() if line.startswith("|")]
+    assert len(table) >= 3, proc.stdout[-2000:]
+    assert "ratio" in table[0] or "vs baseline" in table[0], table[0]
