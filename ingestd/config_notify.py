@@ -25,7 +25,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from ingestd.config_rules import TENANT_NAME, ConfigModel, WebhookConfig
+from ingestd.config_rules import TENANT_NAME, AbsolutePath, ConfigModel, WebhookConfig
 from ingestd.errors import ConfigError
 from ingestd.filemodes import GROUP_READABLE, read_secret_file
 
@@ -113,10 +113,10 @@ class SmtpConfig(_Section):
     security: Literal["none", "starttls", "tls"] = "starttls"
     # AUTH: both or neither. The password lives in a file (0600/0640), read at each delivery.
     username: Annotated[str, Field(min_length=1, max_length=256)] | None = None
-    password_file: Path | None = None
+    password_file: AbsolutePath | None = None
     # CA certificate(s) (PEM) to verify the relay with instead of the system's (an
     # internal CA).
-    ca_file: Path | None = None
+    ca_file: AbsolutePath | None = None
     # The From: of every notification, also the envelope sender.
     from_address: MailAddress
     # Seconds for the whole delivery (lookup, connect, TLS, AUTH, sending), not per read;
@@ -162,14 +162,6 @@ class SmtpConfig(_Section):
     def _helo(cls, v: str | None) -> str | None:
         if v is not None and not _HOSTNAME.match(v) and not re.match(r"^\[[0-9A-Fa-f:.]+\]$", v):
             raise ValueError("must be a host name (this machine's FQDN) or an [address literal]")
-        return v
-
-    @field_validator("password_file", "ca_file")
-    @classmethod
-    def _absolute(cls, v: Path | None) -> Path | None:
-        # Workers and check-config run in different directories.
-        if v is not None and not v.is_absolute():
-            raise ValueError("must be an absolute path")
         return v
 
     @model_validator(mode="after")

@@ -51,6 +51,16 @@ def _plain_name(v: str) -> str:
     return v
 
 
+def _absolute(v: Path) -> Path:
+    # Workers and check-config run in different directories.
+    if not v.is_absolute():
+        raise ValueError("must be an absolute path")
+    return v
+
+
+# A path a worker opens (secrets, CA files): never relative to whoever runs it.
+AbsolutePath = Annotated[Path, AfterValidator(_absolute)]
+
 # A tag, correspondent, document type or workflow name (tags are stored with at most 100).
 Name = Annotated[str, Field(min_length=1, max_length=100), AfterValidator(_plain_name)]
 
@@ -228,7 +238,7 @@ class WebhookConfig(_Rule):
     """
 
     url: str
-    secret_file: Path | None = None
+    secret_file: AbsolutePath | None = None
     secret_env: Annotated[str, Field(pattern=_ENV_NAME)] | None = None
     # Seconds for the whole delivery (lookup, connect, request, answer), not per read.
     timeout: Annotated[float, Field(gt=0, le=120)] = 10.0
@@ -247,14 +257,6 @@ class WebhookConfig(_Rule):
             parts.port  # noqa: B018 -- raises ValueError for a port out of range
         except ValueError:
             raise ValueError("has an invalid port") from None
-        return v
-
-    @field_validator("secret_file")
-    @classmethod
-    def _absolute(cls, v: Path | None) -> Path | None:
-        # Workers and check-config run in different directories.
-        if v is not None and not v.is_absolute():
-            raise ValueError("must be an absolute path")
         return v
 
     @model_validator(mode="after")
