@@ -206,9 +206,12 @@ def _print_status(report: dict[str, Any]) -> None:
         state = "MISSING" if h.get("missing") else (
             f"{h['files']}{'+' if h['truncated'] else ''} file(s) waiting ({h['bytes']} bytes)")
         print(f"hot folder {_shown(h['folder'])} [{h['tenant']}]: {state}")
-    stuck = ((daemon or {}).get("hotfolders") or {}).get("stuck") or []
-    for s in stuck:
+    hot = (daemon or {}).get("hotfolders") or {}
+    for s in hot.get("stuck") or []:
         print(f"  STUCK {_shown(s['path'])}: {s['reason']}")
+    if hot.get("stuck_total", 0) > len(hot.get("stuck") or []):
+        print(f"  ... {hot['stuck_total']} stuck file(s) in all, "
+              f"the first {len(hot['stuck'])} shown")
     bans = report["sftp_bans"]
     if bans:
         print(f"sftp bans: {len(bans)}")

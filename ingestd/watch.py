@@ -63,6 +63,9 @@ _F_SETLEASE = getattr(fcntl, "F_SETLEASE", 1024)
 _F_RDLCK = getattr(fcntl, "F_RDLCK", 0)
 _F_UNLCK = getattr(fcntl, "F_UNLCK", 2)
 
+# The daemon's state file (`ingestd status`) lists this many stuck files, and the total.
+STUCK_SHOWN = 100
+
 # A file waiting for its tenant to become active is reported again after this many seconds.
 TENANT_REPORT_INTERVAL = 3600.0
 
@@ -308,6 +311,8 @@ class HotFolders:
                 self._folders.pop(key, None)
                 for path in [p for p, c in self._pending.items() if c.folder.key == key]:
                     del self._pending[path]
+                for path in [p for p, c in self._stuck.items() if c.folder.key == key]:
+                    del self._stuck[path]
             self.log.info("watch.removed", folder=key[0])
         for key, folder in desired.items():
             if key in self._observers:
@@ -672,11 +677,12 @@ class HotFolders:
     def status_snapshot(self) -> dict[str, Any]:
         """For the daemon's state file (`ingestd status`)."""
         with self._lock:
-            stuck = [{"path": str(p), "tenant": s.folder.cfg.tenant, "action": s.action,
-                      "reason": s.reason, "document_id": s.document_id, "since": s.since,
-                      "attempts": s.attempts, "trace": s.trace}
-                     for p, s in sorted(self._stuck.items())]  # fmt: skip
-        return {**self.snapshot(), "stuck": stuck}
+            items = sorted(self._stuck.items())
+        stuck = [{"path": str(p), "tenant": s.folder.cfg.tenant, "action": s.action,
+                  "reason": s.reason, "document_id": s.document_id, "since": s.since,
+                  "attempts": s.attempts, "trace": s.trace}
+                 for p, s in items[:STUCK_SHOWN]]  # fmt: skip
+        return {**self.snapshot(), "stuck": stuck, "stuck_total": len(items)}
 
     def idle(self) -> bool:
         with self._lock:
