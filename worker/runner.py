@@ -594,7 +594,12 @@ class Runner:
         self._next_rescue = time.monotonic() + every
         rows = self.queue.rescue()
         # New operator events become notify jobs at the same pace (the outbox's relay).
-        notify.relay(self.db, self.config)
+        try:
+            notify.relay(self.db, self.config)
+        except DatabaseError:
+            raise  # the loop's backoff handles an outage
+        except Exception:  # a bug in matching must not stop the worker's jobs
+            self.log.exception("worker.relay_failed")
         if rows:
             self.log.warning("worker.rescued", count=len(rows),
                              jobs=[{"id": r["id"], "status": r["status"],
