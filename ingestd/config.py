@@ -417,8 +417,21 @@ class AnalysisConfig(_Section):
     rotate_threshold: Annotated[float, Field(ge=0, le=100)] = 14.0
     # ocrmypdf --jobs; 0 = one per core. One worker per core wants 1.
     jobs: Annotated[int, Field(ge=0, le=64)] = 0
-    # Seconds for the OCR of one file (inside worker.timeouts["analyze-document"]).
+    # Seconds for the OCR of one file (inside worker.timeouts["analyze-document"]). A file
+    # that times out is retried once (the machine may have been busy), then it needs
+    # attention: every further attempt would hold a worker as long again.
     ocr_timeout: Annotated[float, Field(gt=0, le=86400)] = 1500.0
+    # Limits of one file's analysis; a file over one is kept, its document needs
+    # attention with the limit named, and it is not retried. Pages per file (OCR takes
+    # about a second per page and core).
+    max_pages: Annotated[int, Field(ge=1, le=1_000_000)] = 2000
+    # Pixels of one page as OCR rasterises it (PDF pages at image_dpi): A0 at 300 dpi is
+    # 140 megapixels; a 200 x 200 inch page 3,600 (about 11 GB to render).
+    max_page_megapixels: Annotated[int, Field(ge=1, le=100_000)] = 300
+    # Address space of each OCR process (ocrmypdf, ghostscript, tesseract), a size or
+    # "auto": RAM / (2 x cores), at least 512 MiB, at most 4 GiB. A file that needs more
+    # fails with an allocation error instead of waking the OOM killer.
+    memory_limit: ByteSize | Literal["auto"] = "auto"
     thumbnail_width: Annotated[int, Field(ge=32, le=4000)] = 400
     # For images without a resolution in their metadata.
     image_dpi: Annotated[int, Field(ge=50, le=2400)] = 300
@@ -433,6 +446,13 @@ class AnalysisConfig(_Section):
 
     def languages_for(self, tenant: str) -> tuple[str, ...]:
         return tuple(self.tenant_languages.get(tenant) or self.languages)
+
+    def memory_limit_bytes(self) -> int:
+        if self.memory_limit != "auto":
+            return int(self.memory_limit)
+        total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        share = total // (2 * (os.cpu_count() or 1))
+        return max(512 * 2**20, min(4 * 2**30, share))
 
 
 class DeliveriesConfig(_Section):

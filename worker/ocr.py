@@ -95,6 +95,12 @@ class OcrConfigError(OcrError):
     exit_code = ExitCode.config_invalid
 
 
+class OcrLimitExceeded(OcrInputError):
+    """Permanent: this file needs more than a configured limit allows (pages, pixels per
+    page, memory). Retrying would take the same resources again: the document needs
+    attention, and the message names the limit."""
+
+
 class OcrFailed(OcrError):
     """Anything else; worth a retry. The message ends with the tail of ocrmypdf's stderr."""
 
@@ -119,6 +125,12 @@ class OcrOptions:
     timeout: float = 1800.0  # seconds for the whole file
     thumbnail_width: int = 400  # px, PNG of page 1
     image_dpi: int = 300  # for images without (credible) resolution metadata
+    # Limits (None: none). Pages of one file; pixels of one page as OCR rasterises it
+    # (PDF pages at image_dpi, images as they are); address space of each process of
+    # the OCR run.
+    max_pages: int | None = None
+    max_page_pixels: int | None = None
+    memory_limit: int | None = None
 
 
 @dataclass(frozen=True)
@@ -156,9 +168,10 @@ def analyze_file(src: Path, mime_type: str, out_dir: Path, opts: OcrOptions) -> 
         raise OcrFailed(f"cannot write into the OCR output directory {out_dir}: {exc}") from None
     try:
         if mime_type == PDF:
-            _check_pdf(src)
+            _check_pdf(src, opts)
             pdf_in = src
         else:
+            _check_image(src, opts)
             pdf_in = _image_to_pdf(src, work / "input.pdf", opts.image_dpi)
         out_pdf, sidecar = work / SEARCHABLE_PDF, work / "sidecar.txt"
         _run_ocrmypdf(pdf_in, out_pdf, sidecar, work, opts, deadline, mime_type)
@@ -264,13 +277,18 @@ def _ends_with_eof_marker(src: Path) -> bool:
         return b"%%EOF" in f.read()
 
 
-def _check_pdf(src: Path) -> None:
-    """Refuse encrypted, unreadable and truncated PDFs before ocrmypdf spends ~1 s starting."""
+def _check_pdf(src: Path, opts: OcrOptions) -> None:
+    """Refuse encrypted, unreadable and truncated PDFs, and PDFs over the page or pixel
+    limits, before ocrmypdf spends ~1 s starting (or gigabytes rasterising)."""
     try:
         with pikepdf.open(src) as pdf:
             encrypted = pdf.is_encrypted  # owner-password-only PDFs: ocrmypdf refuses those too
             repaired = bool(pdf.get_warnings())
             pages = len(pdf.pages)
+            _check_page_count(pages, opts)
+            if opts.max_page_pixels is not None and not encrypted:
+                for number, page in enumerate(pdf.pages, 1):
+                    _check_pdf_page(number, page, opts)
     except pikepdf.PasswordError:
         raise OcrInputError(_ENCRYPTED) from None
     except pikepdf.PdfError as exc:
@@ -288,6 +306,56 @@ def _check_pdf(src: Path) -> None:
                             "table missing: an interrupted transfer?)")  # fmt: skip
     if pages == 0:
         raise OcrInputError("the PDF has no pages")
+
+
+def _check_page_count(pages: int, opts: OcrOptions) -> None:
+    if opts.max_pages is not None and pages > opts.max_pages:
+        raise OcrLimitExceeded(f"the file has {pages} pages, more than analysis.max_pages "
+                               f"({opts.max_pages}) allows")  # fmt: skip
+
+
+def _megapixels(pixels: float) -> str:
+    return f"{pixels / 1e6:,.0f} megapixels"
+
+
+def _check_pdf_page(number: int, page: pikepdf.Page, opts: OcrOptions) -> None:
+    """A page whose raster at ``image_dpi`` is over ``max_page_pixels`` (a 200 x 200 inch
+    page is 3,600 megapixels at 300 dpi: about 11 GB for ghostscript to render)."""
+    assert opts.max_page_pixels is not None
+    try:
+        box = page.cropbox if "/CropBox" in page.obj else page.mediabox
+        width, height = abs(float(box[2]) - float(box[0])), abs(float(box[3]) - float(box[1]))
+        scale = float(page.obj.get("/UserUnit", 1))  # PDF 1.6: points may be larger
+    except (pikepdf.PdfError, ValueError, TypeError, IndexError):
+        return  # ocrmypdf reports a page it cannot read
+    inches = (width * scale / 72, height * scale / 72)
+    pixels = inches[0] * inches[1] * opts.image_dpi**2
+    if pixels > opts.max_page_pixels:
+        raise OcrLimitExceeded(
+            f"page {number} is {inches[0]:,.1f} x {inches[1]:,.1f} inches, "
+            f"{_megapixels(pixels)} at {opts.image_dpi} dpi, more than "
+            f"analysis.max_page_megapixels ({_megapixels(opts.max_page_pixels)}) allows")
+
+
+def _check_image(src: Path, opts: OcrOptions) -> None:
+    """Frames (pages) and pixels of an image, from its header: nothing is decoded."""
+    try:
+        with Image.open(src) as im:
+            frames = getattr(im, "n_frames", 1)
+            _check_page_count(frames, opts)
+            if opts.max_page_pixels is None:
+                return
+            for number, frame in enumerate(ImageSequence.Iterator(im), 1):
+                pixels = frame.size[0] * frame.size[1]
+                if pixels > opts.max_page_pixels:
+                    raise OcrLimitExceeded(
+                        f"page {number} is {frame.size[0]} x {frame.size[1]} pixels "
+                        f"({_megapixels(pixels)}), more than analysis.max_page_megapixels "
+                        f"({_megapixels(opts.max_page_pixels)}) allows")
+    except OcrLimitExceeded:
+        raise
+    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as exc:
+        raise OcrInputError(f"the image cannot be read: {exc}") from None
 
 
 def _image_to_pdf(src: Path, dest: Path, image_dpi: int) -> Path:
@@ -371,14 +439,15 @@ def _run_ocrmypdf(
     # PYTHONWARNINGS: deprecation chatter would crowd the real error out of stderr's tail.
     env = {"OMP_THREAD_LIMIT": "1", "TMPDIR": str(work), "PYTHONWARNINGS": "ignore"}
     try:
-        res = programs.run(argv, timeout=remaining, env=env, cwd=work)
+        res = programs.run(argv, timeout=remaining, env=env, cwd=work,
+                           memory_limit=opts.memory_limit)  # fmt: skip
     except programs.ProgramTimeout:
         raise OcrTimeout(f"OCR did not finish within {opts.timeout:g} s "
                          "(OcrOptions.timeout); ocrmypdf and its children were killed") from None
     except programs.ProgramNotFound as exc:
         raise OcrConfigError(f"cannot start ocrmypdf: {exc.message}") from None
     if res.returncode != 0:
-        raise _error_for(res, mime_type)
+        raise _error_for(res, mime_type, opts.memory_limit)
     if not out_pdf.is_file():
         raise OcrFailed(f"ocrmypdf exited 0 but wrote no PDF{_stderr_note(res)}")
 
@@ -393,10 +462,15 @@ def _stderr_note(res: programs.ProgramResult) -> str:
     return f"; ocrmypdf said:\n{tail}" if tail else ""
 
 
-def _error_for(res: programs.ProgramResult, mime_type: str) -> OcrError:
+def _error_for(res: programs.ProgramResult, mime_type: str,
+               memory_limit: int | None = None) -> OcrError:  # fmt: skip
     """ocrmypdf's exit code as one of our errors (ocrmypdf.ExitCode)."""
     code, note = res.returncode, _stderr_note(res)
     what = "PDF" if mime_type == PDF else "image"
+    if _out_of_memory(res):
+        limit = f" ({memory_limit / 2**30:.1f} GiB)" if memory_limit else ""
+        return OcrLimitExceeded(f"OCR ran out of memory under analysis.memory_limit{limit}: "
+                                f"the {what} needs more than the limit allows{note}")
     if code == EXIT_ENCRYPTED_PDF:
         return OcrInputError(_ENCRYPTED)
     if code == EXIT_INPUT_FILE:
@@ -421,6 +495,19 @@ def _error_for(res: programs.ProgramResult, mime_type: str) -> OcrError:
     }
     why = f"killed by signal {-code}" if code < 0 else names.get(code, "unexpected exit status")
     return OcrFailed(f"ocrmypdf failed: {why} (exit {code}){note}")
+
+
+# What a process says when an allocation failed (Python, C++, ghostscript, tesseract,
+# leptonica), or the kernel's OOM kill.
+_OOM = re.compile(r"MemoryError|Cannot allocate memory|std::bad_alloc|out of memory|"
+                  r"VMerror|Out of memory|memory allocation failed|pixCreate.*failed",
+                  re.IGNORECASE)  # fmt: skip
+
+
+def _out_of_memory(res: programs.ProgramResult) -> bool:
+    return res.returncode == -9 or bool(_OOM.search(res.stderr))
+
+
 
 
 # -- results -------------------------------------------------------------------------------

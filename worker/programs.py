@@ -93,6 +93,19 @@ def _pdeathsig_prefix() -> list[str]:
     return [setpriv, "--pdeathsig", "KILL", "--"] if setpriv else []
 
 
+def _limit_prefix(memory_limit: int | None) -> list[str]:
+    """``prlimit --as=N --``: the program and everything it starts (each process on its
+    own) may map at most ``memory_limit`` bytes. A PDF that would need gigabytes fails
+    with an allocation error instead of waking the OOM killer, which may pick PostgreSQL.
+    """
+    if memory_limit is None:
+        return []
+    prlimit = shutil.which("prlimit")  # util-linux, essential in Debian like setpriv
+    if prlimit is None:
+        raise ProgramNotFound("prlimit", "util-linux is needed to limit memory")
+    return [prlimit, f"--as={int(memory_limit)}", "--"]
+
+
 def _merged_env(env: Mapping[str, str | None] | None) -> dict[str, str]:
     merged = dict(os.environ)
     for key, value in (env or {}).items():
@@ -152,11 +165,13 @@ def run(
     cwd: Path | None = None,
     tail_bytes: int = TAIL_BYTES,
     kill_grace: float = KILL_GRACE,
+    memory_limit: int | None = None,
 ) -> ProgramResult:
     """Run ``argv`` (no shell) to completion or ``timeout`` seconds, whichever is first.
 
-    ``env`` overrides the inherited environment (None removes a variable). Returns the
-    result whatever the exit code; raises ``ProgramNotFound`` or ``ProgramTimeout``.
+    ``env`` overrides the inherited environment (None removes a variable);
+    ``memory_limit``: bytes of address space per process (see ``_limit_prefix``). Returns
+    the result whatever the exit code; raises ``ProgramNotFound`` or ``ProgramTimeout``.
     """
     args = [os.fspath(a) for a in argv]
     if not args:
@@ -170,7 +185,7 @@ def run(
     deadline = t0 + timeout
     try:
         proc = subprocess.Popen(
-            [*_pdeathsig_prefix(), exe, *args[1:]],
+            [*_pdeathsig_prefix(), *_limit_prefix(memory_limit), exe, *args[1:]],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

@@ -552,6 +552,8 @@ class Runner:
             jl.error("job.timeout", seconds=seconds, timeout=timeout)
         elif kind == "died":
             jl.error("job.child_died", seconds=seconds, error=detail)
+        if kind in ("timeout", "died"):
+            kind, detail = _limit_rule(job, kind, str(detail), timeout)
         permanent = kind in ("permanent", "attention")
         attention = kind == "attention"
         registered = self.kinds.get(job.kind)
@@ -665,6 +667,20 @@ class Runner:
             running_job=job,
             shutdown_grace=self.config.worker.shutdown_grace if job else None,
         )
+
+
+def _limit_rule(job: Job, kind: str, detail: str, timeout: float) -> tuple[str, str]:
+    """A job killed at its time limit, or whose child died (the OOM killer, a crash in a
+    C library), is retried once: the machine may have been busy, or short of memory for
+    a moment. The second time it is the file: a document's job ends needing attention
+    with the limit named, any other job fails for good; no more blind retries, each of
+    which would take the same time or memory again."""
+    if job.retry_count < 1:
+        return "error", detail
+    limit = (f"the limit worker.timeouts.{job.kind} ({_num(timeout)} s)" if kind == "timeout"
+             else "the memory or the program it needs (the child died)")  # fmt: skip
+    detail = f"{detail}; again after a retry: it exceeds {limit}"
+    return ("attention" if job.document_id is not None else "permanent"), detail
 
 
 def _observe(job: Job, outcome: str, t0: float) -> None:

@@ -404,3 +404,85 @@ def test_attention_is_listed_requeued_and_marked_done(analysis_env: Env, db: Dat
     assert doc["attention_reason"].startswith("marked done without text by an operator: ")
     proc = run_cli(env, "documents", "attention", "--json")
     assert json.loads(proc.stdout) == []
+
+
+def _huge_page_pdf(path: Path, inches: int = 200) -> Path:
+    """A 600-byte PDF with one page of inches x inches: 3,600 megapixels at 300 dpi."""
+    import pikepdf
+
+    pdf = pikepdf.new()
+    page = pdf.add_blank_page(page_size=(72 * inches, 72 * inches))
+    page.contents_add(pdf.make_stream(b"0 0 1 rg 100 100 5000 5000 re f"))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pdf.save(path)
+    return path
+
+
+def _blank_pages_pdf(path: Path, pages: int) -> Path:
+    import pikepdf
+
+    pdf = pikepdf.new()
+    for _ in range(pages):
+        pdf.add_blank_page(page_size=(595, 842))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pdf.save(path)
+    return path
+
+
+def test_a_giant_page_needs_attention_before_any_ocr(analysis_env: Env, db: Database) -> None:
+    """A 200 x 200 inch page is refused by the pixel limit before it is rasterised: the
+    document needs attention naming the limit, not retried, and the next job runs."""
+    env = analysis_env
+    giant = _ingest(env, db, _huge_page_pdf(env.root / "in" / "Plan.pdf"))
+    after = _ingest(env, db, image_pdf(env.root / "in" / "Brief.pdf", [["Hallo Welt"]]))
+    _drain(env, db)
+    doc = _doc(db, giant)
+    assert (doc["job_status"], doc["processing_status"], doc["retry_count"]) == (
+        "failed", "attention", 0)  # fmt: skip
+    assert "page 1 is 200.0 x 200.0 inches, 3,600 megapixels at 300 dpi" in doc["attention_reason"]
+    assert "analysis.max_page_megapixels (300 megapixels)" in doc["attention_reason"]
+    assert _doc(db, after)["processing_status"] == "done"
+
+
+def test_the_memory_limit_stops_a_page_that_does_not_fit(
+    make_env: Any, db: Database, tenant: str
+) -> None:
+    """With the pixel limit lifted, the giant page fails inside the OCR run under its
+    address-space limit (MemoryError, not the OOM killer) and needs attention naming
+    analysis.memory_limit; it is not retried."""
+    env: Env = make_env(worker=WORKER, analysis={**ANALYSIS, "max_page_megapixels": 100_000,
+                                                 "memory_limit": "1 GiB"})  # fmt: skip
+    doc_id = _ingest(env, db, _huge_page_pdf(env.root / "in" / "Plan.pdf"), tenant)
+    _drain(env, db)
+    doc = _doc(db, doc_id)
+    assert (doc["processing_status"], doc["retry_count"]) == ("attention", 0)
+    assert "ran out of memory under analysis.memory_limit (1.0 GiB)" in doc["attention_reason"]
+
+
+def test_too_many_pages_need_attention_not_hours_of_timeouts(
+    analysis_env: Env, db: Database
+) -> None:
+    """A PDF of 5,000 blank pages is over analysis.max_pages: attention at once, no OCR,
+    instead of timing out attempt after attempt."""
+    env = analysis_env
+    doc_id = _ingest(env, db, _blank_pages_pdf(env.root / "in" / "Stapel.pdf", 5000))
+    _drain(env, db)
+    doc = _doc(db, doc_id)
+    assert (doc["processing_status"], doc["retry_count"]) == ("attention", 0)
+    assert "the file has 5000 pages, more than analysis.max_pages (2000)" in doc[
+        "attention_reason"]  # fmt: skip
+
+
+def test_an_ocr_timeout_is_retried_once_then_needs_attention(
+    make_env: Any, db: Database, tenant: str
+) -> None:
+    """OCR that runs past analysis.ocr_timeout is retried once (a busy machine), and the
+    second time the document needs attention naming the limit: not max_retries times."""
+    env: Env = make_env(worker={**WORKER, "max_retries": 5},
+                        analysis={**ANALYSIS, "ocr_timeout": 0.2})  # fmt: skip
+    doc_id = _ingest(env, db, image_pdf(env.root / "in" / "Scan_0001.pdf", LETTER), tenant)
+    _drain(env, db)
+    doc = _doc(db, doc_id)
+    assert (doc["processing_status"], doc["retry_count"]) == ("attention", 1)
+    assert "timed out again after a retry" in doc["attention_reason"]
+    assert "analysis.ocr_timeout (0.2 s)" in doc["attention_reason"]

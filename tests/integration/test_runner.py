@@ -186,16 +186,24 @@ def test_crash_and_timeout_do_not_stop_the_worker(
 
 
 def test_child_that_keeps_dying_ends_failed(make_env: Any, qdb: Database, worker_log: Path) -> None:
-    """A job whose child dies on every attempt ends failed after max_retries."""
-    env = make_env(worker=FAST)
+    """A job whose child dies on every attempt is retried once, not max_retries times:
+    the second death is the file's, its document needs attention with the reason."""
+    env = make_env(worker={**FAST, "max_retries": 5})
     (job_id,) = make_jobs(qdb, "acme", 1, kind="test-crash")
     (other,) = make_jobs(qdb, "globex", 1, kind="test-record")
     run_worker(env, qdb, drain=False,
                until=lambda: job_row(qdb, job_id)["status"] == "failed")  # fmt: skip
     row = job_row(qdb, job_id)
-    assert (row["retry_count"], row["error_message"]) == (3, "worker child died (signal 9)")
+    assert row["retry_count"] == 1
+    assert str(row["error_message"]).startswith("worker child died (signal 9); again after a "
+                                                "retry: it exceeds the memory")  # fmt: skip
+    with qdb.transaction() as tx:
+        doc = tx.raw("SELECT processing_status, attention_reason FROM documents "
+                     "WHERE id = %(d)s", {"d": row["document_id"]})[0]  # fmt: skip
+    assert doc["processing_status"] == "attention"
+    assert doc["attention_reason"] == row["error_message"]
     assert job_row(qdb, other)["status"] == "done"
-    assert len(read_events(worker_log, "job.child_died")) == 3
+    assert len(read_events(worker_log, "job.child_died")) == 2
 
 
 def test_drain_exits_when_nothing_is_ready(make_env: Any, qdb: Database, worker_log: Path) -> None:

@@ -249,9 +249,19 @@ def run_ocr(ctx: JobContext, original: Path, mime_type: str, out_dir: Path) -> d
         rotate_pages=a.rotate_pages, rotate_threshold=a.rotate_threshold, jobs=a.jobs,
         timeout=a.ocr_timeout,
         thumbnail_width=a.thumbnail_width, image_dpi=a.image_dpi,
+        max_pages=a.max_pages, max_page_pixels=a.max_page_megapixels * 1_000_000,
+        memory_limit=a.memory_limit_bytes(),
     )  # fmt: skip
     try:
         res = ocr.analyze_file(original, mime_type, out_dir, opts)
+    except ocr.OcrTimeout as exc:
+        if ctx.job.retry_count >= 1:
+            # Every further attempt would hold a worker as long again, for nothing.
+            raise NeedsAttention(f"{exc.message}; it timed out again after a retry: the file "
+                                 f"needs more than analysis.ocr_timeout ({a.ocr_timeout:g} s) "
+                                 "allows") from None  # fmt: skip
+        raise OcrRetryOnce(f"{exc.message}; retried once (the machine may have been "
+                           "busy), then it needs attention") from None  # fmt: skip
     except ocr.OcrInputError as exc:
         # Encrypted, damaged, unsupported: the file itself. Kept in the archive, and the
         # document says it needs attention, with this reason.
@@ -263,6 +273,10 @@ def run_ocr(ctx: JobContext, original: Path, mime_type: str, out_dir: Path) -> d
     return {"pages": res.pages, "page_count": res.page_count, "engine": res.engine,
             "languages": "+".join(languages), "searchable_pdf": res.searchable_pdf,
             "thumbnail": res.thumbnail, "ran": True}  # fmt: skip
+
+
+class OcrRetryOnce(ocr.OcrError):
+    """An OCR timeout on the first attempt: retried once, not blindly max_retries times."""
 
 
 def derived_dir(root: Path, archive_path: str) -> Path:
