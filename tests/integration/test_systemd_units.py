@@ -169,6 +169,22 @@ def test_worker_stop_timeout_exceeds_the_shutdown_grace() -> None:
     assert found and int(found.group(1)) > WorkerConfig().shutdown_grace
 
 
+def test_services_have_resource_limits() -> None:
+    """Daemon and workers cap memory, tasks and descriptors; the daemon's descriptor
+    limit covers every session holding its maximum of handles (invariant 10)."""
+    from ingestd.config import SftpConfig
+
+    for name in ("ingestd.service", "ingestd-worker@.service"):
+        text = (UNIT_DIR / name).read_text()
+        for key in ("MemoryMax", "TasksMax", "LimitNOFILE"):
+            assert re.search(rf"^{key}=\S+$", text, re.M), (name, key)
+    daemon = (UNIT_DIR / "ingestd.service").read_text()
+    found = re.search(r"^LimitNOFILE=(\d+)$", daemon, re.M)
+    sftp = SftpConfig()
+    handles = sftp.max_connections * getattr(sftp, "max_handles_per_session", 64)
+    assert found and int(found.group(1)) >= 2 * handles
+
+
 def test_sysusers_and_tmpfiles_make_user_and_directories(tmp_path: Path) -> None:
     """sysusers.d makes the system user ingestd; tmpfiles.d its directories, modes, owners."""
     for kind in ("sysusers.d", "tmpfiles.d"):
