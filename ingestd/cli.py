@@ -290,12 +290,21 @@ def cmd_hash_password(args: argparse.Namespace) -> int:
 
 # -- verify -----------------------------------------------------------------------------
 def cmd_verify(args: argparse.Namespace) -> int:
+    import time
+
     from ingestd.runtime import make_archive, open_database
-    from ingestd.verify import verify_archive
+    from ingestd.verify import record_run, verify_archive
 
     config = _load(args)
+    started = time.time()
     with open_database(config) as db:
         report = verify_archive(db, make_archive(config), rehash=not args.no_rehash)
+    try:  # for the daemon's ingestd_verify_last_* metrics
+        record_run(config.paths.state_dir, report, started=started, rehash=not args.no_rehash)
+    except (OSError, IngestdError) as exc:
+        why = exc.message if isinstance(exc, IngestdError) else str(exc)
+        print(f"ingestd verify: the result was not recorded for the metrics: {why}",
+              file=sys.stderr)  # fmt: skip
     if args.json:
         _print_json(
             {

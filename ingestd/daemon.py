@@ -22,13 +22,14 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from ingestd import log, statedir
+from ingestd import health, log, statedir
 from ingestd.config import Config, load_config
 from ingestd.daemon_state import DaemonState
 from ingestd.db import Database
-from ingestd.errors import ConfigError, DatabaseError, DatabaseUnavailable
+from ingestd.errors import ConfigError, DatabaseError, DatabaseUnavailable, StateUnusable
 from ingestd.events import EventLog
 from ingestd.metrics_server import (
+    DaemonCollector,
     MetricsEndpoint,
     QueueCollector,
     register_queue_collector,
@@ -37,7 +38,9 @@ from ingestd.metrics_server import (
 from ingestd.runtime import make_intake, open_database
 from ingestd.schema import migrate
 from ingestd.sftp.service import SftpService
+from ingestd.sftp.spool import Spool
 from ingestd.sftp.tenant_status import TenantStatusCache
+from ingestd.verify import LAST_RUN_DIR
 from ingestd.watch import HotFolders
 from worker.sdnotify import Notifier
 
@@ -133,17 +136,58 @@ class _Metrics(MetricsEndpoint):
     collector: QueueCollector
 
 
-def _start_metrics(config: Config, db: Database, logger: Any) -> _Metrics | None:
-    """/metrics on metrics.listen, with the queue gauges; a taken port is logged, not
-    fatal (ingesting matters more than being watched). Changes need a restart."""
+def _health(config: Config, sftp: SftpService, state: DaemonState) -> health.Health:
+    """/healthz: the loops of serve turn (the SFTP accept loop while SFTP is on).
+    /readyz: the database as the state thread's probe last saw it (no second probe), the
+    spool's directories and the archive writable."""
+    spool = sftp.spool
+
+    def database() -> str | None:
+        age, limit = checks.loop_age("daemon.state")
+        if age > limit:
+            return f"the database probe has not run for {age:.0f} s"
+        if state.database_up is None:
+            return "not probed yet"
+        if not state.database_up:
+            return f"unreachable since {state.down_since}: {state.last_error}"
+        return None
+
+    checks = health.Health(
+        [health.Loop("daemon"), health.Loop("daemon.state"), health.Loop("watch.settle"),
+         health.Loop("spool.intake"),
+         health.Loop("sftp.accept", lambda: sftp.server is not None)],
+        {"database": database,
+         "spool": health.writable(spool.partial_dir, spool.queue_dir, spool.inbox_root),
+         "archive": health.writable(config.paths.archive_dir)},
+    )  # fmt: skip
+    return checks
+
+
+def _state_turned(period: float) -> dict[str, float]:
+    """A provider of the state thread, called once per turn: that loop's heartbeat; the
+    state file shows the seconds since each loop's last turn."""
+    health.beat("daemon.state", period)
+    return health.HEARTBEATS.ages()
+
+
+def _start_metrics(config: Config, db: Database, logger: Any, checks: health.Health,
+                   spool: Spool) -> _Metrics | None:  # fmt: skip
+    """/metrics, /healthz and /readyz on metrics.listen, with the queue, spool and verify
+    gauges; a taken port is logged, not fatal (ingesting matters more than being
+    watched). Changes need a restart."""
+    # Where `ingestd verify` records its runs: made here, so that a sandboxed verify unit
+    # (ProtectSystem=strict) can be given this directory, and nothing else, to write.
+    with contextlib.suppress(OSError, StateUnusable):
+        statedir.make_dirs(config.paths.state_dir, config.paths.state_dir / LAST_RUN_DIR, 0o750)
     if not config.metrics.enabled:
         return None
     try:
-        endpoint = _Metrics(config.metrics.listen)
+        endpoint = _Metrics(config.metrics.listen, health=checks)
     except OSError as exc:
         logger.error("daemon.metrics_failed", listen=config.metrics.listen, error=str(exc))
         return None
     endpoint.collector = register_queue_collector(db)
+    endpoint.add_collector(DaemonCollector(spool.snapshot, config.paths.state_dir))
     host, port = endpoint.address
     logger.info("daemon.metrics", listen=f"{host}:{port}")
     return endpoint
@@ -184,10 +228,14 @@ def serve(config: Config, config_path: Path | None, notifier: Notifier | None = 
             events.stop()
             raise problem from None
         # For `ingestd status` while Postgres is down: since when, and what waits.
+        # A turn of the state thread: its 2 s pause, and a probe of a database that is
+        # down waits for the pool, then for one direct connection.
+        turn = 2.0 + 2 * config.database.connect_timeout
         state = DaemonState(db, config.paths.state_dir,
-                            {"hotfolders": hot.status_snapshot, "spool": sftp.spool.snapshot})
+                            {"hotfolders": hot.status_snapshot, "spool": sftp.spool.snapshot,
+                             "loops": lambda: _state_turned(turn)})  # fmt: skip
         state.start()
-        endpoint = _start_metrics(config, db, logger)
+        endpoint = _start_metrics(config, db, logger, _health(config, sftp, state), sftp.spool)
         notifier.ready(_status(config, sftp))
         logger.info("daemon.ready", hot_folders=len(config.watch),
                     sftp_accounts=len(config.sftp.accounts))  # fmt: skip
@@ -195,6 +243,7 @@ def serve(config: Config, config_path: Path | None, notifier: Notifier | None = 
         next_ping = time.monotonic()
         try:
             while not flags.stop.is_set():
+                health.beat("daemon", 1.0)
                 if ping_every is not None and time.monotonic() >= next_ping:
                     notifier.watchdog()
                     next_ping = time.monotonic() + ping_every

@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Histogram
+import platform
+from importlib.metadata import PackageNotFoundError, version
+
+from prometheus_client import Counter, Histogram, Info, disable_created_metrics
+
+import ingestd
+
+# No `<counter>_created` series: one more series per labelled child that no dashboard or
+# alert uses (rate() handles restarts by itself). Before anything is exported; the
+# setting is read at collection time, so this covers every counter and histogram.
+disable_created_metrics()  # type: ignore[no-untyped-call]
 
 # Label cardinality stays bounded: tenant names are admin-defined, source is a kind
-# ("cli", "sftp", "watch"), reason is a fixed enum.
+# ("cli", "sftp", "watch"), reason and cause are fixed enums (intake.Reason, retry.Cause).
 INTAKE_FILES = Counter(
     "ingestd_intake_files_total",
     "Files that went through intake, by outcome (ingested, duplicate, refused)",
@@ -38,7 +48,15 @@ WATCH_QUARANTINED = Counter(
 )
 SFTP_CONNECTIONS = Counter(
     "ingestd_sftp_connections_total",
-    "SFTP connections by how they ended up (accepted, banned, limit, handshake_failed)",
+    # result: accepted (into the unauthenticated pool), queued (waiting for a slot in it),
+    # banned, limit (the session pool or an address's share of it is full),
+    # limit_unauthenticated, limit_unauthenticated_per_ip (that pool or the address's
+    # share is full, and so is the waiting room; or waited too long), evicted (an
+    # unauthenticated connection closed to let a known-good address in),
+    # handshake_failed, handshake_timeout, auth_timeout, accept_failed (EMFILE ...).
+    "SFTP connections by how they ended up (accepted, queued, banned, limit, "
+    "limit_unauthenticated, limit_unauthenticated_per_ip, evicted, handshake_failed, "
+    "handshake_timeout, auth_timeout, accept_failed)",
     ["result"],
 )
 SFTP_AUTH_FAILURES = Counter(
@@ -88,8 +106,33 @@ JOB_SECONDS = Histogram(
     # No-op jobs take milliseconds, a 300-page OCR half an hour.
     buckets=(0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600),
 )
+JOBS_FAILED = Counter(
+    "ingestd_jobs_failed_total",
+    "Jobs that failed for good (retries used up, a permanent error, refused, or their "
+    "lease ran out once too often), by tenant and kind",
+    ["tenant", "kind"],
+)
 OCR_PAGES = Counter(
     "ingestd_ocr_pages_total",
     "Pages OCRed by analyze-document (a retry that reuses saved text adds none)",
     ["tenant"],
 )
+BUILD = Info(
+    "ingestd_build",
+    "Versions of ingestd, Python and the libraries that decide behaviour (ocrmypdf: empty "
+    "when not installed)",
+)
+
+
+def _dist_version(name: str) -> str:
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return ""
+
+
+def set_build_info() -> None:
+    """Fill ingestd_build_info once per process with an endpoint (package metadata only:
+    nothing is imported or run, and nothing at scrape time)."""
+    BUILD.info({"version": ingestd.__version__, "python": platform.python_version(),
+                "paramiko": _dist_version("paramiko"), "ocrmypdf": _dist_version("ocrmypdf")})

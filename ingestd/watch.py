@@ -49,7 +49,7 @@ from watchdog.events import (
 from watchdog.observers import Observer
 from watchdog.observers.polling import PollingObserver
 
-from ingestd import metrics, retry
+from ingestd import health, metrics, retry
 from ingestd.config import Config, HotfoldersConfig, WatchConfig
 from ingestd.errors import IngestdError, SourceProtected, TenantError, TenantNotActive
 from ingestd.events import EventLog
@@ -422,6 +422,7 @@ class HotFolders:
     # -- deciding completeness ----------------------------------------------------------
     def _settle_loop(self) -> None:
         while not self._stop.is_set():
+            health.beat("watch.settle", self._tick)
             self._wake.wait(self._tick)
             self._wake.clear()
             try:

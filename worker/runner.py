@@ -27,7 +27,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, TypeVar
 
-from ingestd import log, metrics
+from ingestd import health, log, metrics
 from ingestd.config import Config, load_config
 from ingestd.db import Database, connect_once
 from ingestd.errors import ConfigError, DatabaseError, DatabaseUnavailable, ExitCode, IngestdError
@@ -202,6 +202,11 @@ class Heartbeat(threading.Thread):
     def _interval(self) -> float:
         return self._queue().config.lease_seconds / 3
 
+    @property
+    def job(self) -> Job | None:
+        """The running job, if any (for the health check)."""
+        return self._job
+
     def begin(self, job: Job) -> None:
         with self._cond:
             self._job = job
@@ -339,7 +344,8 @@ class Runner:
         if self.metrics_offset is None or not m.enabled:
             return
         try:
-            self.metrics_endpoint = MetricsEndpoint(m.worker_listen, self.metrics_offset)
+            self.metrics_endpoint = MetricsEndpoint(m.worker_listen, self.metrics_offset,
+                                                    health=self._health())  # fmt: skip
         except OSError as exc:  # port taken: run without, say so (jobs matter more)
             self.log.error("worker.metrics_failed", listen=m.worker_listen,
                            offset=self.metrics_offset, error=str(exc))  # fmt: skip
@@ -347,10 +353,41 @@ class Runner:
         host, port = self.metrics_endpoint.address
         self.log.info("worker.metrics", listen=f"{host}:{port}")
 
+    def _health(self) -> health.Health:
+        """/healthz: the loop turns; /readyz: the database answers, derived is writable."""
+
+        def database() -> str | None:
+            try:
+                with self.db.transaction() as tx:
+                    tx.raw("SELECT 1")
+            except DatabaseError as exc:
+                return exc.message
+            return None
+
+        return health.Health(["worker"], {
+            "database": database,
+            "derived": health.writable(self.config.paths.derived_dir),
+        })  # fmt: skip
+
+    def _turn_period(self) -> float:
+        """The longest turn without a job: the poll interval, or the backoff while the
+        database is away (30 s at most) and a connection attempt timing out."""
+        timeout = self.config.database.connect_timeout
+        return max(self.config.worker.poll_interval, 30.0) + 2 * timeout
+
+    def _busy(self) -> float:
+        """While a job runs, its time limit, the grace of a stop and writing its outcome."""
+        job = self.heartbeat.job
+        if job is None:
+            return 0.0
+        w = self.config.worker
+        return w.timeout_for(job.kind) + w.shutdown_grace + 2 * sum(DB_RETRY_DELAYS)
+
     # -- the loop -------------------------------------------------------------------------
     def _loop(self) -> None:
         failures = 0
         while not self.flags.stop.is_set():  # until SIGTERM/SIGINT, or drained
+            health.beat("worker", self._turn_period(), self._busy)
             try:
                 self._housekeeping()
                 if self.flags.stop.is_set():
@@ -595,6 +632,7 @@ class Runner:
         every = min(RESCUE_EVERY_MAX, self.config.worker.lease_seconds / 2)
         self._next_rescue = time.monotonic() + every
         rows = self.queue.rescue()
+        _count_failed_rescues(self.db, rows)
         # New operator events become notify jobs at the same pace (the outbox's relay).
         try:
             notify.relay(self.db, self.config)
@@ -685,6 +723,21 @@ def _limit_rule(job: Job, kind: str, detail: str, timeout: float) -> tuple[str, 
 
 def _observe(job: Job, outcome: str, t0: float) -> None:
     metrics.JOB_SECONDS.labels(job.kind, outcome).observe(time.monotonic() - t0)
+    if outcome in ("failed", "refused"):
+        metrics.JOBS_FAILED.labels(job.tenant, job.kind).inc()
+
+
+def _count_failed_rescues(db: Database, rows: list[dict[str, Any]]) -> None:
+    """Rescued jobs whose lease ran out once too often are failed for good: counted too."""
+    failed = [r for r in rows if r["status"] == "failed"]
+    if not failed:
+        return
+    names: dict[int, str] = {}
+    with contextlib.suppress(DatabaseError), db.transaction() as tx:  # a label, not the job
+        names = {int(t["id"]): str(t["name"]) for t in tx.all(
+            "tenant_names", {"ids": sorted({int(r["tenant_id"]) for r in failed})})}  # fmt: skip
+    for r in failed:
+        metrics.JOBS_FAILED.labels(names.get(int(r["tenant_id"]), ""), r["kind"]).inc()
 
 
 def describe(exc: BaseException) -> str:

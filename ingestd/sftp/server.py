@@ -24,7 +24,7 @@ from typing import Any
 
 import paramiko
 
-from ingestd import metrics
+from ingestd import health, metrics
 from ingestd.config import Config, SftpConfig
 from ingestd.log import get_logger
 from ingestd.sftp.accounts import Accounts, Verdict
@@ -347,6 +347,7 @@ class SftpServer:
     def _accept_loop(self) -> None:
         assert self._sock is not None
         while not self._stop.is_set():
+            health.beat("sftp.accept", 1.0)
             try:
                 sock, addr = self._sock.accept()
             except TimeoutError:

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from ingestd import metrics, retry
+from ingestd import health, metrics, retry
 from ingestd.errors import IngestdError, TenantError
 from ingestd.events import EventLog
 from ingestd.intake import Intake, IntakeItem, Outcome
@@ -95,6 +95,7 @@ class SpoolIntake:
     def _loop(self) -> None:
         next_housekeeping = time.monotonic()
         while not self._stop.is_set():
+            health.beat("spool.intake", 1.0)
             if self.housekeeping is not None and time.monotonic() >= next_housekeeping:
                 next_housekeeping = time.monotonic() + self.housekeeping_interval
                 try:

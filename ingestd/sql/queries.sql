@@ -559,3 +559,7 @@ SET processing_status = 'done',
     attention_reason = 'marked done without text by an operator: ' || attention_reason
 WHERE id = %(id)s AND tenant_id = %(tenant_id)s AND processing_status = 'attention'
 RETURNING id;
+
+-- name: tenant_names
+-- Names of some tenants by id (the worker's metrics label rescued jobs that failed).
+SELECT id, name FROM tenants WHERE id = ANY(%(ids)s::bigint[]);

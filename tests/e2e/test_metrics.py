@@ -4,18 +4,31 @@ issue names is read back from /metrics."""
 
 from __future__ import annotations
 
+import json
+import platform
+import re
 import subprocess
 import sys
+import time
 import urllib.request
+from collections.abc import Iterator
+from importlib.metadata import version
 from pathlib import Path
+from typing import Any
 
 import paramiko
 import pytest
 
+import ingestd
+from ingestd.db import Database
+from ingestd.errors import ExitCode
+from ingestd.pgcluster import EmbeddedPostgres
+from ingestd.schema import migrate
 from ingestd.sftp.accounts import hash_password
-from tests.conftest import Env, read_events, run_cli, wait_until, write_config
+from tests.conftest import Env, private_cluster, read_events, run_cli, wait_until, write_config
 from tests.e2e.test_serve_sftp import Serve, _free_port
 from tests.fixtures.files import pdf_bytes
+from tests.fixtures.queue import PLUGIN, make_jobs
 from tests.fixtures.sftp import sftp_upload
 
 
@@ -84,6 +97,8 @@ def test_serve_and_worker_metrics(tmp_path: Path, db_url: str) -> None:
         assert _value(text, "ingestd_intake_files_total", tenant="acme", source="watch",
                       outcome="ingested") == 1  # fmt: skip
         assert _value(text, "ingestd_intake_refused_total", tenant="acme", source="watch") == 1
+        wait_until(lambda: _value(_scrape(serve_metrics), "ingestd_watch_quarantined_total",
+                                  tenant="acme", reason="bad_type") == 1, 30)  # fmt: skip
         assert _value(text, "ingestd_intake_bytes_total", tenant="acme") > 0
         assert _value(text, "ingestd_sftp_logins_total", tenant="acme", method="password") == 1
         assert _value(text, "ingestd_sftp_auth_failures_total") >= 1
@@ -105,9 +120,173 @@ def test_serve_and_worker_metrics(tmp_path: Path, db_url: str) -> None:
         assert _value(wtext, "ingestd_ocr_pages_total", tenant="acme") == 2
         wait_until(lambda: _value(_scrape(serve_metrics), "ingestd_queue_jobs", tenant="acme",
                                   state="ready") == 0, 30)  # fmt: skip
+        for scraped in (_scrape(serve_metrics), _scrape(worker_metrics)):
+            assert _class_names(scraped) == set()
     finally:
         if worker is not None:
             worker.terminate()
             worker.wait(60)
             worker_log.close()
         assert serve.wait() == 0
+
+
+def _class_names(text: str) -> set[str]:
+    """Label values that look like Python class names (PermissionError, OSError, ...)."""
+    values = re.findall(r'="([^"]*)"', "\n".join(ln for ln in text.splitlines()
+                                                  if not ln.startswith("#")))  # fmt: skip
+    return {v for v in values if re.fullmatch(r"[A-Z]\w*(Error|Exception|Warning)", v)}
+
+
+def _serve_config(tmp_path: Path, db_url: str, metrics_port: int, **extra: Any) -> Path:
+    cfg = tmp_path / "ingestd.toml"
+    write_config(cfg, {
+        "database": {"url": db_url, "connect_timeout": 2},
+        "paths": {"state_dir": str(tmp_path / "state"), "spool": str(tmp_path / "spool"),
+                  "archive": str(tmp_path / "archive"), "derived": str(tmp_path / "derived")},
+        "log": {"format": "json"},
+        "metrics": {"listen": f"127.0.0.1:{metrics_port}",
+                    "worker_listen": f"127.0.0.1:{metrics_port + 1}"},
+        "worker": {"poll_interval": 0.2, "max_retries": 0},
+        **extra,
+    })  # fmt: skip
+    return cfg
+
+
+def test_no_created_series_build_info_and_no_windowed_state(tmp_path: Path, db_url: str) -> None:
+    """/metrics has no *_created series, has ingestd_build_info with the versions, and no
+    failed_last_hour state in the queue gauge."""
+    port = _free_port()
+    hot = tmp_path / "hot"
+    hot.mkdir()
+    cfg = _serve_config(tmp_path, db_url, port, hotfolders={"stable_seconds": 0.3},
+                        watch=[{"path": str(hot), "tenant": "acme"}])  # fmt: skip
+    env = Env(tmp_path, cfg, None, db_url)  # type: ignore[arg-type]
+    assert run_cli(env, "tenant", "create", "acme").returncode == 0
+    assert run_cli(env, "worker", "--drain").returncode == 0
+    serve = Serve(tmp_path, cfg)
+    serve.start()
+    try:
+        # Labelled counters have children (and so had *_created samples) only once used.
+        (hot / "Rechnung.pdf").write_bytes(pdf_bytes("Rechnung", seed=3))
+        wait_until(lambda: _value(_scrape(port), "ingestd_intake_files_total",
+                                  outcome="ingested") == 1, 60)  # fmt: skip
+        text = _scrape(port)
+        assert "ingestd_intake_bytes_total{" in text and "ingestd_sftp_bans_total" in text
+        assert "_created" not in text
+        build = [ln for ln in text.splitlines() if ln.startswith("ingestd_build_info{")]
+        assert len(build) == 1 and build[0].endswith(" 1.0"), build
+        for key, want in (("version", ingestd.__version__),
+                          ("python", platform.python_version()),
+                          ("paramiko", version("paramiko"))):  # fmt: skip
+            assert f'{key}="{want}"' in build[0], build
+        assert 'ocrmypdf="' in build[0]
+        assert "failed_last_hour" not in text
+        assert _value(text, "ingestd_queue_up") == 1
+    finally:
+        assert serve.wait() == 0
+
+
+def test_verify_metrics_after_a_real_verify(tmp_path: Path, db_url: str) -> None:
+    """`ingestd verify` records its end, checked count and problems; the daemon exports
+    them as ingestd_verify_last_* (0 problems, then one orphaned file)."""
+    port = _free_port()
+    cfg = _serve_config(tmp_path, db_url, port)
+    env = Env(tmp_path, cfg, None, db_url)  # type: ignore[arg-type]
+    assert run_cli(env, "tenant", "create", "acme").returncode == 0
+    assert run_cli(env, "worker", "--drain").returncode == 0
+    scan = tmp_path / "Rechnung.pdf"
+    scan.write_bytes(pdf_bytes("Rechnung", seed=4))
+    assert run_cli(env, "ingest", "--tenant", "acme", str(scan)).returncode == 0
+    serve = Serve(tmp_path, cfg)
+    serve.start()
+    try:
+        assert _value(_scrape(port), "ingestd_verify_last_run_timestamp_seconds") == 0
+        assert "ingestd_verify_last_problems" not in _scrape(port)  # never ran: no claim
+        t0 = time.time()
+        assert run_cli(env, "verify").returncode == 0
+        text = _scrape(port)
+        at = _value(text, "ingestd_verify_last_run_timestamp_seconds")
+        assert t0 <= at <= time.time()
+        assert _value(text, "ingestd_verify_last_checked_documents") == 1
+        assert _value(text, "ingestd_verify_last_problems") == 0
+        for kind in ("missing", "altered", "orphaned", "temp", "mode"):
+            assert f'ingestd_verify_last_problems{{kind="{kind}"}} 0.0' in text
+
+        month = next((tmp_path / "archive" / "acme").glob("*/*"))
+        (month / ("0" * 64 + ".pdf")).write_bytes(b"%PDF-1.4 nobody's")
+        done = run_cli(env, "verify")
+        assert done.returncode == ExitCode.archive_inconsistent, done.stderr
+        text = _scrape(port)
+        assert _value(text, "ingestd_verify_last_problems", kind="orphaned") == 1
+        assert _value(text, "ingestd_verify_last_problems") == 1
+        assert _value(text, "ingestd_verify_last_run_timestamp_seconds") >= at
+        record = json.loads((tmp_path / "state" / "verify" / "last.json").read_text())
+        assert record["problems"] == 1 and record["checked"] == 1 and record["rehash"] is True
+    finally:
+        assert serve.wait() == 0
+
+
+@pytest.fixture
+def own_cluster() -> Iterator[EmbeddedPostgres]:
+    """A private cluster this test may stop and start, with an active tenant acme."""
+    with private_cluster(5464) as cluster:
+        with Database(cluster.conninfo) as db:
+            migrate(db)
+            with db.transaction() as tx:
+                tx.one("tenant_insert", {"name": "acme", "status": "active"})
+        yield cluster
+
+
+def test_spool_backlog_gauge_counts_uploads_waiting_for_the_database(
+    own_cluster: EmbeddedPostgres, tmp_path: Path
+) -> None:
+    """ingestd_spool_pending_uploads/_bytes count uploads spooled while Postgres is down,
+    and fall to 0 once they are ingested."""
+    port, sftp_port = _free_port(), _free_port()
+    cfg = _serve_config(tmp_path, own_cluster.conninfo, port, **{
+        "sftp": {"listen": f"127.0.0.1:{sftp_port}", "retry_max_delay": 1},
+        "sftp.accounts": [{"username": "scan1", "tenant": "acme",
+                           "password_hash": hash_password("pw-1", rounds=4)}],
+    })  # fmt: skip
+    serve = Serve(tmp_path, cfg)
+    serve.start()
+    try:
+        assert _value(_scrape(port), "ingestd_spool_pending_uploads") == 0
+        own_cluster.stop("fast")
+        scans = [pdf_bytes(f"Scan {i}", seed=10 + i) for i in range(2)]
+        for i, data in enumerate(scans):
+            sftp_upload(sftp_port, "scan1", "pw-1", f"Scan_{i:04d}.pdf", data)
+        text = _scrape(port)
+        assert _value(text, "ingestd_spool_pending_uploads") == 2
+        assert _value(text, "ingestd_spool_pending_bytes") == sum(len(d) for d in scans)
+        own_cluster.start()
+        wait_until(lambda: _value(_scrape(port), "ingestd_spool_pending_uploads") == 0,
+                   timeout=90, interval=0.5)  # fmt: skip
+        assert _value(_scrape(port), "ingestd_spool_pending_bytes") == 0
+    finally:
+        assert serve.wait() == 0
+
+
+def test_jobs_failed_counter_by_tenant_and_kind(tmp_path: Path, db_url: str) -> None:
+    """A job failed for good counts in the worker's ingestd_jobs_failed_total{tenant,kind};
+    the worker's /metrics has no *_created series either."""
+    port = _free_port()
+    cfg = _serve_config(tmp_path, db_url, port - 1)  # worker_listen: port (offset 0)
+    with Database(db_url) as db:
+        make_jobs(db, "acme", 1, kind="test-permanent")
+    log = open(tmp_path / "worker.log", "ab")  # noqa: SIM115 - closed below
+    worker = subprocess.Popen([sys.executable, "-m", "ingestd.cli", "worker", "--config",
+                               str(cfg), "--metrics-offset", "0", "--plugin", PLUGIN],
+                              stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
+    try:
+        wait_until(lambda: read_events(tmp_path / "worker.log", "job.failed"), 60)
+        text = _scrape(port)
+        assert _value(text, "ingestd_jobs_failed_total", tenant="acme",
+                      kind="test-permanent") == 1  # fmt: skip
+        assert _value(text, "ingestd_job_duration_seconds_count", kind="test-permanent",
+                      outcome="failed") == 1  # fmt: skip
+        assert "_created" not in text
+    finally:
+        worker.terminate()
+        assert worker.wait(60) == 0
+        log.close()

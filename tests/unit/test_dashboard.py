@@ -9,18 +9,20 @@ from pathlib import Path
 from prometheus_client import REGISTRY
 
 import ingestd.metrics  # noqa: F401 (registers the counters)
+from ingestd.metrics_server import DaemonCollector, HealthCollector, QueueCollector
 
 DASHBOARD = Path(__file__).parents[2] / "packaging" / "grafana" / "ingestd-dashboard.json"
-# Read from Postgres at scrape time by ingestd/metrics_server.py's QueueCollector.
-QUEUE = {"ingestd_queue_up", "ingestd_queue_jobs", "ingestd_queue_oldest_ready_seconds"}
 
 
 def _exported() -> set[str]:
     # A labelled metric without children has no samples yet: derive its sample names.
     suffixes = {"counter": ["_total"], "histogram": ["_bucket", "_count", "_sum"],
-                "gauge": [""]}  # fmt: skip
-    names = set(QUEUE)
-    for metric in REGISTRY.collect():
+                "gauge": [""], "info": ["_info"]}  # fmt: skip
+    # Collected at scrape time (queue from Postgres, spool and verify, health checks).
+    families = [*QueueCollector.families(), *DaemonCollector.families(),
+                *HealthCollector.families(), *REGISTRY.collect()]  # fmt: skip
+    names = set()
+    for metric in families:
         names.update(metric.name + s for s in suffixes.get(metric.type, [""]))
     return names
 
@@ -32,3 +34,14 @@ def test_every_dashboard_query_names_an_exported_metric() -> None:
     used = {n for e in exprs for n in re.findall(r"\bingestd_[a-z_]+", e)}
     assert used and used <= _exported(), used - _exported()
     assert len({p["id"] for p in dash["panels"]}) == len(dash["panels"])
+
+
+def test_dashboard_shows_health_spool_failures_and_verify() -> None:
+    """Panels for readiness/health, the spool backlog, jobs failed and the last verify."""
+    dash = json.loads(DASHBOARD.read_text())
+    exprs = " ".join(t["expr"] for p in dash["panels"] for t in p["targets"])
+    for name in ("ingestd_health_check_ok", "ingestd_spool_pending_uploads",
+                 "ingestd_spool_pending_bytes", "ingestd_jobs_failed_total",
+                 "ingestd_verify_last_run_timestamp_seconds", "ingestd_verify_last_problems"):
+        assert name in exprs, name
+    assert "failed_last_hour" not in exprs  # a window is not a state
