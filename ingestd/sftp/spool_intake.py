@@ -87,6 +87,7 @@ class SpoolIntake:
                         detail=f"temp-named upload not renamed within {int(max_age)} s",
                     )  # fmt: skip
                     self.spool.release(account, st.st_size)
+                    metrics.SPOOL_QUARANTINED.labels(tenant, "abandoned_upload").inc()
                     self.log.warning("spool.abandoned_upload", account=account, tenant=tenant,
                                      filename=name, subdir=subdir, note=str(note))  # fmt: skip
                     moved += 1
