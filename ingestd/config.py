@@ -280,10 +280,31 @@ class SftpBansConfig(_Section):
 
 class SftpConfig(_Section):
     listen: str = "0.0.0.0:2222"
+    # Logged-in sessions in total and from one source IP. A connection counts here only
+    # once it has logged in; before that it is in the (smaller) unauthenticated pool below.
     max_connections: Annotated[int, Field(ge=1, le=10000)] = 100
     max_connections_per_ip: Annotated[int, Field(ge=1, le=10000)] = 20
-    # Seconds from TCP accept to a successful login.
+    # Connections not logged in yet (TCP accepted, banner, key exchange, login), in total
+    # and from one IP: their own pool, so 100 idle sockets cannot lock scanners out of
+    # the sessions. A scanner's handshake takes milliseconds; 5 at once from one address
+    # is plenty (a burst beyond waits, without a thread, up to handshake_timeout for a
+    # slot), and an attacker's address holds no more than that.
+    max_unauthenticated: Annotated[int, Field(ge=1, le=10000)] = 50
+    max_unauthenticated_per_ip: Annotated[int, Field(ge=1, le=10000)] = 5
+    # While the unauthenticated pool (or an address's share) is full, an address that
+    # logged in within this many seconds is still let in: it takes the place of the
+    # longest-waiting unauthenticated connection (of the address holding the most). 0: off.
+    known_good_for: Annotated[float, Field(ge=0, le=86400 * 365)] = 7 * 86400.0
+    # Seconds from TCP accept to the end of the key exchange (client banner included):
+    # a silent or trickling connection holds its slot no longer than this.
+    handshake_timeout: Annotated[float, Field(ge=1, le=600)] = 10.0
+    # Seconds from the end of the key exchange to a successful login.
     auth_timeout: Annotated[float, Field(ge=1, le=600)] = 30.0
+    # Handles (open uploads, listed folders) one session may hold at once: each upload
+    # holds a descriptor, and a client that never closes must not exhaust the daemon's
+    # (systemd's default is 1,024). All sessions together hold at most half the process
+    # limit (RLIMIT_NOFILE, read at start).
+    max_handles_per_session: Annotated[int, Field(ge=1, le=4096)] = 64
     # Seconds without an SFTP request before the connection is closed.
     idle_timeout: Annotated[float, Field(ge=5, le=86400)] = 600.0
     max_auth_attempts: Annotated[int, Field(ge=1, le=100)] = 6

@@ -1,10 +1,32 @@
 """The SSH side: listener, connection limits, authentication, channel policy, timeouts.
 
 One thread per connection (paramiko adds a transport thread and one per SFTP channel).
-Order at accept: banned IP -> close before the handshake; over the total or per-IP limit
--> close; otherwise TCP_NODELAY (without it every small SFTP reply waits for a delayed ACK:
-~50 ms per file), key exchange, login within ``auth_timeout``, and then the session runs
-until the client leaves or is idle for ``idle_timeout``.
+Order at accept: banned IP -> close before the handshake; the session pool (logged-in
+connections, ``max_connections``/``_per_ip``) full for it -> close; the unauthenticated
+pool (``max_unauthenticated``/``_per_ip``) full for it -> if the address logged in within
+``known_good_for``, the longest-waiting unauthenticated connection (older than
+``EVICTABLE_AFTER``; of this address if its share is full, else of the address holding
+the most) is closed in its favour; otherwise the socket waits, without a thread or a
+banner, in a waiting room as large as the pool (a burst of scanners behind one NAT gets
+in a few milliseconds later instead of failing) for at most ``handshake_timeout``; with
+the waiting room full too -> close. Then TCP_NODELAY (without it every small SFTP reply
+waits for a delayed ACK: ~50 ms per file), banner and key exchange within
+``handshake_timeout``, login within ``auth_timeout`` of that; a login moves the connection
+to the session pool (if that is full by then, it is closed), and the session runs until
+the client leaves or is idle for ``idle_timeout``.
+
+Why eviction by age: before a login nothing tells a scanner from an attacker behind the
+same NAT, but time does: a scanner's handshake and login take milliseconds on a LAN, an
+idle or trickling socket waits. So a client that proved itself recently is let in at the
+expense of whoever has waited longest without proving anything, and the address holding
+the most such sockets gives first. Unknown addresses wait for (or, past the waiting room,
+are refused) slots freed by logins and by ``handshake_timeout``.
+
+Per-connection events a flood repeats (handshake_failed, connection_limit, evicted,
+banned_connection_closed, auth_timeout, connected, disconnected before a login, ...) go
+through one ``FloodGate`` per server, keyed by remote IP: the first lines of an interval,
+then one ``<event>.summary``. Failed logins have a gate of their own with a larger burst,
+so fail2ban and the admin still see every failure that leads to a ban.
 
 A login whose credentials are right is still refused while the account's tenant is not
 active (``sftp.auth_refused``; not a failure: it never counts towards a ban). The status
@@ -14,11 +36,15 @@ tell (database down), the login goes ahead and the uploads wait in the spool.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import itertools
 import logging
+import resource
 import socket
 import threading
 import time
+from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,15 +53,67 @@ import paramiko
 from ingestd import health, metrics
 from ingestd.config import Config, SftpConfig
 from ingestd.log import get_logger
+from ingestd.logflood import FloodGate
 from ingestd.sftp.accounts import Accounts, Verdict
 from ingestd.sftp.algorithms import disabled_algorithms, negotiated, record_kex, uses_legacy
 from ingestd.sftp.bans import BanList
 from ingestd.sftp.hostkeys import HostKey
 from ingestd.sftp.spool import Spool
 from ingestd.sftp.tenant_status import MISSING, TenantStatusCache
-from ingestd.sftp.vfs import InboxSFTP, IngestSFTPServer, Session
+from ingestd.sftp.vfs import HandleBudget, InboxSFTP, IngestSFTPServer, Session
 
 SERVER_VERSION = "SSH-2.0-ingestd"  # no library or version numbers for scanners of scanners
+
+# An unauthenticated connection younger than this is never evicted for a known-good one:
+# a scanner's handshake takes milliseconds, so one still waiting after a second is slow,
+# idle or an attacker's. (It also keeps a burst of scanners from evicting each other.)
+EVICTABLE_AFTER = 1.0
+# Addresses remembered with their last successful login; the least recent go first.
+MAX_KNOWN_GOOD = 4096
+# Bytes a client may send before its key exchange is done (banner, KEXINIT, its key):
+# paramiko reads the banner line without any length limit.
+MAX_PREAUTH_BYTES = 64 * 1024
+# accept() failing (EMFILE: out of descriptors, ENFILE, ENOBUFS, ENOMEM) is retried after a
+# delay doubling from the first to the last; one line per interval says so (FloodGate).
+ACCEPT_BACKOFF = (0.1, 1.0)
+# A client aborting before accept() returns: nothing to wait for, nothing to log.
+_ACCEPT_HARMLESS = {errno.ECONNABORTED, errno.EPROTO, errno.EINTR}
+# sftp.auth_failed lines per address and interval before the rest are summarised: at
+# least the fail2ban jail's maxretry (10) and the ban threshold, so both fail2ban and the
+# admin see every failure that leads to a ban (and the ban ends the flood).
+AUTH_BURST = 20
+
+
+def handle_budget() -> int:
+    """Handles all sessions together may hold: half the descriptor limit, the rest is for
+    sockets, the spool, the database and logs."""
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        soft = 65536
+    return max(16, soft // 2)
+
+
+class _PreAuthSocket(socket.socket):
+    """An accepted socket that refuses more than ``budget`` bytes until ``budget`` is
+    lifted (None) after the key exchange: a pre-authentication client costs bounded
+    memory, also when it sends megabytes without a newline as its "banner"."""
+
+    budget: int | None = None
+
+    @classmethod
+    def adopt(cls, sock: socket.socket) -> _PreAuthSocket:
+        new = cls(sock.family, sock.type, sock.proto, fileno=sock.detach())
+        new.budget = MAX_PREAUTH_BYTES
+        return new
+
+    def recv(self, bufsize: int, flags: int = 0, /) -> bytes:
+        data = super().recv(bufsize, flags)
+        if self.budget is not None:
+            self.budget -= len(data)
+            if self.budget < 0:
+                # Short: the log line's detail keeps 64 characters, paramiko's prefix 44.
+                raise OSError(errno.EMSGSIZE, f"over {MAX_PREAUTH_BYTES} bytes")
+        return data
 
 
 @dataclass
@@ -50,6 +128,26 @@ class Connection:
     legacy: list[str] = field(default_factory=list)
     session: Session | None = None
     transport: paramiko.Transport | None = None
+    sock: socket.socket | None = None
+    # When the key exchange completed (auth_timeout counts from here).
+    kex_done: float | None = None
+    # In the session pool (logged in) rather than the unauthenticated one.
+    in_session: bool = False
+    # Closed to make room for a known-good address; no longer counted in any pool.
+    evicted: bool = False
+
+
+@dataclass
+class _Waiter:
+    """An accepted socket waiting for a slot in the unauthenticated pool: no thread, no
+    banner yet, just the descriptor. A burst of scanners behind one NAT waits here for a
+    few milliseconds instead of being refused; nobody waits longer than handshake_timeout."""
+
+    sock: _PreAuthSocket
+    remote_ip: str
+    remote_port: int
+    since: float
+    known_good: bool = False  # promoted first; may displace an unknown waiter
 
 
 def _safe(value: str) -> str:
@@ -112,6 +210,9 @@ class _ServerPolicy(paramiko.ServerInterface):
                 # "authenticated", so the connection is closed instead of a channel opened.
                 if self._tenant_refused(self._key_user, "publickey"):
                     self.conn.kill.set()
+                elif not self.server.admit_session(self.conn):
+                    self.refusal = "connection_limit"  # logged by admit_session
+                    self.conn.kill.set()
                 else:
                     self._login(self._key_user, "publickey")
             return self.session is not None
@@ -121,8 +222,9 @@ class _ServerPolicy(paramiko.ServerInterface):
         assert account is not None
         allowed = self.server.cfg.legacy_algorithms or account.legacy_algorithms
         if self.conn.legacy and not allowed:
-            self.log.warning("sftp.legacy_refused", username=_safe(username),
-                             algorithms=self.conn.legacy)  # fmt: skip
+            self.server.auth_log("warning", "sftp.legacy_refused", self.conn,
+                                 username=_safe(username),
+                                 algorithms=self.conn.legacy)  # fmt: skip
             return True
         return False
 
@@ -163,6 +265,9 @@ class _ServerPolicy(paramiko.ServerInterface):
             tenant_status=self.server.tenant_status,
             allowed_types=frozenset(self.server.config.intake.allowed_types),
             events=self.server.bans.events,
+            max_handles=self.server.cfg.max_handles_per_session,
+            handle_budget=self.server.handles,
+            flood=self.server.flood,
         )
         conn.session = self.session
         conn.authenticated.set()
@@ -179,21 +284,30 @@ class _ServerPolicy(paramiko.ServerInterface):
                 # Counted for max_auth_attempts (a client that keeps trying), not for bans.
                 conn.auth_failures += 1
                 if conn.auth_failures >= self.server.cfg.max_auth_attempts:
-                    self.log.warning("sftp.too_many_auth_failures", attempts=conn.auth_failures)
+                    self.server.auth_log("warning", "sftp.too_many_auth_failures", conn,
+                                         attempts=conn.auth_failures)  # fmt: skip
                     conn.kill.set()
                 return paramiko.AUTH_FAILED
             with self._login_lock:
+                if not self.server.admit_session(conn):
+                    # The credentials were right: no failure, no ban score. paramiko
+                    # answers "authenticated"; no channel opens, the connection closes.
+                    self.refusal = "connection_limit"  # logged by admit_session
+                    conn.kill.set()
+                    return paramiko.AUTH_SUCCESSFUL
                 self._login(username, method)
             return paramiko.AUTH_SUCCESSFUL
         if verdict is Verdict.wrong_key:
             # Clients offer every key they hold; a key that does not fit is not an attack.
-            self.log.info("sftp.key_rejected", username=_safe(username))
+            self.server.auth_log("info", "sftp.key_rejected", conn, username=_safe(username))
             return paramiko.AUTH_FAILED
         conn.auth_failures += 1
         metrics.SFTP_AUTH_FAILURES.labels(str(verdict)).inc()
-        # The fail2ban line: fixed event name, remote_ip key (see config/fail2ban/).
-        self.log.warning("sftp.auth_failed", username=_safe(username), method=method,
-                         reason=str(verdict), attempt=conn.auth_failures)  # fmt: skip
+        # The fail2ban line: fixed event name, remote_ip key (see config/fail2ban/). Its
+        # summary under a flood is "sftp.auth_failed.summary", which the filter ignores.
+        self.server.auth_log("warning", "sftp.auth_failed", conn, username=_safe(username),
+                             method=method, reason=str(verdict),
+                             attempt=conn.auth_failures)  # fmt: skip
         if verdict is not Verdict.source_not_allowed:
             banned = self.server.bans.failure(
                 conn.remote_ip, unknown_user=verdict is Verdict.unknown_user
@@ -201,7 +315,8 @@ class _ServerPolicy(paramiko.ServerInterface):
             if banned is not None:
                 conn.kill.set()
         if conn.auth_failures >= self.server.cfg.max_auth_attempts:
-            self.log.warning("sftp.too_many_auth_failures", attempts=conn.auth_failures)
+            self.server.auth_log("warning", "sftp.too_many_auth_failures", conn,
+                                 attempts=conn.auth_failures)  # fmt: skip
             conn.kill.set()
         return paramiko.AUTH_FAILED
 
@@ -273,14 +388,22 @@ class SftpServer:
         self.bans = bans
         # None: no tenant check at all (every verified login goes in).
         self.tenant_status = tenant_status
+        # Per-connection events, keyed by remote IP (see the module docstring).
+        self.flood = FloodGate(self.log)
+        self.auth_flood = FloodGate(self.log, burst=AUTH_BURST)
         self._apply(config)
         self._sock: socket.socket | None = None
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._conns: dict[str, Connection] = {}
+        # Sockets waiting for a slot in the unauthenticated pool (at most as many as it has).
+        self._waiting: list[_Waiter] = []
+        # Remote IP -> monotonic time of its last successful login (bounded, LRU).
+        self._known_good: OrderedDict[str, float] = OrderedDict()
         self._ids = itertools.count(1)
         self._thread: threading.Thread | None = None
         self.address: tuple[str, int] = config.sftp.address
+        self.handles = HandleBudget(handle_budget())
 
     def _apply(self, config: Config) -> None:
         self.config = config
@@ -289,6 +412,16 @@ class SftpServer:
         self.legacy_offered = config.sftp.legacy_algorithms or any(
             a.legacy_algorithms for a in config.sftp.accounts
         )
+        self.auth_flood.burst = max(AUTH_BURST, config.sftp.bans.threshold)
+
+    # -- log lines a flood repeats -----------------------------------------------------------
+    def flood_log(self, level: str, event: str, conn: Connection, **fields: Any) -> None:
+        self.flood.log_event(level, event, conn.remote_ip, conn=conn.id,
+                             remote_ip=conn.remote_ip, **fields)  # fmt: skip
+
+    def auth_log(self, level: str, event: str, conn: Connection, **fields: Any) -> None:
+        self.auth_flood.log_event(level, event, conn.remote_ip, conn=conn.id,
+                                  remote_ip=conn.remote_ip, **fields)  # fmt: skip
 
     def reload(self, config: Config) -> None:
         """New accounts and limits apply to new connections; sessions keep theirs."""
@@ -332,6 +465,9 @@ class SftpServer:
             self._thread.join(timeout)
         with self._lock:
             conns = list(self._conns.values())
+            waiting, self._waiting = self._waiting, []
+        for waiter in waiting:
+            waiter.sock.close()
         for conn in conns:
             conn.kill.set()
             if conn.transport is not None:
@@ -339,6 +475,8 @@ class SftpServer:
         deadline = time.monotonic() + timeout
         while self.connection_count() and time.monotonic() < deadline:
             time.sleep(0.05)
+        self.flood.close()  # the summaries of what was held back
+        self.auth_flood.close()
 
     def connection_count(self) -> int:
         with self._lock:
@@ -346,47 +484,242 @@ class SftpServer:
 
     def _accept_loop(self) -> None:
         assert self._sock is not None
+        delay = 0.0
+        failures = 0
+        promoted = time.monotonic()
         while not self._stop.is_set():
             health.beat("sftp.accept", 1.0)
             try:
                 sock, addr = self._sock.accept()
             except TimeoutError:
+                self._promote()  # expires waiters even when nobody connects
                 continue
-            except OSError:
+            except OSError as exc:
                 if self._stop.is_set():
                     return
-                self.log.exception("sftp.accept_failed")
-                time.sleep(0.1)
+                if exc.errno in _ACCEPT_HARMLESS:
+                    continue
+                # EMFILE & co: the connection waits in the backlog. Spinning (and a
+                # traceback per attempt) helps nobody; retry after a growing delay.
+                failures += 1
+                delay = min(ACCEPT_BACKOFF[1], max(ACCEPT_BACKOFF[0], delay * 2))
+                metrics.SFTP_CONNECTIONS.labels("accept_failed").inc()
+                self.flood.log_event(
+                    "error", "sftp.accept_failed", "accept",
+                    errno=errno.errorcode.get(exc.errno or 0, str(exc.errno)),
+                    detail=exc.strerror or str(exc), retry_in=round(delay, 2),
+                    failures=failures, connections=self.connection_count(),
+                )  # fmt: skip
+                self._stop.wait(delay)
                 continue
-            ip = addr[0].removeprefix("::ffff:")
-            if self.bans.banned_until(ip) is not None:
-                metrics.SFTP_CONNECTIONS.labels("banned").inc()
-                self.log.info("sftp.banned_connection_closed", remote_ip=ip)
+            if failures:
+                self.log.info("sftp.accept_recovered", failures=failures)
+                failures, delay = 0, 0.0
+            try:
+                self._admit(sock, addr)
+            except Exception:
                 sock.close()
-                continue
-            with self._lock:
-                total = len(self._conns)
-                per_ip = sum(1 for c in self._conns.values() if c.remote_ip == ip)
-                over = (
-                    total >= self.cfg.max_connections
-                    or per_ip >= self.cfg.max_connections_per_ip
-                )
-                if not over:
-                    conn = Connection(f"c{next(self._ids)}", ip, addr[1])
-                    self._conns[conn.id] = conn
-            if over:
-                metrics.SFTP_CONNECTIONS.labels("limit").inc()
-                self.log.warning("sftp.connection_limit", remote_ip=ip, total=total,
-                                 from_ip=per_ip)  # fmt: skip
-                sock.close()
-                continue
-            metrics.SFTP_CONNECTIONS.labels("accepted").inc()
-            threading.Thread(
-                target=self._serve, args=(sock, conn), name=f"sftp-{conn.id}", daemon=True
-            ).start()
+                self.flood.log_event("error", "sftp.accept_error", "accept", exc_info=True)
+            if time.monotonic() - promoted >= 0.25:  # waiters expire under a flood too
+                self._promote()
+                promoted = time.monotonic()
+
+    def _admit(self, sock: socket.socket, addr: tuple[Any, ...]) -> None:
+        """Admit an accepted socket into the unauthenticated pool, let it wait for a slot,
+        or close it."""
+        ip = str(addr[0]).removeprefix("::ffff:")
+        if self.bans.banned_until(ip) is not None:
+            metrics.SFTP_CONNECTIONS.labels("banned").inc()
+            self.flood.log_event("info", "sftp.banned_connection_closed", ip, remote_ip=ip)
+            sock.close()
+            return
+        psock = _PreAuthSocket.adopt(sock)
+        now = time.monotonic()
+        with self._lock:
+            result, victim, details = self._admission(ip, now)
+            if result == "accepted":
+                conn = self._register(psock, ip, addr[1])
+            elif result == "queued":
+                self._waiting.append(_Waiter(psock, ip, addr[1], now,
+                                             self._is_known_good(ip, now)))  # fmt: skip
+        metrics.SFTP_CONNECTIONS.labels(result).inc()
+        if result == "queued":
+            displaced = details.get("displaced")
+            if isinstance(displaced, _Waiter):
+                self._refuse_waiter(displaced, now, displaced_by=ip)
+            self._promote()  # a slot may have freed meanwhile
+            return
+        if result != "accepted":
+            self.flood.log_event("warning", "sftp.connection_limit", ip, remote_ip=ip,
+                                 **details)  # fmt: skip
+            psock.close()
+            return
+        if victim is not None:
+            metrics.SFTP_CONNECTIONS.labels("evicted").inc()
+            self.flood_log("warning", "sftp.evicted", victim, for_ip=ip, **details,
+                           seconds=round(now - victim.started, 3))  # fmt: skip
+        self._start(conn)
+
+    def _register(self, sock: _PreAuthSocket, ip: str, port: int) -> Connection:
+        conn = Connection(f"c{next(self._ids)}", ip, port, sock=sock)
+        self._conns[conn.id] = conn
+        return conn
+
+    def _start(self, conn: Connection) -> None:
+        assert isinstance(conn.sock, _PreAuthSocket)
+        threading.Thread(
+            target=self._serve, args=(conn.sock, conn), name=f"sftp-{conn.id}", daemon=True
+        ).start()
+
+    def _pools(self) -> tuple[list[Connection], list[Connection]]:
+        """With the lock held: (sessions, unauthenticated). Connections being closed by the
+        server (killed, evicted) are in neither: their slot is free already."""
+        live = [c for c in self._conns.values() if not c.kill.is_set()]
+        return [c for c in live if c.in_session], [c for c in live if not c.in_session]
+
+    def _admission(self, ip: str, now: float) -> tuple[str, Connection | None, dict[str, Any]]:
+        """With the lock held: ("accepted", the connection evicted for it or None, why),
+        ("queued", None, {}) or (the refusal's metric result, None, the log line's fields)."""
+        cfg = self.cfg
+        sessions, pending = self._pools()
+        from_ip = sum(1 for c in sessions if c.remote_ip == ip)
+        # Cheapest first: an address whose share of sessions is full cannot log in anyway.
+        if len(sessions) >= cfg.max_connections or from_ip >= cfg.max_connections_per_ip:
+            return "limit", None, {"pool": "sessions", "total": len(sessions),
+                                   "from_ip": from_ip}  # fmt: skip
+        own = [c for c in pending if c.remote_ip == ip]
+        if len(own) < cfg.max_unauthenticated_per_ip and len(pending) < cfg.max_unauthenticated:
+            return "accepted", None, {}
+        share_full = len(own) >= cfg.max_unauthenticated_per_ip
+        result = "limit_unauthenticated_per_ip" if share_full else "limit_unauthenticated"
+        details: dict[str, Any] = {"pool": result.removeprefix("limit_"),
+                                   "total": len(pending), "from_ip": len(own)}  # fmt: skip
+        if self._is_known_good(ip, now):
+            victim = self._evict_for(ip, now, pending)
+            if victim is not None:
+                return "accepted", victim, {"reason": details["pool"]}
+            details["known_good"] = True
+        waiting_ip = sum(1 for w in self._waiting if w.remote_ip == ip)
+        # A known-good address may have as many waiting as it may have sessions: a NAT
+        # with a burst of scanners, while every pool slot is too young to evict.
+        may_wait = cfg.max_unauthenticated_per_ip
+        if details.get("known_good"):
+            may_wait = max(may_wait, cfg.max_connections_per_ip)
+        if waiting_ip < may_wait:
+            if len(self._waiting) < cfg.max_unauthenticated:
+                return "queued", None, {}
+            unknown = [w for w in self._waiting if not w.known_good]
+            if details.get("known_good") and unknown:
+                # The waiting room is full (of an attacker's sockets, likely): a known-good
+                # address takes the place of the oldest unknown waiter of the address with
+                # the most waiting.
+                waiting = Counter(w.remote_ip for w in unknown)
+                displaced = max(unknown, key=lambda w: (waiting[w.remote_ip], now - w.since))
+                self._waiting.remove(displaced)
+                return "queued", None, {"displaced": displaced}
+        return result, None, {**details, "waiting": len(self._waiting)}
+
+    def _evict_for(self, ip: str, now: float, pending: list[Connection]) -> Connection | None:
+        """With the lock held: close an unauthenticated connection to make room for a
+        known-good ``ip``, and return it; None if none has waited EVICTABLE_AFTER. Its
+        own share full -> its own longest-waiting connection goes; else the longest-
+        waiting one of the address holding the most."""
+        own = [c for c in pending if c.remote_ip == ip]
+        share_full = len(own) >= self.cfg.max_unauthenticated_per_ip
+        held = Counter(c.remote_ip for c in pending)
+        candidates = [c for c in (own if share_full else pending)
+                      if now - c.started >= EVICTABLE_AFTER]  # fmt: skip
+        if not candidates:
+            return None
+        victim = max(candidates, key=lambda c: (held[c.remote_ip], now - c.started))
+        victim.evicted = True
+        victim.kill.set()
+        if victim.sock is not None:
+            # Wakes paramiko's reader; the victim's own thread then cleans up.
+            with contextlib.suppress(OSError):
+                victim.sock.shutdown(socket.SHUT_RDWR)
+        pending.remove(victim)
+        return victim
+
+    def _refuse_waiter(self, w: _Waiter, now: float, **details: Any) -> None:
+        metrics.SFTP_CONNECTIONS.labels("limit_unauthenticated").inc()
+        self.flood.log_event("warning", "sftp.connection_limit", w.remote_ip,
+                             remote_ip=w.remote_ip, pool="unauthenticated",
+                             waited=round(now - w.since, 3), **details)  # fmt: skip
+        w.sock.close()
+
+    def _promote(self) -> None:
+        """Give freed slots of the unauthenticated pool to the sockets waiting longest (that
+        fit their address's share); close those that waited handshake_timeout."""
+        if not self._waiting:  # unlocked peek: the common case costs nothing
+            return
+        now = time.monotonic()
+        started: list[Connection] = []
+        expired: list[_Waiter] = []
+        evicted: list[tuple[Connection, str]] = []
+        cfg = self.cfg
+        with self._lock:
+            _sessions, pending = self._pools()
+            keep: list[_Waiter] = []
+            # Known-good addresses first, then the longest-waiting.
+            for w in sorted(self._waiting, key=lambda w: (not w.known_good, w.since)):
+                if now - w.since >= cfg.handshake_timeout:
+                    expired.append(w)
+                    continue
+                own = sum(1 for c in pending if c.remote_ip == w.remote_ip)
+                fits = own < cfg.max_unauthenticated_per_ip
+                fits = fits and len(pending) < cfg.max_unauthenticated
+                if not fits and w.known_good:
+                    # Queued while every candidate was too young to evict; maybe not now.
+                    victim = self._evict_for(w.remote_ip, now, pending)
+                    if victim is not None:
+                        evicted.append((victim, w.remote_ip))
+                        fits = True
+                if fits:
+                    conn = self._register(w.sock, w.remote_ip, w.remote_port)
+                    pending.append(conn)
+                    started.append(conn)
+                else:
+                    keep.append(w)
+            self._waiting = keep
+        for w in expired:
+            self._refuse_waiter(w, now)
+        for victim, ip in evicted:
+            metrics.SFTP_CONNECTIONS.labels("evicted").inc()
+            self.flood_log("warning", "sftp.evicted", victim, for_ip=ip,
+                           seconds=round(now - victim.started, 3))  # fmt: skip
+        for conn in started:
+            self._start(conn)
+
+    def _is_known_good(self, ip: str, now: float) -> bool:
+        last = self._known_good.get(ip)
+        return last is not None and now - last <= self.cfg.known_good_for
+
+    def admit_session(self, conn: Connection) -> bool:
+        """A verified login: move ``conn`` to the session pool, or refuse (logged) when
+        that pool or the address's share of it is full."""
+        with self._lock:
+            if conn.evicted or conn.kill.is_set():
+                return False
+            sessions, _pending = self._pools()
+            from_ip = sum(1 for c in sessions if c.remote_ip == conn.remote_ip)
+            full = (len(sessions) >= self.cfg.max_connections
+                    or from_ip >= self.cfg.max_connections_per_ip)  # fmt: skip
+            if not full:
+                conn.in_session = True
+                self._known_good[conn.remote_ip] = time.monotonic()
+                self._known_good.move_to_end(conn.remote_ip)
+                while len(self._known_good) > MAX_KNOWN_GOOD:
+                    self._known_good.popitem(last=False)
+        self._promote()  # its unauthenticated slot is free now (or it is being closed)
+        if full:
+            metrics.SFTP_CONNECTIONS.labels("limit").inc()
+            self.flood_log("warning", "sftp.connection_limit", conn, pool="sessions",
+                           total=len(sessions), from_ip=from_ip, stage="login")  # fmt: skip
+        return not full
 
     # -- one connection --------------------------------------------------------------------
-    def _serve(self, sock: socket.socket, conn: Connection) -> None:
+    def _serve(self, sock: _PreAuthSocket, conn: Connection) -> None:
         log = self.log.bind(conn=conn.id, remote_ip=conn.remote_ip)
         transport: paramiko.Transport | None = None
         reason = "client_closed"
@@ -402,48 +735,89 @@ class SftpServer:
             conn.transport = transport
             record_kex(transport)
             transport.local_version = SERVER_VERSION
-            transport.banner_timeout = self.cfg.auth_timeout
-            transport.handshake_timeout = self.cfg.auth_timeout
+            # paramiko's own timers are per line read, so a client trickling one byte a
+            # second never trips them; _handshake enforces the deadline, these back it up.
+            transport.banner_timeout = self.cfg.handshake_timeout
+            transport.handshake_timeout = self.cfg.handshake_timeout
             for key in self.hostkeys:
                 transport.add_server_key(key.key)
             transport.set_subsystem_handler("sftp", IngestSFTPServer, sftp_si=InboxSFTP)
             policy = _ServerPolicy(self, conn)
-            try:
-                transport.start_server(server=policy)
-            except (paramiko.SSHException, EOFError, OSError) as exc:
-                metrics.SFTP_CONNECTIONS.labels("handshake_failed").inc()
-                log.warning("sftp.handshake_failed", detail=str(exc) or type(exc).__name__,
-                            client=_safe(str(transport.remote_version or "")))  # fmt: skip
-                reason = "handshake_failed"
+            reason = self._handshake(transport, conn, policy)
+            if reason != "ok":
                 return
+            conn.kex_done = time.monotonic()
+            sock.budget = None
             agreed = negotiated(transport)
             conn.legacy = uses_legacy(agreed)
-            log.info("sftp.connected", client=_safe(str(transport.remote_version)), **agreed)
+            self.flood_log("info", "sftp.connected", conn,
+                           client=_safe(str(transport.remote_version)), **agreed)  # fmt: skip
             if conn.legacy:
-                log.warning("sftp.legacy_algorithms", algorithms=conn.legacy)
+                self.flood_log("warning", "sftp.legacy_algorithms", conn, algorithms=conn.legacy)
             reason = self._wait_for_login(transport, conn, policy)
             if reason == "ok":
                 reason = self._run_session(transport, conn)
         except Exception:
             reason = "internal_error"
-            log.exception("sftp.connection_error")
+            self.flood_log("error", "sftp.connection_error", conn, exc_info=True)
         finally:
             if transport is not None:
                 transport.close()
             sock.close()
             with self._lock:
                 self._conns.pop(conn.id, None)
+            self._promote()
             session = conn.session
-            log.info("sftp.disconnected", reason=reason,
-                     seconds=round(time.monotonic() - conn.started, 3),
-                     uploads=session.uploads if session else 0,
-                     bytes=session.upload_bytes if session else 0)  # fmt: skip
+            seconds = round(time.monotonic() - conn.started, 3)
+            if session is None:
+                # Never logged in: anyone can make these, as fast as they can connect.
+                self.flood_log("info", "sftp.disconnected", conn, reason=reason,
+                               seconds=seconds, uploads=0, bytes=0)  # fmt: skip
+            else:
+                log.info("sftp.disconnected", reason=reason, seconds=seconds,
+                         account=session.account.username, uploads=session.uploads,
+                         bytes=session.upload_bytes)  # fmt: skip
+
+    def _handshake(
+        self, transport: paramiko.Transport, conn: Connection, policy: _ServerPolicy
+    ) -> str:
+        """Banner and key exchange within ``handshake_timeout`` of the accept: "ok", or
+        why not (logged)."""
+        done = threading.Event()
+        transport.start_server(event=done, server=policy)
+        deadline = conn.started + self.cfg.handshake_timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            if done.wait(max(0.0, min(remaining, 0.25))) and transport.is_active():
+                return "ok"
+            if conn.evicted:
+                return "evicted"  # logged by the accept loop
+            if self._stop.is_set() or conn.kill.is_set():
+                return "server_stopping"
+            if not transport.is_active():
+                exc = transport.get_exception()
+                detail = (str(exc) or type(exc).__name__) if exc else "connection closed"
+                return self._handshake_failed(transport, conn, detail, timeout=False)
+            if remaining <= 0:
+                detail = f"no SSH banner and key exchange within {self.cfg.handshake_timeout:g} s"
+                return self._handshake_failed(transport, conn, detail, timeout=True)
+
+    def _handshake_failed(self, transport: paramiko.Transport, conn: Connection, detail: str,
+                          *, timeout: bool) -> str:  # fmt: skip
+        result = "handshake_timeout" if timeout else "handshake_failed"
+        metrics.SFTP_CONNECTIONS.labels(result).inc()
+        self.flood_log("warning", "sftp.handshake_failed", conn, detail=_safe(detail),
+                       timeout=timeout,
+                       client=_safe(str(transport.remote_version or "")))  # fmt: skip
+        return "handshake_failed"
 
     def _wait_for_login(
         self, transport: paramiko.Transport, conn: Connection, policy: _ServerPolicy
     ) -> str:
-        deadline = conn.started + self.cfg.auth_timeout
+        deadline = (conn.kex_done or conn.started) + self.cfg.auth_timeout
         while not policy.key_login():
+            if conn.evicted:
+                return "evicted"
             if conn.kill.is_set() or self._stop.is_set():
                 return policy.refusal or "auth_failed"
             if not transport.is_active():
@@ -452,7 +826,9 @@ class SftpServer:
                 return "ok"  # the session itself starts with the first channel
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                self.log.warning("sftp.auth_timeout", conn=conn.id, remote_ip=conn.remote_ip)
+                metrics.SFTP_CONNECTIONS.labels("auth_timeout").inc()
+                self.flood_log("warning", "sftp.auth_timeout", conn,
+                               seconds=self.cfg.auth_timeout)  # fmt: skip
                 return "auth_timeout"
             conn.authenticated.wait(min(remaining, 0.1))
         return "ok"

@@ -32,6 +32,8 @@ from paramiko.sftp import (
     CMD_FSTAT,
     CMD_INIT,
     CMD_NAMES,
+    CMD_OPEN,
+    CMD_OPENDIR,
     CMD_READ,
     CMD_READDIR,
     CMD_RENAME,
@@ -49,6 +51,7 @@ from ingestd.archive import fsync_dir
 from ingestd.config import SftpAccountConfig
 from ingestd.events import EventLog
 from ingestd.intake import Reason, Refused, check_filename
+from ingestd.logflood import FloodGate
 from ingestd.sftp.spool import Entry, QuotaExceeded, Spool
 from ingestd.sftp.tenant_status import MISSING, TenantStatusCache
 
@@ -152,6 +155,32 @@ def vpath_of(parts: tuple[str, ...]) -> str:
     return "/" + "/".join(parts)
 
 
+# Refusals a client can repeat in a tight loop (OPEN after OPEN): logged through the
+# server's FloodGate, not one line each.
+FLOOD_REASONS = frozenset({"too_many_handles", "handles_exhausted"})
+
+
+class HandleBudget:
+    """The handles of all sessions together: every open upload holds a descriptor, and
+    ``max_handles_per_session`` alone would let 20 sessions hold 1,280 of them."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0
+        self._lock = threading.Lock()
+
+    def take(self) -> bool:
+        with self._lock:
+            if self.used >= self.limit:
+                return False
+            self.used += 1
+            return True
+
+    def give(self, n: int = 1) -> None:
+        with self._lock:
+            self.used = max(0, self.used - n)
+
+
 @dataclass
 class Session:
     """What one authenticated connection knows: who it is and what it did."""
@@ -182,6 +211,13 @@ class Session:
     # failed CLOSE, so for a short file this is the only place its caller sees the reason.
     refused_uploads: dict[str, str] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    # Handles this session holds (open uploads and listed folders, all its SFTP channels
+    # together) and how many it may; ``handle_budget`` is the server's, shared by all.
+    max_handles: int = 64
+    handles: int = 0
+    handle_budget: HandleBudget | None = None
+    # The server's FloodGate (per remote IP), for refusals a client can repeat in a loop.
+    flood: FloodGate | None = None
 
     def touch(self) -> None:
         self.last_activity = time.monotonic()
@@ -195,6 +231,28 @@ class Session:
             self.recent[vpath] = attr
             if len(self.recent) > 1000:
                 self.recent.pop(next(iter(self.recent)))
+
+    def take_handle(self) -> SftpRefusal | None:
+        """Reserve a handle for an OPEN/OPENDIR, or say why not (the client reads it)."""
+        with self.lock:
+            if self.handles >= self.max_handles:
+                return _refuse("too_many_handles", f"too many open files: this session has "
+                               f"{self.handles} open, the limit is {self.max_handles} per "
+                               f"session; close some first", SFTP_FAILURE)  # fmt: skip
+            budget = self.handle_budget
+            if budget is not None and not budget.take():
+                return _refuse("handles_exhausted", f"too many open files on the server "
+                               f"(all sessions together hold its limit of {budget.limit}); "
+                               f"close some or try again later", SFTP_FAILURE)  # fmt: skip
+            self.handles += 1
+        return None
+
+    def give_handles(self, n: int = 1) -> None:
+        with self.lock:
+            n = min(n, self.handles)
+            self.handles -= n
+        if self.handle_budget is not None and n:
+            self.handle_budget.give(n)
 
     def remember_refusal(self, vpath: str, message: str) -> None:
         with self.lock:
@@ -429,7 +487,15 @@ class InboxSFTP(paramiko.SFTPServerInterface):
         metrics.SFTP_REFUSED.labels(exc.reason).inc()
         # A full or failing spool is the server's fault, not the client's: an admin must act.
         server_fault = exc.reason == "spool_full" or exc.reason.endswith("_error")
-        emit = self.session.log.error if server_fault else self.session.log.warning
+        session = self.session
+        if exc.reason in FLOOD_REASONS and session.flood is not None:
+            acct = self.account
+            session.flood.log_event("warning", "sftp.refused", session.remote_ip,
+                                    conn=session.conn_id, remote_ip=session.remote_ip,
+                                    account=acct.username, tenant=acct.tenant, op=op,
+                                    path=path, reason=exc.reason, detail=exc.message)  # fmt: skip
+            return
+        emit = session.log.error if server_fault else session.log.warning
         emit("sftp.refused", op=op, path=path, reason=exc.reason, detail=exc.message)
 
     def _real(self, parts: tuple[str, ...]) -> Path:
@@ -740,7 +806,7 @@ MAX_SFTP_WRITE = MAX_SFTP_PACKET - 1024
 
 
 class IngestSFTPServer(paramiko.SFTPServer):
-    """paramiko's SFTP subsystem with four fixes for an upload server.
+    """paramiko's SFTP subsystem with five fixes for an upload server.
 
     - CLOSE can fail: paramiko always answers OK, but our CLOSE is the durability point
       and must report a failed fsync, quota or size limit.
@@ -750,6 +816,8 @@ class IngestSFTPServer(paramiko.SFTPServer):
     - A dropped connection aborts open uploads instead of closing (= completing) them.
     - The version reply advertises what we do (posix-rename, limits), not check-file,
       which needs reads a drop box refuses.
+    - Handles are limited per session and for the whole server (``Session.take_handle``):
+      every open upload holds a descriptor, and the daemon's are limited (LimitNOFILE).
     """
 
     server: InboxSFTP
@@ -773,7 +841,7 @@ class IngestSFTPServer(paramiko.SFTPServer):
         msg.add_int64(MAX_SFTP_PACKET)  # longest packet we accept
         msg.add_int64(MAX_SFTP_WRITE)  # read length (reads are refused anyway)
         msg.add_int64(MAX_SFTP_WRITE)  # write length
-        msg.add_int64(0)  # open handles: no fixed limit
+        msg.add_int64(self.server.session.max_handles)  # open handles
         self._send_packet(CMD_EXTENDED_REPLY, msg)
 
     def _process(self, t: int, request_number: int, msg: paramiko.Message) -> None:
@@ -785,6 +853,9 @@ class IngestSFTPServer(paramiko.SFTPServer):
                 return
             if t == CMD_WRITE:
                 self._write(request_number, msg)
+                return
+            if t in (CMD_OPEN, CMD_OPENDIR):
+                self._open(t, request_number, msg)
                 return
             if t in (CMD_FSTAT, CMD_FSETSTAT):
                 failed = self._failed_upload(msg.get_binary())
@@ -846,6 +917,20 @@ class IngestSFTPServer(paramiko.SFTPServer):
                 )
         self.server.refused(op, path, exc)
 
+    def _open(self, t: int, request_number: int, msg: paramiko.Message) -> None:
+        """OPEN/OPENDIR within the session's (and the server's) handle limit: past it the
+        client reads "too many open files" and the session goes on; closing one frees it."""
+        session = self.server.session
+        refusal = session.take_handle()
+        if refusal is not None:
+            raise refusal
+        before = len(self.file_table) + len(self.folder_table)
+        try:
+            super()._process(t, request_number, msg)
+        finally:
+            if len(self.file_table) + len(self.folder_table) == before:
+                session.give_handles(1)  # refused or failed: no handle was handed out
+
     def _failed_upload(self, handle: bytes) -> SftpRefusal | None:
         fobj = self.file_table.get(handle)
         return fobj.failed if isinstance(fobj, UploadHandle) else None
@@ -865,12 +950,14 @@ class IngestSFTPServer(paramiko.SFTPServer):
         handle = msg.get_binary()
         if handle in self.folder_table:
             del self.folder_table[handle]
+            self.server.session.give_handles(1)
             self._send_status(request_number, SFTP_OK)
             return
         fobj = self.file_table.pop(handle, None)
         if fobj is None:
             self._send_status(request_number, paramiko.sftp.SFTP_BAD_MESSAGE, "Invalid handle")
             return
+        self.server.session.give_handles(1)
         result = fobj.close()
         code = result if isinstance(result, int) else SFTP_OK
         failed = fobj.failed if isinstance(fobj, UploadHandle) else None
@@ -880,6 +967,7 @@ class IngestSFTPServer(paramiko.SFTPServer):
         self._send_status(request_number, code, message)
 
     def finish_subsystem(self) -> None:
+        self.server.session.give_handles(len(self.file_table) + len(self.folder_table))
         for fobj in list(self.file_table.values()):
             if isinstance(fobj, UploadHandle) and not fobj.closed:
                 fobj.abort()
@@ -887,6 +975,7 @@ class IngestSFTPServer(paramiko.SFTPServer):
                     "sftp.upload_aborted", path=vpath_of(fobj.parts), size=fobj.size
                 )
         self.file_table = {}
+        self.folder_table = {}
         # OpenSSH's sftp-server reports exit status 0 when the session ends; scp checks it
         # and exits 1 without it, although every file arrived.
         with contextlib.suppress(Exception):

@@ -181,7 +181,7 @@ def test_services_have_resource_limits() -> None:
     daemon = (UNIT_DIR / "ingestd.service").read_text()
     found = re.search(r"^LimitNOFILE=(\d+)$", daemon, re.M)
     sftp = SftpConfig()
-    handles = sftp.max_connections * getattr(sftp, "max_handles_per_session", 64)
+    handles = sftp.max_connections * sftp.max_handles_per_session
     assert found and int(found.group(1)) >= 2 * handles
 
 
