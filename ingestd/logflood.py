@@ -23,6 +23,9 @@ from ingestd.log import get_logger
 
 INTERVAL = 10.0
 BURST = 5
+# Lines of one event per interval over all sources: a flood from 1,000 addresses is not
+# 5,000 lines either; past it, lines from any source are counted in one summary.
+GLOBAL_BURST = 100
 # Distinct (event, key) pairs tracked at once; past it, new keys share one bucket per
 # event (a flood from 100,000 addresses must not grow this without bound).
 MAX_KEYS = 10_000
@@ -42,12 +45,15 @@ class FloodGate:
     """Thread-safe; one per component (its logger), shared by all its threads."""
 
     def __init__(self, logger: Any = None, *, interval: float = INTERVAL,
-                 burst: int = BURST) -> None:  # fmt: skip
+                 burst: int = BURST, global_burst: int = GLOBAL_BURST) -> None:  # fmt: skip
         self.log = logger if logger is not None else get_logger()
         self.interval = interval
         self.burst = burst
+        self.global_burst = global_burst
         self._lock = threading.Lock()
         self._buckets: dict[tuple[str, str], _Bucket] = {}
+        # event -> (start of its interval, lines logged in it over all sources)
+        self._logged: dict[str, tuple[float, int]] = {}
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
 
@@ -55,7 +61,11 @@ class FloodGate:
         """Log ``event`` now, or count it for the summary; True if it was logged now."""
         now = time.monotonic()
         with self._lock:
-            bucket_key = (event, key)
+            start, count = self._logged.get(event, (now, 0))
+            if now - start >= self.interval:
+                start, count = now, 0
+            everywhere = count >= self.global_burst
+            bucket_key = (event, OTHERS if everywhere else key)
             if bucket_key not in self._buckets and len(self._buckets) >= MAX_KEYS:
                 bucket_key = (event, OTHERS)
             bucket = self._buckets.get(bucket_key)
@@ -63,13 +73,14 @@ class FloodGate:
                 if bucket is not None and bucket.held:
                     self._summarise(bucket_key, bucket, now)
                 bucket = self._buckets[bucket_key] = _Bucket(started=now)
-            if bucket.passed < self.burst:
+            if bucket.passed < self.burst and not everywhere:
                 bucket.passed += 1
                 now_logged = True
             else:
                 bucket.held += 1
                 bucket.level, bucket.last = level, fields
                 now_logged = False
+            self._logged[event] = (start, count + now_logged)
             self._ensure_thread()
         if now_logged:
             getattr(self.log, level)(event, **fields)

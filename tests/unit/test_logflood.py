@@ -55,3 +55,20 @@ def test_keys_are_bounded() -> None:
     assert len([e for e in logs if e["event"] == "sftp.handshake_failed"]) == 11
     [summary] = [e for e in logs if e["event"].endswith(".summary")]
     assert summary["source"] == lf.OTHERS and summary["held_back"] == 89
+
+
+def test_a_flood_from_many_sources_is_bounded_too() -> None:
+    """1,000 addresses failing 3 times each: at most global_burst lines, the rest counted
+    in one summary for all sources."""
+    import ingestd.logflood as lf
+
+    with capture_logs() as logs:
+        gate = FloodGate(get_logger(), interval=60, burst=5, global_burst=50)
+        for i in range(1000):
+            for _ in range(3):
+                gate.log_event("warning", "sftp.handshake_failed", f"10.{i // 250}.{i % 250}.1")
+        gate.close()
+    assert len([e for e in logs if e["event"] == "sftp.handshake_failed"]) == 50
+    summaries = [e for e in logs if e["event"].endswith(".summary")]
+    assert sum(s["held_back"] for s in summaries) == 3000 - 50
+    assert [s["source"] for s in summaries if s["source"] == lf.OTHERS] == [lf.OTHERS]
