@@ -76,8 +76,9 @@ SFTP_UPLOAD_BYTES = Counter(
 )
 SFTP_REFUSED = Counter(
     "ingestd_sftp_refused_total",
-    "SFTP requests refused (escape attempts, permissions, quota, size)",
-    ["reason"],
+    "SFTP requests refused (escape attempts, permissions, quota, size), by tenant (bounded "
+    "by the configured accounts; empty before a login) and reason",
+    ["tenant", "reason"],
 )
 SPOOL_RETRIED = Counter(
     "ingestd_spool_retries_total",

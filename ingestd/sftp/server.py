@@ -244,7 +244,7 @@ class _ServerPolicy(paramiko.ServerInterface):
             return False
         reason = "tenant_unknown" if status == MISSING else f"tenant_{status}"
         self.refusal = reason
-        metrics.SFTP_REFUSED.labels(f"login_{reason}").inc()
+        metrics.SFTP_REFUSED.labels(account.tenant, f"login_{reason}").inc()
         self.log.warning("sftp.auth_refused", account=account.username, tenant=account.tenant,
                          tenant_status=status, reason=reason, method=method)  # fmt: skip
         return True
@@ -369,7 +369,8 @@ class _ServerPolicy(paramiko.ServerInterface):
         return False  # clients send LANG etc. unasked; refusing is silent and harmless
 
     def _refused(self, what: str, **details: Any) -> None:
-        metrics.SFTP_REFUSED.labels(f"request_{what}").inc()
+        tenant = self.session.account.tenant if self.session is not None else ""
+        metrics.SFTP_REFUSED.labels(tenant, f"request_{what}").inc()
         self.log.warning("sftp.request_refused", request=what, **details)
 
 

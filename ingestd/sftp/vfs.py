@@ -484,7 +484,7 @@ class InboxSFTP(paramiko.SFTPServerInterface):
 
     def _log_refusal(self, op: str, parts: tuple[str, ...] | str, exc: SftpRefusal) -> None:
         path = parts if isinstance(parts, str) else vpath_of(parts)
-        metrics.SFTP_REFUSED.labels(exc.reason).inc()
+        metrics.SFTP_REFUSED.labels(self.account.tenant, exc.reason).inc()
         # A full or failing spool is the server's fault, not the client's: an admin must act.
         server_fault = exc.reason == "spool_full" or exc.reason.endswith("_error")
         session = self.session
