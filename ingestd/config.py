@@ -158,6 +158,9 @@ class HotfoldersConfig(_Section):
     stable_seconds: Annotated[float, Field(ge=0.1, le=3600)] = 2.0
     # Full walk of every watched folder: picks up files whose events were lost.
     rescan_interval: Annotated[float, Field(ge=1, le=86400)] = 60.0
+    # One stat() of each folder root this often: a folder deleted and recreated, or a
+    # share unmounted (or mounted again), gets a new observer and a scan, no restart.
+    folder_check_interval: Annotated[float, Field(ge=0.1, le=3600)] = 2.0
     # Poll interval for folders with polling = true (NFS/SMB mounts).
     poll_interval: Annotated[float, Field(ge=0.1, le=3600)] = 5.0
     # Transient failures (database down) are retried with backoff up to this delay.

@@ -14,7 +14,19 @@ The watcher never writes to the archive or the database. Its only jobs are:
   changes and at most once per ``TENANT_REPORT_INTERVAL`` while it waits.
 
 A path is in at most one place at a time: *pending* (waiting to be stable or to be
-retried) or *in flight* (an intake thread has it). So no file is queued twice.
+retried), *in flight* (an intake thread has it) or *stuck* (committed, only its removal
+is retried). So no file is queued twice.
+
+The settle thread costs in proportion to what changed, not to what waits: pending and
+stuck files sit in heaps ordered by when they are next due (lazy deletion: an entry whose
+sequence number is no longer its file's is skipped), only due entries are looked at, and
+no file is lstat()ed before its stability window can have passed. An event during the
+window only moves the file's ``changed_at``; its entry, when due, reschedules itself.
+
+Each folder root is stat()ed every ``folder_check_interval`` (and on SIGHUP): a root that
+vanished, or whose device/inode changed (deleted and recreated, a share unmounted to its
+empty mount point or mounted again, a bind mount), is logged (``watch.folder_gone``,
+``watch.folder_back``) and gets a new observer and a scan, without a restart.
 """
 
 from __future__ import annotations
@@ -22,7 +34,9 @@ from __future__ import annotations
 import errno
 import fcntl
 import fnmatch
+import heapq
 import os
+import re
 import signal
 import stat
 import threading
@@ -31,10 +45,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from watchdog.events import (
     DirCreatedEvent,
+    DirDeletedEvent,
     DirMovedEvent,
     FileClosedEvent,
     FileClosedNoWriteEvent,
@@ -74,6 +89,50 @@ def ignored(rel: Path, patterns: list[str]) -> bool:
     """A path below a hot folder that is never taken: any component matches a pattern
     (lower-cased globs, ``hotfolders.ignore``)."""
     return any(fnmatch.fnmatchcase(part.lower(), pat) for part in rel.parts for pat in patterns)
+
+
+def _ignore_matcher(patterns: list[str]) -> re.Pattern[str] | None:
+    """``ignored`` as one compiled regex (every event and every scanned file is checked)."""
+    if not patterns:
+        return None
+    return re.compile("|".join(f"(?:{fnmatch.translate(p)})" for p in patterns))
+
+
+def _dir_identity(path: Path) -> tuple[int, int] | None:
+    """(device, inode) of the directory at ``path`` (links followed, as the observer does);
+    None when there is none (vanished, not a directory, a dead mount)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino) if stat.S_ISDIR(st.st_mode) else None
+
+
+# Filesystems whose timestamps come from another machine's clock (or a userspace daemon):
+# a file's ctime there says nothing about how long ago it changed by our clock.
+_REMOTE_FS = {"nfs", "nfs4", "cifs", "smb3", "smbfs", "ncpfs", "ceph", "glusterfs", "9p",
+              "afs", "lustre", "gpfs", "virtiofs", "davfs", "sshfs"}  # fmt: skip
+
+
+def _local_fs(path: Path) -> bool:
+    """Is ``path`` on a local filesystem (its ctimes are from this kernel's clock)? Read
+    from /proc/self/mountinfo; unknown counts as not local."""
+    try:
+        text = Path("/proc/self/mountinfo").read_text()
+    except OSError:
+        return False
+    real = os.path.realpath(path)
+    best, fstype = -1, ""
+    for line in text.splitlines():
+        left, sep, right = line.partition(" - ")
+        fields = left.split()
+        if not sep or len(fields) < 5 or not right:
+            continue
+        mnt = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4])
+        inside = real == mnt or real.startswith(mnt.rstrip("/") + "/")
+        if inside and len(mnt) >= best:  # the deepest; of stacked mounts the last
+            best, fstype = len(mnt), right.split()[0]
+    return best >= 0 and fstype not in _REMOTE_FS and not fstype.startswith("fuse")
 
 
 # `ingestd status` counts at most this many entries per folder (a share with a million
@@ -139,10 +198,16 @@ class Folder:
 @dataclass
 class _Pending:
     folder: Folder
-    size: int = -1
-    mtime_ns: int = -1
+    # time.monotonic() of the last event (or of the first notice): the stability window
+    # runs from here. Events move it; they never touch the heap (see _settle_one).
     changed_at: float = 0.0
+    # When the settle thread looks next, and the sequence number of that heap entry.
     due: float = 0.0
+    seq: int = 0
+    # (inode, size, mtime, ctime) when last looked at, and since when it is unchanged by
+    # our own looks (folders whose ctimes cannot be trusted: network shares).
+    seen: tuple[int, int, int, int] | None = None
+    quiet_since: float = 0.0
     attempts: int = 0
     # The tenant status last reported for this file, and when (time.monotonic()).
     tenant_reported: tuple[str, float] | None = None
@@ -155,6 +220,10 @@ StuckAction = Literal["remove", "move", "keep"]
 
 def _identity(st: os.stat_result) -> tuple[int, int, int, int]:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def _ident_text(ident: tuple[int, int] | None) -> str | None:
+    return None if ident is None else f"{ident[0]}:{ident[1]}"
 
 
 @dataclass
@@ -177,6 +246,12 @@ class _Stuck:
     since: str = field(default_factory=lambda: datetime.now(UTC).isoformat(timespec="seconds"))
     attempts: int = 0
     due: float = 0.0
+    seq: int = 0  # of its entry in the stuck heap ("keep" has none)
+
+
+# The heaps hold (due, sequence, path, entry); an entry is live while the entry's seq is
+# that sequence and the entry is still its path's in the table (lazy deletion).
+_E = TypeVar("_E", _Pending, _Stuck)
 
 
 class WriterCheck:
@@ -211,6 +286,13 @@ class WriterCheck:
             os.close(fd)
 
 
+# The events _Handler acts on. Only these are asked of inotify, so opens, reads and
+# closes without writing (intake's own, the writer check's: most events of a busy folder)
+# never wake the observer threads.
+_EVENTS = (FileCreatedEvent, FileModifiedEvent, FileClosedEvent, FileMovedEvent,
+           FileDeletedEvent, DirCreatedEvent, DirMovedEvent, DirDeletedEvent)  # fmt: skip
+
+
 class _Handler(FileSystemEventHandler):
     def __init__(self, hot: HotFolders, folder: Folder) -> None:
         self.hot = hot
@@ -226,6 +308,11 @@ class _Handler(FileSystemEventHandler):
         src = os.fsdecode(event.src_path)
         if isinstance(event, FileOpenedEvent | FileClosedNoWriteEvent):
             return  # our own reads (and anyone's) would otherwise loop
+        if isinstance(event, DirDeletedEvent | DirMovedEvent) and src == str(self.folder.cfg.path):
+            # The root itself went (rm -rf, renamed away): this observer is deaf from now
+            # on; have the folder check re-arm it at once rather than at its next round.
+            self.hot.check_folders_soon()
+            return
         if isinstance(event, DirCreatedEvent | DirMovedEvent):
             # Files created in a new directory before its watch was added raise no event.
             target = os.fsdecode(event.dest_path) if isinstance(event, DirMovedEvent) else src
@@ -253,15 +340,31 @@ class HotFolders:
         self._pending: dict[Path, _Pending] = {}
         self._inflight: set[Path] = set()
         self._stuck: dict[Path, _Stuck] = {}
+        # When each pending / stuck file is due next (see the module docstring).
+        self._pending_due: list[tuple[float, int, Path, _Pending]] = []
+        self._stuck_due: list[tuple[float, int, Path, _Stuck]] = []
+        self._seq = 0
         self._observers: dict[tuple[str, bool], Any] = {}
         self._folders: dict[tuple[str, bool], Folder] = {}
+        # Per armed folder: (device, inode) of its root when its observer was started, and
+        # whether its ctimes are from our clock (a local filesystem, not polled).
+        self._armed: dict[tuple[str, bool], tuple[int, int]] = {}
+        self._local: dict[tuple[str, bool], bool] = {}
+        # Folders that were armed and went away (reported once, until they are back).
+        self._gone: set[tuple[str, bool]] = set()
         self._missing_reported: set[str] = set()
+        # Arming and disarming (start, reload, the folder check, the rescan) one at a time.
+        self._sync_lock = threading.Lock()
+        self._check_now = threading.Event()
         self._stop = threading.Event()
         # Set when an intake thread frees a slot, so the next due file goes at once
         # instead of waiting for the next tick.
         self._wake = threading.Event()
         self._tick = tick
         self.tenant_report_interval = TENANT_REPORT_INTERVAL
+        # What the settle thread did (tests, benchmarks): files looked at (one lstat each),
+        # heap entries popped, files handed to intake; and folder checks (one stat a root).
+        self.stats = {"looked": 0, "popped": 0, "taken": 0, "folder_checks": 0}
         self._writers = WriterCheck()
         self._threads: list[threading.Thread] = []
         self._apply_settings(config)
@@ -274,6 +377,7 @@ class HotFolders:
     def _apply_settings(self, config: Config) -> None:
         self.settings: HotfoldersConfig = config.hotfolders
         self._ignore = [p.lower() for p in config.hotfolders.ignore]
+        self._ignore_re = _ignore_matcher(self._ignore)
         self._state_dir = config.paths.state_dir
 
     def _folders_from(self, config: Config) -> dict[tuple[str, bool], Folder]:
@@ -288,69 +392,164 @@ class HotFolders:
         for target, name in (
             (self._settle_loop, "watch-settle"),
             (self._rescan_loop, "watch-rescan"),
+            (self._folder_loop, "watch-folders"),
         ):
             t = threading.Thread(target=target, name=name, daemon=True)
             t.start()
             self._threads.append(t)
 
     def reload(self, config: Config) -> None:
-        """Apply a new config: add/remove folders without touching the others."""
+        """Apply a new config: add/remove folders without touching the others; re-arm any
+        folder that is gone or was replaced (SIGHUP)."""
         self._apply_settings(config)
         self._desired = self._folders_from(config)
-        self._sync_observers()
+        # A folder check stuck on a dead network share must not hang SIGHUP: the check
+        # applies this config itself once it is free.
+        if not self._sync_lock.acquire(timeout=10):
+            self.log.warning("watch.reload_deferred",
+                             detail="a folder check is still running (a share not answering?)")
+            self._check_now.set()
+            return
+        try:
+            self._sync_locked()
+        finally:
+            self._sync_lock.release()
+
+    def check_folders_soon(self) -> None:
+        """Have the folder check run now (an observer saw its root go)."""
+        self._check_now.set()
+
+    def _folder_loop(self) -> None:
+        while not self._stop.is_set():
+            self._check_now.wait(self.settings.folder_check_interval)
+            self._check_now.clear()
+            if self._stop.is_set():
+                break
+            try:
+                self._sync_observers()
+            except Exception:
+                self.log.exception("watch.folder_check_error")
 
     def _sync_observers(self) -> None:
-        with self._lock:
-            desired = dict(self._desired)
-            current = set(self._observers)
-        for key in current - set(desired):
-            obs = self._observers.pop(key)
-            obs.stop()
-            obs.join(timeout=5)
-            with self._lock:
-                self._folders.pop(key, None)
-                for path in [p for p, c in self._pending.items() if c.folder.key == key]:
-                    del self._pending[path]
-                for path in [p for p, c in self._stuck.items() if c.folder.key == key]:
-                    del self._stuck[path]
+        with self._sync_lock:
+            self._sync_locked()
+
+    def _sync_locked(self) -> None:
+        """Make the observers match the config and the folders as they are on disk: one
+        stat() of each root."""
+        self.stats["folder_checks"] += 1
+        desired = dict(self._desired)
+        for key in [k for k in self._observers if k not in desired]:
+            self._disarm(key, forget_stuck=True)
             self.log.info("watch.removed", folder=key[0])
+        self._gone &= set(desired)
         for key, folder in desired.items():
+            ident = _dir_identity(folder.cfg.path)
             if key in self._observers:
-                with self._lock:
-                    self._folders[key] = folder  # tags/tenant/done/failed may have changed
-                continue
-            if not folder.cfg.path.is_dir():
-                if key[0] not in self._missing_reported:
+                armed = self._armed.get(key)
+                if ident == armed:
+                    with self._lock:
+                        self._folders[key] = folder  # tags/tenant/done/failed may have changed
+                    continue
+                # Deleted (and maybe recreated), unmounted or mounted over: the observer
+                # watches an inode that is no longer the folder. Files still in flight
+                # finish; pending ones are forgotten (the scan below finds them again);
+                # stuck ones stay (not retried while it is gone; forgotten once their file
+                # is seen gone or changed).
+                self._disarm(key, forget_stuck=False)
+                self._gone.add(key)
+                reason = "removed" if ident is None else "replaced"
+                detail = ("no directory there" if ident is None else
+                          "a different directory now (recreated, or a share unmounted or "
+                          "mounted)")  # fmt: skip
+                self.log.error("watch.folder_gone", folder=key[0], tenant=folder.cfg.tenant,
+                               reason=reason, was=_ident_text(armed), now=_ident_text(ident),
+                               detail=detail)  # fmt: skip
+                if self.events is not None:
+                    self.events.emit("folder.gone", "error", folder.cfg.tenant,
+                                     {"folder": key[0], "reason": reason, "detail": detail},
+                                     dedupe=f"folder.gone:{key[0]}")  # fmt: skip
+            if ident is None:
+                if key not in self._gone and key[0] not in self._missing_reported:
                     # Never create it: an unmounted share would then fill the local disk.
                     self.log.error("watch.folder_missing", folder=key[0], tenant=folder.cfg.tenant)
                     self._missing_reported.add(key[0])
                 continue
-            self._missing_reported.discard(key[0])
-            obs = (
-                PollingObserver(timeout=self.settings.poll_interval)
-                if folder.cfg.polling
-                else Observer()
-            )
-            obs.schedule(_Handler(self, folder), str(folder.cfg.path), recursive=True)
-            obs.daemon = True
-            obs.start()
-            with self._lock:
-                self._observers[key] = obs
-                self._folders[key] = folder
-            self.log.info(
-                "watch.added", folder=key[0], tenant=folder.cfg.tenant, polling=folder.cfg.polling
-            )
-            self.scan_tree(folder, folder.cfg.path)
+            back = key in self._gone or key[0] in self._missing_reported
+            if not self._arm(key, folder, ident):
+                continue
+            found = self.scan_tree(folder, folder.cfg.path)
+            if back:
+                self._gone.discard(key)
+                self._missing_reported.discard(key[0])
+                self.log.warning("watch.folder_back", folder=key[0], tenant=folder.cfg.tenant,
+                                 polling=folder.cfg.polling, device_inode=_ident_text(ident),
+                                 files=found)  # fmt: skip
+                if self.events is not None:
+                    self.events.emit("folder.back", "info", folder.cfg.tenant,
+                                     {"folder": key[0], "files": found})  # fmt: skip
+            else:
+                self.log.info("watch.added", folder=key[0], tenant=folder.cfg.tenant,
+                              polling=folder.cfg.polling)  # fmt: skip
+
+    def _arm(self, key: tuple[str, bool], folder: Folder, ident: tuple[int, int]) -> bool:
+        """Start an observer on ``folder`` whose root is ``ident``; False if it vanished."""
+        obs = (
+            PollingObserver(timeout=self.settings.poll_interval)
+            if folder.cfg.polling
+            else Observer()
+        )
+        try:
+            obs.schedule(_Handler(self, folder), str(folder.cfg.path), recursive=True,
+                         event_filter=list(_EVENTS))  # fmt: skip
+        except (FileNotFoundError, NotADirectoryError):
+            obs.stop()  # (an inotify observer has its reader thread running already)
+            return False  # gone between the stat and now: the next check sees it
+        obs.daemon = True
+        obs.start()
+        local = not folder.cfg.polling and _local_fs(folder.cfg.path)
+        with self._lock:
+            self._observers[key] = obs
+            self._folders[key] = folder
+            self._armed[key] = ident
+            self._local[key] = local
+        return True
+
+    def _disarm(self, key: tuple[str, bool], *, forget_stuck: bool) -> None:
+        """Stop ``key``'s observer and forget its pending files (and its stuck ones)."""
+        with self._lock:
+            obs = self._observers.pop(key, None)
+            # First, so that events still on their way are dropped by note().
+            self._folders.pop(key, None)
+            self._armed.pop(key, None)
+            for path in [p for p, c in self._pending.items() if c.folder.key == key]:
+                del self._pending[path]  # its heap entry is now stale
+            if forget_stuck:
+                for path in [p for p, s in self._stuck.items() if s.folder.key == key]:
+                    del self._stuck[path]
+        if obs is not None:
+            try:
+                obs.stop()
+                obs.join(timeout=5)
+            except Exception:  # an observer of a vanished root may fail to stop cleanly
+                self.log.exception("watch.observer_stop_error", folder=key[0])
 
     def stop(self, timeout: float = 30.0) -> None:
         """Stop observing; let running intakes finish (each is one short transaction)."""
         self._stop.set()
         self._wake.set()
-        for obs in list(self._observers.values()):
+        self._check_now.set()
+        got = self._sync_lock.acquire(timeout=10)  # not forever: a share may hang a check
+        try:
+            observers = list(self._observers.values())
+            self._observers.clear()
+        finally:
+            if got:
+                self._sync_lock.release()
+        for obs in observers:
             obs.stop()
-        for obs in list(self._observers.values()):
+        for obs in observers:
             obs.join(timeout=5)
-        self._observers.clear()
         for t in self._threads:
             t.join(timeout=5)
         self._executor.shutdown(wait=True, cancel_futures=True)
@@ -361,10 +560,13 @@ class HotFolders:
             rel = path.relative_to(folder.cfg.path)
         except ValueError:
             return True  # not below this folder at all
-        return ignored(rel, self._ignore)
+        match = self._ignore_re
+        return match is not None and any(match.match(part.lower()) for part in rel.parts)
 
     def note(self, folder: Folder, path: Path, *, closed: bool = False) -> None:
-        """A file may have appeared or changed: (re)start its stability window."""
+        """A file may have appeared or changed: (re)start its stability window. No lstat:
+        the settle thread looks once the window can have passed. ``closed`` (its writer
+        closed it) restarts the window like any other event."""
         if self._ignored(folder, path):
             return
         now = time.monotonic()
@@ -378,20 +580,49 @@ class HotFolders:
             current = self._folders.get(folder.key)
             if current is None:
                 return
+            window = self.settings.stable_seconds
             pending = self._pending.get(path)
             if pending is None:
-                pending = self._pending[path] = _Pending(current, changed_at=now, due=now)
+                pending = self._pending[path] = _Pending(current, changed_at=now)
+                self._schedule(self._pending_due, path, pending, now + window)
                 metrics.WATCH_SEEN.labels(current.cfg.tenant).inc()
             elif pending.attempts == 0:
                 # Activity: the window starts again (a retry keeps its backoff instead).
+                # Its heap entry stays; when due it sees the new changed_at and moves on.
                 pending.changed_at = now
-                pending.due = (
-                    now if closed else min(pending.due, now + self.settings.stable_seconds)
-                )
+                if pending.due > now + window:
+                    self._schedule(self._pending_due, path, pending, now + window)
 
     def forget(self, path: Path) -> None:
         with self._lock:
-            self._pending.pop(path, None)
+            self._pending.pop(path, None)  # its heap entry is now stale
+
+    def _schedule(self, heap: list[tuple[float, int, Path, _E]], path: Path, entry: _E,
+                  due: float) -> None:  # fmt: skip
+        """Make ``entry`` due at ``due`` (self._lock held); any older entry goes stale."""
+        self._seq += 1
+        entry.due, entry.seq = due, self._seq
+        heapq.heappush(heap, (due, self._seq, path, entry))
+        if len(heap) > 2 * (len(self._pending) + len(self._stuck)) + 1024:
+            self._compact()
+
+    def _compact(self) -> None:
+        """Drop stale heap entries (forgotten files, folders gone) so memory stays flat."""
+        self._pending_due = [(c.due, c.seq, p, c) for p, c in self._pending.items()]
+        heapq.heapify(self._pending_due)
+        self._stuck_due = [(s.due, s.seq, p, s) for p, s in self._stuck.items()
+                           if s.action != "keep"]  # fmt: skip
+        heapq.heapify(self._stuck_due)
+
+    @staticmethod
+    def _pop_due(heap: list[tuple[float, int, Path, _E]], table: dict[Path, _E],
+                 now: float) -> tuple[Path, _E] | None:  # fmt: skip
+        """The next live entry due by ``now`` (self._lock held), or None."""
+        while heap and heap[0][0] <= now:
+            _due, seq, path, entry = heapq.heappop(heap)
+            if entry.seq == seq and table.get(path) is entry:
+                return path, entry
+        return None
 
     def scan_tree(self, folder: Folder, top: Path) -> int:
         """Note every file below ``top`` (startup, rescan, new sub-folder). No links followed."""
@@ -431,54 +662,93 @@ class HotFolders:
                 self.log.exception("watch.settle_error")
 
     def _settle_once(self) -> None:
+        """Look at what is due, nothing else: O(due · log pending) per pass."""
         now = time.monotonic()
-        capacity = self.settings.workers * 2  # bounded hand-off queue: memory stays flat
-        with self._lock:
-            stuck_due = [(p, s) for p, s in self._stuck.items()
-                         if s.action != "keep" and s.due <= now]  # fmt: skip
-        for path, stuck in stuck_due:
-            self._retry_stuck(path, stuck)
-        with self._lock:
-            room = capacity - len(self._inflight)
-            due = [(p, c) for p, c in self._pending.items() if c.due <= now]
-        due.sort(key=lambda pc: pc[1].due)
-        for path, pending in due:
-            if room <= 0:
+        while True:
+            with self._lock:
+                item = self._pop_due(self._stuck_due, self._stuck, now)
+                if item is not None and self._folders.get(item[1].folder.key) is None:
+                    # Its folder is gone (unmounted, say): not a reason to forget a
+                    # committed file that may come back with it. Asked again later.
+                    self._schedule(self._stuck_due, *item, now + self.settings.retry_max_delay)
+                    continue
+            if item is None:
                 break
-            if self._ready(path, pending, now):
-                with self._lock:
-                    if self._pending.get(path) is not pending:
-                        continue
-                    del self._pending[path]
-                    self._inflight.add(path)
-                room -= 1
-                self._executor.submit(self._ingest, path, pending)
+            if item[1].action != "keep":
+                self._retry_stuck(*item)
+        capacity = self.settings.workers * 2  # bounded hand-off queue: memory stays flat
+        while True:
+            with self._lock:
+                if len(self._inflight) >= capacity:
+                    break  # the due rest waits in the heap; a finished intake wakes us
+                got = self._pop_due(self._pending_due, self._pending, now)
+            if got is None:
+                break
+            self.stats["popped"] += 1
+            self._settle_one(*got, now)
 
-    def _ready(self, path: Path, pending: _Pending, now: float) -> bool:
+    def _settle_one(self, path: Path, pending: _Pending, now: float) -> None:
+        """A due pending file: hand it to intake, or schedule its next look."""
+        window = self.settings.stable_seconds
+        changed_at = pending.changed_at
+        if pending.attempts == 0 and now < changed_at + window:
+            # Events restarted its window since it was scheduled: no lstat, look later.
+            with self._lock:
+                if self._pending.get(path) is pending:
+                    self._schedule(self._pending_due, path, pending, changed_at + window)
+            return
+        verdict = self._ready(path, pending, now)
+        with self._lock:
+            if self._pending.get(path) is not pending:
+                return  # forgotten meanwhile (deleted, its folder gone)
+            if verdict is None:
+                del self._pending[path]
+                return
+            if verdict is not True or pending.changed_at != changed_at:
+                due = verdict if verdict is not True else pending.changed_at + window
+                self._schedule(self._pending_due, path, pending, due)
+                return
+            del self._pending[path]
+            self._inflight.add(path)
+        self.stats["taken"] += 1
+        self._executor.submit(self._ingest, path, pending)
+
+    def _ready(self, path: Path, pending: _Pending, now: float) -> Literal[True] | float | None:
+        """Is ``path`` complete? True: take it; a time: look again then; None: it is gone.
+
+        Complete: unchanged for ``stable_seconds`` (no event, and by the file itself) and,
+        where the kernel can tell, open for writing nowhere. On a local filesystem the file
+        says since when it is unchanged (its ctime: any write, truncate, utimes or rename
+        sets it, and only the kernel can), so one look suffices; on a network share, whose
+        clock may differ from ours, our own two looks a window apart must agree. A retry
+        whose file did not change is taken at once (no second window).
+        """
+        self.stats["looked"] += 1
+        window = self.settings.stable_seconds
         try:
             st = os.lstat(path)
         except FileNotFoundError:
-            self.forget(path)
-            return False
+            return None
         except OSError:
-            pending.due = now + self.settings.stable_seconds
-            return False
+            return now + window
         if not stat.S_ISREG(st.st_mode):
             return True  # links, FIFOs, devices: no content to wait for; intake refuses them
-        window = self.settings.stable_seconds
-        if (st.st_size, st.st_mtime_ns) != (pending.size, pending.mtime_ns):
-            pending.size, pending.mtime_ns = st.st_size, st.st_mtime_ns
-            pending.changed_at = now
-            pending.due = now + window
-            return False
-        if now - pending.changed_at < window:
-            pending.due = pending.changed_at + window
-            return False
+        seen = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+        age = (time.time_ns() - st.st_ctime_ns) / 1e9
+        if self._local.get(pending.folder.key, False) and age >= 0:
+            quiet_since = now - age
+        elif seen != pending.seen:  # (also a local ctime in the future: clock set back)
+            quiet_since = now
+        else:
+            quiet_since = pending.quiet_since
+        pending.seen, pending.quiet_since = seen, quiet_since
+        last = quiet_since if pending.attempts else max(pending.changed_at, quiet_since)
+        if now - last < window:
+            return last + window
         if self._writers.writer_active(path):
             # Someone still has it open for writing (a paused writer): not complete.
-            pending.changed_at = now
-            pending.due = now + window
-            return False
+            pending.quiet_since = now
+            return now + window
         return True
 
     # -- taking a file ------------------------------------------------------------------
@@ -547,13 +817,17 @@ class HotFolders:
             with self._lock:
                 self._inflight.discard(path)
                 self._wake.set()
-                if cause is not None and not self._stop.is_set():
+                # Not for a folder gone or removed meanwhile: its scan finds the file again.
+                if (cause is not None and not self._stop.is_set()
+                        and self._folders.get(pending.folder.key) is not None):  # fmt: skip
                     pending.attempts += 1
                     wait = retry.delay(pending.attempts, self.settings.retry_max_delay, cause)
-                    # Size/mtime stay recorded: if the file did not change meanwhile it is
-                    # taken as soon as the delay is over, with no second stability window.
-                    pending.due = time.monotonic() + wait
-                    self._pending.setdefault(path, pending)
+                    # What it looked like stays recorded: if the file did not change
+                    # meanwhile it is taken as soon as the delay is over, with no second
+                    # stability window.
+                    if self._pending.setdefault(path, pending) is pending:
+                        self._schedule(self._pending_due, path, pending,
+                                       time.monotonic() + wait)  # fmt: skip
             if cause is not None:
                 metrics.WATCH_RETRIED.labels(tenant, str(cause)).inc()
 
@@ -595,10 +869,12 @@ class HotFolders:
         except OSError:
             return  # gone meanwhile: nothing is stuck
         stuck = _Stuck(pending.folder, identity, action, reason, document_id, pending.trace)
-        stuck.due = time.monotonic() + retry.delay(0, self.settings.retry_max_delay,
-                                                   retry.Cause.source)  # fmt: skip
+        due = time.monotonic() + retry.delay(0, self.settings.retry_max_delay,
+                                             retry.Cause.source)  # fmt: skip
         with self._lock:
             self._stuck[path] = stuck
+            if action != "keep":  # never touched again: not even retried
+                self._schedule(self._stuck_due, path, stuck, due)
         tenant = pending.folder.cfg.tenant
         metrics.WATCH_RETRIED.labels(tenant, f"stuck_{action}").inc()
         if not log_it:
@@ -639,10 +915,13 @@ class HotFolders:
                 move_source(path, self._done_dir(stuck.folder, subdir), self.intake.protected)
         except (OSError, SourceProtected) as exc:
             stuck.attempts += 1
-            stuck.due = time.monotonic() + retry.delay(
+            due = time.monotonic() + retry.delay(
                 stuck.attempts, self.settings.retry_max_delay, retry.Cause.source)
-            if isinstance(exc, SourceProtected):
-                stuck.action, stuck.reason = "keep", exc.message
+            with self._lock:
+                if isinstance(exc, SourceProtected):
+                    stuck.action, stuck.reason = "keep", exc.message
+                elif self._stuck.get(path) is stuck:
+                    self._schedule(self._stuck_due, path, stuck, due)
             return
         with self._lock:
             self._stuck.pop(path, None)
