@@ -45,6 +45,9 @@ EVENT_TYPES: tuple[str, ...] = (
     "tenant.deleted",
     "file.quarantined",  # the daemon (ingestd.events.EventLog)
     "file.refused",
+    "file.not_removable",  # archived, but the hot folder will not let it go (stuck)
+    "folder.gone",  # a hot folder vanished or was replaced (unmounted share, rm -rf)
+    "folder.back",
     "sftp.banned",
 )
 

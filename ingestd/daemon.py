@@ -154,7 +154,7 @@ def _health(config: Config, sftp: SftpService, state: DaemonState) -> health.Hea
 
     checks = health.Health(
         [health.Loop("daemon"), health.Loop("daemon.state"), health.Loop("watch.settle"),
-         health.Loop("spool.intake"),
+         health.Loop("watch.folders"), health.Loop("spool.intake"),
          health.Loop("sftp.accept", lambda: sftp.server is not None)],
         {"database": database,
          "spool": health.writable(spool.partial_dir, spool.queue_dir, spool.inbox_root),

@@ -421,6 +421,7 @@ class HotFolders:
 
     def _folder_loop(self) -> None:
         while not self._stop.is_set():
+            health.beat("watch.folders", self.settings.folder_check_interval)
             self._check_now.wait(self.settings.folder_check_interval)
             self._check_now.clear()
             if self._stop.is_set():

@@ -282,6 +282,40 @@ def _file_event(e: Event) -> Rendered:
     )  # fmt: skip
 
 
+def _not_removable(e: Event) -> Rendered:
+    d, t = e.detail, e.tenant
+    name = _line(_get(d, "filename", "path") or "a file", 200)
+    doc = d.get("document_id")
+    archived = f" as document {doc}" if doc is not None else ""
+    return Rendered(
+        f"{_prefix(t)}file {name} is archived but stays in its hot folder",
+        f"The file {name} was archived{archived}, but ingestd cannot remove it from the "
+        f"hot folder: {_line(_get(d, 'detail', 'reason') or 'no reason given')}\n"
+        "It is not ingested or copied again; its removal is retried until it works.",
+        ["fix the folder's owner and mode (README: hot folder ownership)",
+         "see the stuck files: ingestd status"],
+    )  # fmt: skip
+
+
+def _folder_event(e: Event) -> Rendered:
+    d, t = e.detail, e.tenant
+    folder = _line(_get(d, "folder", "path") or "a hot folder", 200)
+    if e.type == "folder.back":
+        found = d.get("files")
+        files = f"; {found} file(s) found in it" if found is not None else ""
+        return Rendered(f"{_prefix(t)}hot folder {folder} is back",
+                        f"The hot folder {folder} is there again and watched{files}.",
+                        ["nothing to do"])  # fmt: skip
+    reason = _line(_get(d, "reason") or "gone")
+    return Rendered(
+        f"{_prefix(t)}hot folder {folder} is gone ({reason})",
+        f"The hot folder {folder} vanished or is a different directory now ({reason}): "
+        "a share unmounted, the folder deleted. ingestd never creates it; files dropped "
+        "there are not seen until it is back.",
+        ["mount the share again or recreate the folder; ingestd picks it up by itself"],
+    )  # fmt: skip
+
+
 def _sftp_banned(e: Event) -> Rendered:
     d = e.detail
     ip = _line(_get(d, "remote_ip", "ip", "address") or "an address", 100)
@@ -320,6 +354,9 @@ _RENDERERS: dict[str, Callable[[Event], Rendered]] = {
     "tenant.deleted": _tenant_event,
     "file.quarantined": _file_event,
     "file.refused": _file_event,
+    "file.not_removable": _not_removable,
+    "folder.gone": _folder_event,
+    "folder.back": _folder_event,
     "sftp.banned": _sftp_banned,
 }
 

@@ -29,7 +29,7 @@ from tests.conftest import Env, private_cluster, wait_until, write_config
 from tests.e2e.test_serve_sftp import Serve, _free_port
 from tests.fixtures.mounts import immutable
 
-LOOPS = {"daemon", "daemon.state", "watch.settle", "spool.intake", "sftp.accept"}
+LOOPS = {"daemon", "daemon.state", "watch.settle", "watch.folders", "spool.intake", "sftp.accept"}
 
 
 def get(port: int, path: str) -> tuple[int, bytes]:
