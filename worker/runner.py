@@ -632,7 +632,7 @@ class Runner:
         every = min(RESCUE_EVERY_MAX, self.config.worker.lease_seconds / 2)
         self._next_rescue = time.monotonic() + every
         rows = self.queue.rescue()
-        _count_failed_rescues(self.db, rows)
+        _count_failed_rescues(rows)
         # New operator events become notify jobs at the same pace (the outbox's relay).
         try:
             notify.relay(self.db, self.config)
@@ -727,17 +727,11 @@ def _observe(job: Job, outcome: str, t0: float) -> None:
         metrics.JOBS_FAILED.labels(job.tenant, job.kind).inc()
 
 
-def _count_failed_rescues(db: Database, rows: list[dict[str, Any]]) -> None:
+def _count_failed_rescues(rows: list[dict[str, Any]]) -> None:
     """Rescued jobs whose lease ran out once too often are failed for good: counted too."""
-    failed = [r for r in rows if r["status"] == "failed"]
-    if not failed:
-        return
-    names: dict[int, str] = {}
-    with contextlib.suppress(DatabaseError), db.transaction() as tx:  # a label, not the job
-        names = {int(t["id"]): str(t["name"]) for t in tx.all(
-            "tenant_names", {"ids": sorted({int(r["tenant_id"]) for r in failed})})}  # fmt: skip
-    for r in failed:
-        metrics.JOBS_FAILED.labels(names.get(int(r["tenant_id"]), ""), r["kind"]).inc()
+    for r in rows:
+        if r["status"] == "failed":
+            metrics.JOBS_FAILED.labels(str(r["tenant"]), str(r["kind"])).inc()
 
 
 def describe(exc: BaseException) -> str:

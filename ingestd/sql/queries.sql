@@ -223,7 +223,8 @@ WITH j AS (
     FROM j JOIN tenants t ON t.id = j.tenant_id
     WHERE j.status = 'failed' AND j.kind <> 'notify'
 )
-SELECT id, status, worker_id FROM j;
+SELECT j.id, j.status, j.worker_id, j.kind, coalesce(t.name, '') AS tenant
+FROM j LEFT JOIN tenants t ON t.id = j.tenant_id;
 
 -- name: jobs_prune
 DELETE FROM processing_jobs
@@ -560,6 +561,3 @@ SET processing_status = 'done',
 WHERE id = %(id)s AND tenant_id = %(tenant_id)s AND processing_status = 'attention'
 RETURNING id;
 
--- name: tenant_names
--- Names of some tenants by id (the worker's metrics label rescued jobs that failed).
-SELECT id, name FROM tenants WHERE id = ANY(%(ids)s::bigint[]);

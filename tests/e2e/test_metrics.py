@@ -20,6 +20,7 @@ import paramiko
 import pytest
 
 import ingestd
+from ingestd.config import WorkerConfig
 from ingestd.db import Database
 from ingestd.errors import ExitCode
 from ingestd.pgcluster import EmbeddedPostgres
@@ -30,6 +31,7 @@ from tests.e2e.test_serve_sftp import Serve, _free_port
 from tests.fixtures.files import pdf_bytes
 from tests.fixtures.queue import PLUGIN, make_jobs
 from tests.fixtures.sftp import sftp_upload
+from worker.queue import Queue
 
 
 def _scrape(port: int) -> str:
@@ -289,4 +291,33 @@ def test_jobs_failed_counter_by_tenant_and_kind(tmp_path: Path, db_url: str) -> 
     finally:
         worker.terminate()
         assert worker.wait(60) == 0
+        log.close()
+
+
+def test_job_failed_by_a_rescue_is_counted_and_the_rescuer_lives_on(
+    tmp_path: Path, db_url: str
+) -> None:
+    """A job whose lease ran out once too often is failed by another worker's rescue: that
+    worker counts it in ingestd_jobs_failed_total{tenant,kind} and keeps running."""
+    port = _free_port()
+    cfg = _serve_config(tmp_path, db_url, port - 1)  # max_retries 0: one lease is all
+    with Database(db_url) as db:
+        (job_id,) = make_jobs(db, "acme", 1, kind="test-record")
+        assert Queue(db, WorkerConfig(), "dead").claim() is not None  # it never comes back
+        with db.transaction() as tx:
+            tx.raw("UPDATE processing_jobs SET lease_expires_at = now() - interval '1 s' "
+                   "WHERE id = %(id)s", {"id": job_id})  # fmt: skip
+    log = open(tmp_path / "worker.log", "ab")  # noqa: SIM115 - closed below
+    worker = subprocess.Popen([sys.executable, "-m", "ingestd.cli", "worker", "--config",
+                               str(cfg), "--metrics-offset", "0", "--plugin", PLUGIN],
+                              stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
+    try:
+        wait_until(lambda: read_events(tmp_path / "worker.log", "worker.rescued"), 60)
+        text = _scrape(port)
+        assert _value(text, "ingestd_jobs_failed_total", tenant="acme",
+                      kind="test-record") == 1  # fmt: skip
+        assert worker.poll() is None
+    finally:
+        worker.terminate()
+        assert worker.wait(60) == 0, (tmp_path / "worker.log").read_text()[-3000:]
         log.close()

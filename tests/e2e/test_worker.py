@@ -235,11 +235,13 @@ def test_job_that_kills_its_worker_ends_failed(
         w = start(workers, env, f"w{i}", ready=False)  # it may die before we see it ready
         wait_until(lambda w=w: w.proc.poll() is not None
                    or job_row(qdb, job_id)["status"] == "failed", timeout=60)  # fmt: skip
+        if w.proc.poll() is None:
+            w.wait_ready()  # a SIGTERM before its handlers are in place is not the point here
         codes.append(w.stop())
     row = job_row(qdb, job_id)
     assert (row["status"], row["retry_count"], row["doc_status"]) == ("failed", 3, "failed")
     assert str(row["error_message"]).startswith("lease expired: worker w2 stopped heartbeating")
-    assert codes == [-signal.SIGKILL] * 3 + [0]
+    assert codes == [-signal.SIGKILL] * 3 + [0], w.log_path.read_text()[-3000:]
     assert len(runs(qdb)) == 3
 
 
