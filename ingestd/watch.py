@@ -62,6 +62,7 @@ from watchdog.events import (
     FileSystemEventHandler,
 )
 from watchdog.observers import Observer
+from watchdog.observers.api import BaseObserver
 from watchdog.observers.polling import PollingObserver
 
 from ingestd import health, metrics, retry
@@ -108,6 +109,14 @@ def _dir_identity(path: Path) -> tuple[int, int] | None:
     return (st.st_dev, st.st_ino) if stat.S_ISDIR(st.st_mode) else None
 
 
+def _listening(obs: BaseObserver) -> bool:
+    """Whether ``obs`` still watches its folder: watchdog's emitters stop themselves when
+    the watched root is deleted (inotify's IN_DELETE_SELF, a poll that finds no root)."""
+    emitters = obs.emitters
+    return obs.is_alive() and bool(emitters) and all(
+        e.is_alive() and e.should_keep_running() for e in emitters)  # fmt: skip
+
+
 # Filesystems whose timestamps come from another machine's clock (or a userspace daemon):
 # a file's ctime there says nothing about how long ago it changed by our clock.
 _REMOTE_FS = {"nfs", "nfs4", "cifs", "smb3", "smbfs", "ncpfs", "ceph", "glusterfs", "9p",
@@ -146,8 +155,14 @@ def backlog_on_disk(config: Config) -> list[dict[str, Any]]:
     patterns = [p.lower() for p in config.hotfolders.ignore]
     out: list[dict[str, Any]] = []
     for w in config.watch:
-        entry: dict[str, Any] = {"folder": str(w.path), "tenant": w.tenant, "files": 0,
-                                 "bytes": 0, "oldest_mtime": None, "truncated": False}
+        entry: dict[str, Any] = {
+            "folder": str(w.path),
+            "tenant": w.tenant,
+            "files": 0,
+            "bytes": 0,
+            "oldest_mtime": None,
+            "truncated": False,
+        }
         if not w.path.is_dir():
             entry["missing"] = True
             out.append(entry)
@@ -344,7 +359,7 @@ class HotFolders:
         self._pending_due: list[tuple[float, int, Path, _Pending]] = []
         self._stuck_due: list[tuple[float, int, Path, _Stuck]] = []
         self._seq = 0
-        self._observers: dict[tuple[str, bool], Any] = {}
+        self._observers: dict[tuple[str, bool], BaseObserver] = {}
         self._folders: dict[tuple[str, bool], Folder] = {}
         # Per armed folder: (device, inode) of its root when its observer was started, and
         # whether its ctimes are from our clock (a local filesystem, not polled).
@@ -406,8 +421,10 @@ class HotFolders:
         # A folder check stuck on a dead network share must not hang SIGHUP: the check
         # applies this config itself once it is free.
         if not self._sync_lock.acquire(timeout=10):
-            self.log.warning("watch.reload_deferred",
-                             detail="a folder check is still running (a share not answering?)")
+            self.log.warning(
+                "watch.reload_deferred",
+                detail="a folder check is still running (a share not answering?)",
+            )
             self._check_now.set()
             return
         try:
@@ -448,7 +465,8 @@ class HotFolders:
             ident = _dir_identity(folder.cfg.path)
             if key in self._observers:
                 armed = self._armed.get(key)
-                if ident == armed:
+                deaf = not _listening(self._observers[key])
+                if ident == armed and not deaf:
                     with self._lock:
                         self._folders[key] = folder  # tags/tenant/done/failed may have changed
                     continue
@@ -460,9 +478,15 @@ class HotFolders:
                 self._disarm(key, forget_stuck=False)
                 self._gone.add(key)
                 reason = "removed" if ident is None else "replaced"
-                detail = ("no directory there" if ident is None else
-                          "a different directory now (recreated, or a share unmounted or "
-                          "mounted)")  # fmt: skip
+                if ident is None:
+                    detail = "no directory there"
+                elif ident == armed:
+                    # rm -rf + mkdir often gets the freed inode number back: only the
+                    # observer, which saw its root deleted and stopped, can tell.
+                    detail = "deleted and created again (with the same inode number)"
+                else:
+                    detail = ("a different directory now (recreated, or a share unmounted "
+                              "or mounted)")  # fmt: skip
                 self.log.error("watch.folder_gone", folder=key[0], tenant=folder.cfg.tenant,
                                reason=reason, was=_ident_text(armed), now=_ident_text(ident),
                                detail=detail)  # fmt: skip
@@ -917,7 +941,8 @@ class HotFolders:
         except (OSError, SourceProtected) as exc:
             stuck.attempts += 1
             due = time.monotonic() + retry.delay(
-                stuck.attempts, self.settings.retry_max_delay, retry.Cause.source)
+                stuck.attempts, self.settings.retry_max_delay, retry.Cause.source
+            )
             with self._lock:
                 if isinstance(exc, SourceProtected):
                     stuck.action, stuck.reason = "keep", exc.message
