@@ -31,6 +31,7 @@ venv: deps $(VENV)/.installed
 
 lint: venv
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 
 typecheck: venv
 	$(BIN)/mypy

@@ -129,16 +129,26 @@ def main() -> None:
     print_table(
         ["what", "docs/s (median)", "runs", "ratio vs primitive"],
         [
-            ["primitive: write+fsync+rename+dirfsync + INSERT+COMMIT (1 thread)",
-             f"{base:.0f}", " ".join(f"{v:.0f}" for v in results["primitive"]), "1.00"],
-            ["ingestd intake (1 thread)", f"{median(results['intake']):.0f}",
-             " ".join(f"{v:.0f}" for v in results["intake"]),
-             f"{median(results['intake']) / base:.2f}"],
-            ["ingestd intake (4 threads)", f"{median(results['intake4']):.0f}",
-             " ".join(f"{v:.0f}" for v in results["intake4"]),
-             f"{median(results['intake4']) / base:.2f}"],
+            [
+                "primitive: write+fsync+rename+dirfsync + INSERT+COMMIT (1 thread)",
+                f"{base:.0f}",
+                " ".join(f"{v:.0f}" for v in results["primitive"]),
+                "1.00",
+            ],
+            [
+                "ingestd intake (1 thread)",
+                f"{median(results['intake']):.0f}",
+                " ".join(f"{v:.0f}" for v in results["intake"]),
+                f"{median(results['intake']) / base:.2f}",
+            ],
+            [
+                "ingestd intake (4 threads)",
+                f"{median(results['intake4']):.0f}",
+                " ".join(f"{v:.0f}" for v in results["intake4"]),
+                f"{median(results['intake4']) / base:.2f}",
+            ],
         ],
-    )  # fmt: skip
+    )
 
 
 if __name__ == "__main__":

@@ -75,9 +75,14 @@ class Row:
             return " ".join(f"{v:.1f}" for v in values) or "-"
 
         ratio = self.ratio()
-        return [self.measure, fmt(self.product), fmt(self.baseline),
-                f"{ratio:.2f}" if ratio is not None else "-", self.goal,
-                f"{runs(self.product)} / {runs(self.baseline)}"]  # fmt: skip
+        return [
+            self.measure,
+            fmt(self.product),
+            fmt(self.baseline),
+            f"{ratio:.2f}" if ratio is not None else "-",
+            self.goal,
+            f"{runs(self.product)} / {runs(self.baseline)}",
+        ]
 
 
 def tail(text: str, lines: int = 25) -> str:
@@ -101,8 +106,12 @@ def run_ocrmypdf(src: Path, out: Path) -> float:
     """Seconds for the plain CLI on ``src``."""
     t0 = time.monotonic()
     try:
-        res = subprocess.run([OCRMYPDF, "-l", LANGUAGES, "--rotate-pages", str(src), str(out)],
-                             capture_output=True, text=True, timeout=RUN_TIMEOUT)  # fmt: skip
+        res = subprocess.run(
+            [OCRMYPDF, "-l", LANGUAGES, "--rotate-pages", str(src), str(out)],
+            capture_output=True,
+            text=True,
+            timeout=RUN_TIMEOUT,
+        )
     except subprocess.TimeoutExpired:
         raise BenchError(f"ocrmypdf did not finish within {RUN_TIMEOUT:.0f} s") from None
     elapsed = time.monotonic() - t0
@@ -121,13 +130,18 @@ class Ingestd:
 
     def cli(self, *args: str, timeout: float = CLI_TIMEOUT) -> subprocess.CompletedProcess[str]:
         try:
-            res = subprocess.run([INGESTD, "--config", str(self.config), *args],
-                                 capture_output=True, text=True, timeout=timeout)  # fmt: skip
+            res = subprocess.run(
+                [INGESTD, "--config", str(self.config), *args],
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+            )
         except subprocess.TimeoutExpired:
             raise BenchError(f"ingestd {args[0]} did not finish within {timeout:.0f} s") from None
         if res.returncode != 0:
-            raise BenchError(f"ingestd {' '.join(args)}: exit {res.returncode}\n"
-                             f"{tail(res.stdout + res.stderr)}")  # fmt: skip
+            raise BenchError(
+                f"ingestd {' '.join(args)}: exit {res.returncode}\n{tail(res.stdout + res.stderr)}"
+            )
         return res
 
     def start(self) -> None:
@@ -165,23 +179,31 @@ class Ingestd:
                 " WHERE d.sha256 = %s AND j.kind = 'analyze-document'"
                 " ORDER BY j.id DESC LIMIT 1",
                 (sha,),
-            ).fetchone()  # fmt: skip
+            ).fetchone()
         if job is None:
             raise BenchError(f"no analyze-document job for the ingested scan {sha[:12]}")
         status, error, job_seconds, page_count, texts = job
         if status != "done":
-            raise BenchError(f"analyze-document job is {status!r}: {error}\n"
-                             f"{tail(res.stdout + res.stderr)}")  # fmt: skip
+            raise BenchError(
+                f"analyze-document job is {status!r}: {error}\n{tail(res.stdout + res.stderr)}"
+            )
         if page_count is None:
-            raise BenchError("the analyze-document job finished without OCR: no "
-                             "document_content row (is OCR wired into the handler yet?); "
-                             "`--only ocrmypdf` runs the baseline alone")  # fmt: skip
-        missing = [i + 1 for i, text in enumerate(texts or [])
-                   if not all(word in text for word in EXPECTED)]  # fmt: skip
+            raise BenchError(
+                "the analyze-document job finished without OCR: no "
+                "document_content row (is OCR wired into the handler yet?); "
+                "`--only ocrmypdf` runs the baseline alone"
+            )
+        missing = [
+            i + 1
+            for i, text in enumerate(texts or [])
+            if not all(word in text for word in EXPECTED)
+        ]
         if page_count != pages or len(texts or []) != pages or missing:
-            raise BenchError(f"document_content has {page_count} pages ({len(texts or [])} "
-                             f"texts), expected {pages}; pages without the letter's words: "
-                             f"{missing}")  # fmt: skip
+            raise BenchError(
+                f"document_content has {page_count} pages ({len(texts or [])} "
+                f"texts), expected {pages}; pages without the letter's words: "
+                f"{missing}"
+            )
         return elapsed, float(job_seconds)
 
 
@@ -196,8 +218,9 @@ def main() -> None:
         ap.error("need --pages >= 1 and --rounds >= 1")
     sides = [args.only] if args.only else ["ocrmypdf", "ingestd"]
 
-    drain = Row("ingestd `worker --drain` (start to exit) vs `ocrmypdf` CLI, pages/min",
-                goal=">= 0.90")  # fmt: skip
+    drain = Row(
+        "ingestd `worker --drain` (start to exit) vs `ocrmypdf` CLI, pages/min", goal=">= 0.90"
+    )
     job = Row("  ingestd job alone (claimed -> done) vs `ocrmypdf` CLI, pages/min")
     with contextlib.ExitStack() as stack:
         work = Path(tempfile.mkdtemp(prefix="ingestd-bench-ocr-", dir=os.environ.get("BENCH_DIR")))
@@ -211,8 +234,9 @@ def main() -> None:
         t_all = time.monotonic()
         for rnd in range(args.rounds):
             # Distinct text per round: a repeated scan would be a duplicate to ingestd.
-            src = scans.image_pdf(work / f"scan-{rnd}.pdf",
-                                  scans.letter_pages(args.pages, first=1 + rnd * args.pages))
+            src = scans.image_pdf(
+                work / f"scan-{rnd}.pdf", scans.letter_pages(args.pages, first=1 + rnd * args.pages)
+            )
             order = sides if rnd % 2 == 0 else sides[::-1]
             for side in order:
                 if side == "ocrmypdf":
@@ -224,8 +248,10 @@ def main() -> None:
                     seconds, job_seconds = ingestd.run(src, args.pages)
                     drain.product.append(args.pages / seconds * 60)
                     job.product.append(args.pages / job_seconds * 60)
-                    print(f"round {rnd + 1} ingestd: drain {seconds:.2f} s, job "
-                          f"{job_seconds:.2f} s", file=sys.stderr)  # fmt: skip
+                    print(
+                        f"round {rnd + 1} ingestd: drain {seconds:.2f} s, job {job_seconds:.2f} s",
+                        file=sys.stderr,
+                    )
                     continue
                 print(f"round {rnd + 1} ocrmypdf: {seconds:.2f} s", file=sys.stderr)
         elapsed = time.monotonic() - t_all
@@ -238,18 +264,31 @@ def main() -> None:
         f"--rotate-pages; medians of {args.rounds} rounds, order alternating; "
         f"{elapsed:.0f} s; load average {load_before:.1f} before, {load_after:.1f} after"
     )
-    print_table(["measure", "ingestd", "ocrmypdf", "ratio ingestd/ocrmypdf", "goal",
-                 "runs (ingestd / ocrmypdf)"], [drain.cells(), job.cells()])  # fmt: skip
+    print_table(
+        [
+            "measure",
+            "ingestd",
+            "ocrmypdf",
+            "ratio ingestd/ocrmypdf",
+            "goal",
+            "runs (ingestd / ocrmypdf)",
+        ],
+        [drain.cells(), job.cells()],
+    )
     if drain.baseline:
         per_page = 60 / median(drain.baseline)
-        print(f"ocrmypdf: {median(drain.baseline):.1f} pages/min, {per_page:.2f} s per page, "
-              f"{per_page * args.pages:.1f} s for the {args.pages}-page scan")  # fmt: skip
+        print(
+            f"ocrmypdf: {median(drain.baseline):.1f} pages/min, {per_page:.2f} s per page, "
+            f"{per_page * args.pages:.1f} s for the {args.pages}-page scan"
+        )
     ratio = drain.ratio()
     if ratio is None:
         print("goal: ingestd within 10 % of ocrmypdf: not measured (one side only)")
     else:
-        print(f"goal: ingestd within 10 % of ocrmypdf (ratio >= 0.90): "
-              f"{'met' if ratio >= 0.90 else 'NOT met'} ({ratio:.2f})")  # fmt: skip
+        print(
+            f"goal: ingestd within 10 % of ocrmypdf (ratio >= 0.90): "
+            f"{'met' if ratio >= 0.90 else 'NOT met'} ({ratio:.2f})"
+        )
 
 
 if __name__ == "__main__":

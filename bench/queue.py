@@ -98,12 +98,30 @@ class Plan:
     newcomer_after: int  # newcomer: claims before K enqueues
 
 
-FULL = Plan(jobs=20_000, tenants=10, backlogs=(1_000, 1_000_000), claims=500, warmup=50,
-            churn=20_000, fair=(20_000, 2_000, 200), fair_claims=1_000, newcomer_backlog=20_000,
-            newcomer_after=1_000)  # fmt: skip
-SMALL = Plan(jobs=2_000, tenants=10, backlogs=(1_000, 10_000), claims=200, warmup=20,
-             churn=2_000, fair=(5_000, 500, 50), fair_claims=250, newcomer_backlog=3_000,
-             newcomer_after=300)  # fmt: skip
+FULL = Plan(
+    jobs=20_000,
+    tenants=10,
+    backlogs=(1_000, 1_000_000),
+    claims=500,
+    warmup=50,
+    churn=20_000,
+    fair=(20_000, 2_000, 200),
+    fair_claims=1_000,
+    newcomer_backlog=20_000,
+    newcomer_after=1_000,
+)
+SMALL = Plan(
+    jobs=2_000,
+    tenants=10,
+    backlogs=(1_000, 10_000),
+    claims=200,
+    warmup=20,
+    churn=2_000,
+    fair=(5_000, 500, 50),
+    fair_claims=250,
+    newcomer_backlog=3_000,
+    newcomer_after=300,
+)
 SMALL_TENANTS = 4  # latency: small tenants next to the big one
 SMALL_TENANT_JOBS = 100
 
@@ -239,8 +257,10 @@ def pgq_venv(path: Path) -> Path:
     subprocess.run([base, "-m", "venv", str(path)], check=True, timeout=INSTALL_TIMEOUT)
     res = subprocess.run(
         [str(python), "-m", "pip", "install", "-q", "pgqueuer", "psycopg[binary]"],
-        capture_output=True, text=True, timeout=INSTALL_TIMEOUT,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=INSTALL_TIMEOUT,
+    )
     if res.returncode != 0:
         raise BenchError(f"pip install pgqueuer failed:\n{res.stdout}{res.stderr}")
     return python
@@ -311,10 +331,11 @@ class Procs:
             log = logdir / f"{name}-{i}.log"
             self.logs.append(log)
             with open(log, "wb") as err:
-                self.procs.append(subprocess.Popen(
-                    argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
-                    cwd=ROOT,
-                ))  # fmt: skip
+                self.procs.append(
+                    subprocess.Popen(
+                        argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, cwd=ROOT
+                    )
+                )
 
     def _line(self, i: int, deadline: float) -> str:
         proc = self.procs[i]
@@ -356,8 +377,10 @@ class Procs:
         out = [json.loads(self._line(i, deadline)) for i in range(len(self.procs))]
         for i, p in enumerate(self.procs):
             if p.wait(timeout=60) != 0:
-                raise BenchError(f"worker {i} exited {p.returncode}:\n"
-                                 f"{self.logs[i].read_text(errors='replace')[-3000:]}")  # fmt: skip
+                raise BenchError(
+                    f"worker {i} exited {p.returncode}:\n"
+                    f"{self.logs[i].read_text(errors='replace')[-3000:]}"
+                )
         return out
 
     def kill(self) -> None:
@@ -386,11 +409,22 @@ def worker_argvs(
     conninfo: str, mode: str, quota: int | None, tag: str, log: bool = False
 ) -> list[list[str]]:
     return [
-        [sys.executable, str(Path(__file__).resolve()), "--worker",
-         json.dumps({"conninfo": conninfo, "mode": mode, "quota": quota, "id": f"{tag}-w{i}",
-                     "log": log})]
+        [
+            sys.executable,
+            str(Path(__file__).resolve()),
+            "--worker",
+            json.dumps(
+                {
+                    "conninfo": conninfo,
+                    "mode": mode,
+                    "quota": quota,
+                    "id": f"{tag}-w{i}",
+                    "log": log,
+                }
+            ),
+        ]
         for i in range(WORKERS)
-    ]  # fmt: skip
+    ]
 
 
 # -- databases --------------------------------------------------------------------------
@@ -435,11 +469,15 @@ def load(conninfo: str, spec: Sequence[tuple[str, int]], order: str, tag: str = 
     names = [name for name, _ in spec]
     with Database(conninfo) as db:
         with db.transaction() as tx:
-            tx.raw("INSERT INTO tenants (name, status) SELECT unnest(%(names)s::text[]), "
-                   "'active'", {"names": names})  # fmt: skip
+            tx.raw(
+                "INSERT INTO tenants (name, status) SELECT unnest(%(names)s::text[]), 'active'",
+                {"names": names},
+            )
             tx.raw("SELECT setseed(0.42)")
-            tx.raw(LOAD_SQL.format(order=ORDERS[order]),
-                   {"names": names, "counts": [n for _, n in spec], "tag": tag, "kind": KIND})
+            tx.raw(
+                LOAD_SQL.format(order=ORDERS[order]),
+                {"names": names, "counts": [n for _, n in spec], "tag": tag, "kind": KIND},
+            )
         with db.autocommit() as tx:
             tx.raw("VACUUM ANALYZE documents, processing_jobs, queue_tenants")
             tx.raw("CHECKPOINT")
@@ -447,8 +485,10 @@ def load(conninfo: str, spec: Sequence[tuple[str, int]], order: str, tag: str = 
 
 def add_job(tx: Tx, tenant: str, tag: str) -> int:
     """One more document + job for ``tenant``; the job's id."""
-    row = tx.raw(LOAD_SQL.format(order=ORDERS["sequential"]) + " RETURNING id",
-                 {"names": [tenant], "counts": [1], "tag": tag, "kind": KIND})[0]  # fmt: skip
+    row = tx.raw(
+        LOAD_SQL.format(order=ORDERS["sequential"]) + " RETURNING id",
+        {"names": [tenant], "counts": [1], "tag": tag, "kind": KIND},
+    )[0]
     return int(row["id"])
 
 
@@ -484,13 +524,15 @@ def throughput_queue(bench: Bench, plan: Plan, mode: str, rnd: int) -> dict[str,
     with processes(worker_argvs(conninfo, mode, None, name), bench.work, name) as procs:
         start = procs.go()
         results = procs.results()
-    row = bench.one(conninfo, "SELECT count(*) AS n, extract(epoch FROM max(finished_at))::float8 "
-                              "AS last FROM processing_jobs WHERE status = 'done'")  # fmt: skip
+    row = bench.one(
+        conninfo,
+        "SELECT count(*) AS n, extract(epoch FROM max(finished_at))::float8 "
+        "AS last FROM processing_jobs WHERE status = 'done'",
+    )
     bench.drop(name)
     if row["n"] != plan.jobs:
         raise BenchError(f"{mode}: {row['n']} of {plan.jobs} jobs done")
-    return {"rate": plan.jobs / (row["last"] - start),
-            "empty": sum(r["empty"] for r in results)}  # fmt: skip
+    return {"rate": plan.jobs / (row["last"] - start), "empty": sum(r["empty"] for r in results)}
 
 
 def throughput_pgq(bench: Bench, plan: Plan, batch: int, rnd: int) -> dict[str, Any]:
@@ -498,18 +540,27 @@ def throughput_pgq(bench: Bench, plan: Plan, batch: int, rnd: int) -> dict[str, 
     name = f"tp_pgq{batch}_{rnd}"
     conninfo = bench.fresh(name, schema=False)
     helper = bench.work / "pgq_helper.py"
-    res = subprocess.run([str(bench.pgq_python), str(helper), "setup", conninfo, str(plan.jobs),
-                          KIND], capture_output=True, text=True, timeout=RUN_TIMEOUT)  # fmt: skip
+    res = subprocess.run(
+        [str(bench.pgq_python), str(helper), "setup", conninfo, str(plan.jobs), KIND],
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT,
+    )
     if res.returncode != 0:
         raise BenchError(f"pgqueuer setup failed:\n{res.stdout}{res.stderr}")
     bench.pgq_version = json.loads(res.stdout.strip().splitlines()[-1])["version"]
-    argvs = [[str(bench.pgq_python), str(helper), "consume", conninfo, str(batch), KIND]
-             for _ in range(WORKERS)]  # fmt: skip
+    argvs = [
+        [str(bench.pgq_python), str(helper), "consume", conninfo, str(batch), KIND]
+        for _ in range(WORKERS)
+    ]
     with processes(argvs, bench.work, name) as procs:
         start = procs.go()
         procs.results()
-    row = bench.one(conninfo, "SELECT count(*) AS n, extract(epoch FROM max(created))::float8 "
-                              "AS last FROM pgqueuer_log WHERE status = 'successful'")  # fmt: skip
+    row = bench.one(
+        conninfo,
+        "SELECT count(*) AS n, extract(epoch FROM max(created))::float8 "
+        "AS last FROM pgqueuer_log WHERE status = 'successful'",
+    )
     left = bench.one(conninfo, "SELECT count(*) AS n FROM pgqueuer")["n"]
     bench.drop(name)
     if row["n"] != plan.jobs or left:
@@ -552,10 +603,12 @@ def throughput_runner(bench: Bench, plan: Plan, rnd: int) -> dict[str, Any]:
     config = bench.work / f"{name}.toml"
     config.write_text(
         f"[database]\nurl = {json.dumps(conninfo)}\n[paths]\n"
-        + "".join(f"{k} = {json.dumps(str(bench.work / name / k))}\n"
-                  for k in ("state_dir", "archive", "derived", "spool"))
+        + "".join(
+            f"{k} = {json.dumps(str(bench.work / name / k))}\n"
+            for k in ("state_dir", "archive", "derived", "spool")
+        )
         + '[log]\nformat = "json"\nlevel = "warning"\n'
-    )  # fmt: skip
+    )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(bench.work), str(ROOT)])}
     procs: list[subprocess.Popen[bytes]] = []
     logs = [bench.work / f"{name}-{i}.log" for i in range(WORKERS)]
@@ -564,21 +617,37 @@ def throughput_runner(bench: Bench, plan: Plan, rnd: int) -> dict[str, Any]:
             gate.raw("LOCK TABLE queue_tenants IN EXCLUSIVE MODE")
             for i, path in enumerate(logs):
                 with open(path, "wb") as out:
-                    procs.append(subprocess.Popen(
-                        [INGESTD, "--config", str(config), "worker", "--drain",
-                         "--plugin", PLUGIN, "--worker-id", f"{name}-w{i}"],
-                        stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                        env=env, cwd=bench.work,
-                    ))  # fmt: skip
+                    procs.append(
+                        subprocess.Popen(
+                            [
+                                INGESTD,
+                                "--config",
+                                str(config),
+                                "worker",
+                                "--drain",
+                                "--plugin",
+                                PLUGIN,
+                                "--worker-id",
+                                f"{name}-w{i}",
+                            ],
+                            stdin=subprocess.DEVNULL,
+                            stdout=out,
+                            stderr=subprocess.STDOUT,
+                            env=env,
+                            cwd=bench.work,
+                        )
+                    )
             deadline = time.monotonic() + START_TIMEOUT
             while True:
                 with db.transaction() as tx:
                     if tx.raw(GATE_WAITERS)[0]["n"] >= WORKERS:
                         break
                 if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
-                    raise BenchError(f"ingestd worker: not all {WORKERS} claiming after "
-                                     f"{START_TIMEOUT:.0f} s:\n"
-                                     f"{logs[0].read_text(errors='replace')[-3000:]}")
+                    raise BenchError(
+                        f"ingestd worker: not all {WORKERS} claiming after "
+                        f"{START_TIMEOUT:.0f} s:\n"
+                        f"{logs[0].read_text(errors='replace')[-3000:]}"
+                    )
                 time.sleep(0.05)
             start = time.time()
         # Leaving the block COMMITs: the gate opens.
@@ -587,24 +656,34 @@ def throughput_runner(bench: Bench, plan: Plan, rnd: int) -> dict[str, Any]:
             try:
                 code = p.wait(timeout=max(1.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                raise BenchError(f"ingestd worker {i}: still running after "
-                                 f"{RUN_TIMEOUT:.0f} s") from None  # fmt: skip
+                raise BenchError(
+                    f"ingestd worker {i}: still running after {RUN_TIMEOUT:.0f} s"
+                ) from None
             if code != 0:
-                raise BenchError(f"ingestd worker {i} exited {code}:\n"
-                                 f"{logs[i].read_text(errors='replace')[-3000:]}")  # fmt: skip
+                raise BenchError(
+                    f"ingestd worker {i} exited {code}:\n"
+                    f"{logs[i].read_text(errors='replace')[-3000:]}"
+                )
     finally:
         for p in procs:
             if p.poll() is None:
                 p.kill()
                 p.wait(timeout=30)
-    row = bench.one(conninfo, "SELECT count(*) AS n, extract(epoch FROM max(finished_at))::float8 "
-                              "AS last FROM processing_jobs WHERE status = 'done'")  # fmt: skip
+    row = bench.one(
+        conninfo,
+        "SELECT count(*) AS n, extract(epoch FROM max(finished_at))::float8 "
+        "AS last FROM processing_jobs WHERE status = 'done'",
+    )
     bench.drop(name)
     if row["n"] != plan.jobs:
         raise BenchError(f"ingestd worker: {row['n']} of {plan.jobs} jobs done")
     lines = [line for path in logs for line in path.read_text(errors="replace").splitlines()]
-    return {"rate": plan.jobs / (row["last"] - start), "empty": 0, "log_lines": len(lines),
-            "log_tail": "\n".join(lines[-5:])}  # fmt: skip
+    return {
+        "rate": plan.jobs / (row["last"] - start),
+        "empty": 0,
+        "log_lines": len(lines),
+        "log_tail": "\n".join(lines[-5:]),
+    }
 
 
 # -- 2. claim latency -------------------------------------------------------------------
@@ -622,8 +701,9 @@ class _Rollback(Exception):
     pass
 
 
-LAT_TIMES = "SELECT n_dead_tup, autovacuum_count FROM pg_stat_user_tables " \
-    "WHERE relname = 'processing_jobs'"
+LAT_TIMES = (
+    "SELECT n_dead_tup, autovacuum_count FROM pg_stat_user_tables WHERE relname = 'processing_jobs'"
+)
 
 
 def latency(bench: Bench, plan: Plan) -> dict[int, dict[str, Any]]:
@@ -633,13 +713,16 @@ def latency(bench: Bench, plan: Plan) -> dict[int, dict[str, Any]]:
     for size in plan.backlogs:
         conninfos[size] = bench.fresh(f"lat_{size}")
         t0 = time.monotonic()
-        load(conninfos[size], [("big", size - SMALL_TENANTS * SMALL_TENANT_JOBS), *small],
-             "shuffled")  # fmt: skip
+        load(
+            conninfos[size], [("big", size - SMALL_TENANTS * SMALL_TENANT_JOBS), *small], "shuffled"
+        )
         print(f"latency: {size:,} jobs loaded in {time.monotonic() - t0:.0f} s", file=sys.stderr)
     out: dict[int, dict[str, Any]] = {size: {"times": []} for size in plan.backlogs}
     with contextlib.ExitStack() as stack:
-        queues = {size: Queue(stack.enter_context(Database(c, max_size=1)), WorkerConfig(),
-                              "lat") for size, c in conninfos.items()}  # fmt: skip
+        queues = {
+            size: Queue(stack.enter_context(Database(c, max_size=1)), WorkerConfig(), "lat")
+            for size, c in conninfos.items()
+        }
         for _ in range(plan.warmup):
             for q in queues.values():
                 timed_claim(q)
@@ -673,9 +756,13 @@ def latency(bench: Bench, plan: Plan) -> dict[int, dict[str, Any]]:
         buffers = claim_buffers(db, "lat")
         with db.transaction() as tx:
             stats = tx.raw(LAT_TIMES)[0]
-    out[hi]["churn"] = {"p50": median(times) * 1000, "p95": pct(times, 0.95) * 1000,
-                        "buffers": buffers, "dead": stats["n_dead_tup"],
-                        "autovacuums": stats["autovacuum_count"]}  # fmt: skip
+    out[hi]["churn"] = {
+        "p50": median(times) * 1000,
+        "p95": pct(times, 0.95) * 1000,
+        "buffers": buffers,
+        "dead": stats["n_dead_tup"],
+        "autovacuums": stats["autovacuum_count"],
+    }
     for size in plan.backlogs:
         bench.drop(f"lat_{size}")
     return out
@@ -726,8 +813,11 @@ def fairness(bench: Bench, plan: Plan, rnd: int) -> dict[str, dict[str, Any]]:
         with Database(dbs[mode]) as db, db.transaction() as tx:
             rows = tx.raw(PER_TENANT)
         claimed = [int(r["claimed"]) for r in rows]
-        out[mode] = {"jain": jain(claimed), "claimed": claimed,
-                     "min_queued": min(int(r["queued"]) for r in rows)}  # fmt: skip
+        out[mode] = {
+            "jain": jain(claimed),
+            "claimed": claimed,
+            "min_queued": min(int(r["queued"]) for r in rows),
+        }
     for name in names.values():
         bench.drop(name)
     return out
@@ -775,8 +865,9 @@ def newcomer_run(db: Database, plan: Plan, procs: Procs) -> dict[str, Any]:
     started = None
     while started is None and time.monotonic() < deadline:
         with db.transaction() as tx:
-            started = tx.raw("SELECT started_at FROM processing_jobs WHERE id = %(id)s",
-                             {"id": job_id})[0]["started_at"]  # fmt: skip
+            started = tx.raw(
+                "SELECT started_at FROM processing_jobs WHERE id = %(id)s", {"id": job_id}
+            )[0]["started_at"]
         if started is None:
             time.sleep(POLL)
     procs.stop()
@@ -788,8 +879,11 @@ def newcomer_run(db: Database, plan: Plan, procs: Procs) -> dict[str, Any]:
     if at is None:
         raise BenchError("newcomer: K's job started, but no worker logged its claim")
     before = sum(1 for t, j in log if committed <= t < at and j != job_id)
-    return {"claims": before, "ms": (at - before_commit) * 1000,
-            "empty": sum(r["empty"] for r in results)}  # fmt: skip
+    return {
+        "claims": before,
+        "ms": (at - before_commit) * 1000,
+        "empty": sum(r["empty"] for r in results),
+    }
 
 
 # -- main -------------------------------------------------------------------------------
@@ -810,8 +904,10 @@ class Row:
         def show(v: float | None) -> str:
             return "-" if v is None else self.fmt.format(v)
 
-        runs = " / ".join(" ".join(self.fmt.format(v) for v in vals) or "-"
-                          for vals in (self.product, self.baseline))  # fmt: skip
+        runs = " / ".join(
+            " ".join(self.fmt.format(v) for v in vals) or "-"
+            for vals in (self.product, self.baseline)
+        )
         return [self.label, show(p), show(b), self.baseline_name, ratio, self.goal, runs]
 
 
@@ -823,12 +919,17 @@ def run(args: argparse.Namespace, plan: Plan, bench: Bench) -> tuple[list[Row], 
     goals: list[str] = []
     want = set(SCENARIOS) if args.only is None else {args.only}
     if "throughput" in want:
-        ing = Row(f"no-op jobs/s, {WORKERS} workers, {plan.jobs:,} jobs (ingestd: "
-                  f"{plan.tenants} tenants)", baseline_name="pgqueuer batch_size=10")  # fmt: skip
+        ing = Row(
+            f"no-op jobs/s, {WORKERS} workers, {plan.jobs:,} jobs (ingestd: "
+            f"{plan.tenants} tenants)",
+            baseline_name="pgqueuer batch_size=10",
+        )
         pgq1 = Row("  same, baseline one job per dequeue", baseline_name="pgqueuer batch_size=1")
         fifo = Row("  same, baseline plain FIFO claim", baseline_name="FIFO SQL, same schema")
-        runner = Row(f"  real `ingestd worker --drain` x {WORKERS} (job in its child), same jobs",
-                     baseline_name="pgqueuer batch_size=10")  # fmt: skip
+        runner = Row(
+            f"  real `ingestd worker --drain` x {WORKERS} (job in its child), same jobs",
+            baseline_name="pgqueuer batch_size=10",
+        )
         sides = ["ingestd", "pgq10", "pgq1", "fifo"] if bench.pgq_python else ["ingestd", "fifo"]
         if args.runner and runner_available():
             sides.append("runner")
@@ -842,14 +943,25 @@ def run(args: argparse.Namespace, plan: Plan, bench: Bench) -> tuple[list[Row], 
                 elif side == "runner":
                     res = throughput_runner(bench, plan, rnd)
                     if res["log_lines"]:
-                        print(f"ingestd worker: {res['log_lines']} log lines at level warning "
-                              f"and above:\n{res['log_tail']}", file=sys.stderr)  # fmt: skip
+                        print(
+                            f"ingestd worker: {res['log_lines']} log lines at level warning "
+                            f"and above:\n{res['log_tail']}",
+                            file=sys.stderr,
+                        )
                 else:
                     res = throughput_pgq(bench, plan, int(side[3:]), rnd)
-                print(f"throughput round {rnd + 1} {side}: {res['rate']:.0f} jobs/s"
-                      f" ({res['empty']} empty claims)", file=sys.stderr)  # fmt: skip
-                series = {"ingestd": ing.product, "pgq10": ing.baseline, "pgq1": pgq1.baseline,
-                          "fifo": fifo.baseline, "runner": runner.product}  # fmt: skip
+                print(
+                    f"throughput round {rnd + 1} {side}: {res['rate']:.0f} jobs/s"
+                    f" ({res['empty']} empty claims)",
+                    file=sys.stderr,
+                )
+                series = {
+                    "ingestd": ing.product,
+                    "pgq10": ing.baseline,
+                    "pgq1": pgq1.baseline,
+                    "fifo": fifo.baseline,
+                    "runner": runner.product,
+                }
                 series[side].append(res["rate"])
                 if side == "ingestd":
                     empties.append(res["empty"])
@@ -858,61 +970,105 @@ def run(args: argparse.Namespace, plan: Plan, bench: Bench) -> tuple[list[Row], 
         rows += [ing, pgq1, fifo] if bench.pgq_python else [fifo]
         if runner.product:
             rows.append(runner)
-        goals.append(f"note: ingestd claims that found nothing while jobs were queued "
-                     f"(all tenants locked by other claimers), per run: {empties}")  # fmt: skip
+        goals.append(
+            f"note: ingestd claims that found nothing while jobs were queued "
+            f"(all tenants locked by other claimers), per run: {empties}"
+        )
     if "latency" in want:
         lo, hi = plan.backlogs
         res = latency(bench, plan)
         for key, what in (("p50", "median"), ("p95", "p95")):
-            rows.append(Row(f"claim latency {what} (ms), backlog {hi:,} vs {lo:,}",
-                            [res[hi][key]], [res[lo][key]], f"backlog {lo:,}",
-                            "<= 1.2" if key == "p50" else "-", "{:.2f}"))  # fmt: skip
+            rows.append(
+                Row(
+                    f"claim latency {what} (ms), backlog {hi:,} vs {lo:,}",
+                    [res[hi][key]],
+                    [res[lo][key]],
+                    f"backlog {lo:,}",
+                    "<= 1.2" if key == "p50" else "-",
+                    "{:.2f}",
+                )
+            )
         for key, when in (("buffers_before", "before"), ("buffers_after", "after")):
-            rows.append(Row(
-                f"  buffers hit+read of one claim (EXPLAIN), {when} the {plan.claims} claims",
-                [sum(res[hi][key].values())], [sum(res[lo][key].values())], f"backlog {lo:,}",
-            ))  # fmt: skip
+            rows.append(
+                Row(
+                    f"  buffers hit+read of one claim (EXPLAIN), {when} the {plan.claims} claims",
+                    [sum(res[hi][key].values())],
+                    [sum(res[lo][key].values())],
+                    f"backlog {lo:,}",
+                )
+            )
         churn = res[hi]["churn"]
-        rows.append(Row(f"claim latency median (ms), backlog {hi:,}, after {plan.churn:,} more "
-                        f"claims by {WORKERS} workers", [churn["p50"]], [res[hi]["p50"]],
-                        "same, before them", "-", "{:.2f}"))  # fmt: skip
-        rows.append(Row("  buffers hit+read of one claim (EXPLAIN), after them",
-                        [sum(churn["buffers"].values())], [sum(res[hi]["buffers_after"].values())],
-                        "same, before them"))  # fmt: skip
+        rows.append(
+            Row(
+                f"claim latency median (ms), backlog {hi:,}, after {plan.churn:,} more "
+                f"claims by {WORKERS} workers",
+                [churn["p50"]],
+                [res[hi]["p50"]],
+                "same, before them",
+                "-",
+                "{:.2f}",
+            )
+        )
+        rows.append(
+            Row(
+                "  buffers hit+read of one claim (EXPLAIN), after them",
+                [sum(churn["buffers"].values())],
+                [sum(res[hi]["buffers_after"].values())],
+                "same, before them",
+            )
+        )
         ratio = res[hi]["p50"] / res[lo]["p50"]
-        goals.append(f"goal: claim latency median at {hi:,} within 1.2x of {lo:,}: "
-                     f"{'met' if ratio <= 1.2 else 'NOT met'} ({ratio:.2f})")  # fmt: skip
-        goals.append(f"claim buffers (EXPLAIN): backlog {lo:,} {res[lo]['buffers_before']} -> "
-                     f"{res[lo]['buffers_after']}, backlog {hi:,} {res[hi]['buffers_before']} "
-                     f"-> {res[hi]['buffers_after']} -> {churn['buffers']} after the churn "
-                     f"({churn['dead']:,} dead tuples in processing_jobs then, "
-                     f"{churn['autovacuums']} autovacuums so far)")  # fmt: skip
+        goals.append(
+            f"goal: claim latency median at {hi:,} within 1.2x of {lo:,}: "
+            f"{'met' if ratio <= 1.2 else 'NOT met'} ({ratio:.2f})"
+        )
+        goals.append(
+            f"claim buffers (EXPLAIN): backlog {lo:,} {res[lo]['buffers_before']} -> "
+            f"{res[lo]['buffers_after']}, backlog {hi:,} {res[hi]['buffers_before']} "
+            f"-> {res[hi]['buffers_after']} -> {churn['buffers']} after the churn "
+            f"({churn['dead']:,} dead tuples in processing_jobs then, "
+            f"{churn['autovacuums']} autovacuums so far)"
+        )
     if "fairness" in want:
         a, b, rest = plan.fair
-        row = Row(f"Jain's index, {plan.fair_claims:,} claims by {WORKERS} workers, backlogs "
-                  f"A {a:,} B {b:,} C..J {rest:,}", baseline_name="FIFO SQL, same data",
-                  goal=">= 0.95", fmt="{:.3f}")  # fmt: skip
+        row = Row(
+            f"Jain's index, {plan.fair_claims:,} claims by {WORKERS} workers, backlogs "
+            f"A {a:,} B {b:,} C..J {rest:,}",
+            baseline_name="FIFO SQL, same data",
+            goal=">= 0.95",
+            fmt="{:.3f}",
+        )
         for rnd in range(args.rounds):
             res = fairness(bench, plan, rnd)
             row.product.append(res["ingestd"]["jain"])
             row.baseline.append(res["fifo"]["jain"])
             for mode, r in res.items():
-                print(f"fairness round {rnd + 1} {mode}: Jain {r['jain']:.3f}, claims per tenant "
-                      f"A..J {r['claimed']}, fewest still queued {r['min_queued']}",
-                      file=sys.stderr)  # fmt: skip
-            goals.append(f"fairness round {rnd + 1}: claims per tenant A..J: ingestd "
-                         f"{res['ingestd']['claimed']}, FIFO {res['fifo']['claimed']}; "
-                         f"every tenant still backlogged: "
-                         f"{min(r['min_queued'] for r in res.values()) > 0}")  # fmt: skip
+                print(
+                    f"fairness round {rnd + 1} {mode}: Jain {r['jain']:.3f}, claims per tenant "
+                    f"A..J {r['claimed']}, fewest still queued {r['min_queued']}",
+                    file=sys.stderr,
+                )
+            goals.append(
+                f"fairness round {rnd + 1}: claims per tenant A..J: ingestd "
+                f"{res['ingestd']['claimed']}, FIFO {res['fifo']['claimed']}; "
+                f"every tenant still backlogged: "
+                f"{min(r['min_queued'] for r in res.values()) > 0}"
+            )
         rows.append(row)
         j = median(row.product)
         goals.append(f"goal: Jain's index >= 0.95: {'met' if j >= 0.95 else 'NOT met'} ({j:.3f})")
     if "newcomer" in want:
-        claims = Row(f"newcomer K: claims returned between its COMMIT and its own claim "
-                     f"(A's {plan.newcomer_backlog:,} backlog, after {plan.newcomer_after:,} "
-                     "claims)", baseline_name="FIFO SQL, same data")  # fmt: skip
-        ms = Row("newcomer K: ms from before its COMMIT until its claim returned",
-                 baseline_name="FIFO SQL, same data", fmt="{:.1f}")  # fmt: skip
+        claims = Row(
+            f"newcomer K: claims returned between its COMMIT and its own claim "
+            f"(A's {plan.newcomer_backlog:,} backlog, after {plan.newcomer_after:,} "
+            "claims)",
+            baseline_name="FIFO SQL, same data",
+        )
+        ms = Row(
+            "newcomer K: ms from before its COMMIT until its claim returned",
+            baseline_name="FIFO SQL, same data",
+            fmt="{:.1f}",
+        )
         empties = []
         for rnd in range(args.rounds):
             res = newcomer(bench, plan, rnd)
@@ -923,37 +1079,59 @@ def run(args: argparse.Namespace, plan: Plan, bench: Bench) -> tuple[list[Row], 
             empties.append(res["ingestd"]["empty"])
             print(f"newcomer round {rnd + 1}: {res}", file=sys.stderr)
         rows += [claims, ms]
-        goals.append(f"note: newcomer runs, ingestd claims that found nothing while A's jobs "
-                     f"were queued (A locked by another claimer): {empties}")  # fmt: skip
+        goals.append(
+            f"note: newcomer runs, ingestd claims that found nothing while A's jobs "
+            f"were queued (A locked by another claimer): {empties}"
+        )
     return rows, goals
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, default=None, help="throughput: jobs per run (20,000)")
-    ap.add_argument("--rounds", type=int, default=3,
-                    help="rounds of throughput, fairness and newcomer")  # fmt: skip
-    ap.add_argument("--backlog", type=int, default=None,
-                    help="latency: the large backlog (1,000,000; the small one is 1,000)")
+    ap.add_argument(
+        "--rounds", type=int, default=3, help="rounds of throughput, fairness and newcomer"
+    )
+    ap.add_argument(
+        "--backlog",
+        type=int,
+        default=None,
+        help="latency: the large backlog (1,000,000; the small one is 1,000)",
+    )
     ap.add_argument("--claims", type=int, default=None, help="latency: measured claims (500)")
-    ap.add_argument("--small", action="store_true",
-                    help="quick smoke run: 2,000 jobs, backlog 10,000, smaller fairness data")
+    ap.add_argument(
+        "--small",
+        action="store_true",
+        help="quick smoke run: 2,000 jobs, backlog 10,000, smaller fairness data",
+    )
     ap.add_argument("--only", choices=SCENARIOS, default=None)
     ap.add_argument("--no-pgqueuer", action="store_true", help="skip the pgqueuer baseline")
-    ap.add_argument("--pgq-venv", type=Path, default=ROOT / ".bench" / "venv-pgqueuer",
-                    help="venv for pgqueuer, created (pip install) if missing")
-    ap.add_argument("--no-runner", dest="runner", action="store_false",
-                    help="skip the row for real `ingestd worker` processes")
+    ap.add_argument(
+        "--pgq-venv",
+        type=Path,
+        default=ROOT / ".bench" / "venv-pgqueuer",
+        help="venv for pgqueuer, created (pip install) if missing",
+    )
+    ap.add_argument(
+        "--no-runner",
+        dest="runner",
+        action="store_false",
+        help="skip the row for real `ingestd worker` processes",
+    )
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
         worker_main(json.loads(args.worker))
         return
     plan = SMALL if args.small else FULL
-    plan = Plan(**{**plan.__dict__,
-                   **({"jobs": args.jobs} if args.jobs else {}),
-                   **({"claims": args.claims} if args.claims else {}),
-                   **({"backlogs": (plan.backlogs[0], args.backlog)} if args.backlog else {})})
+    plan = Plan(
+        **{
+            **plan.__dict__,
+            **({"jobs": args.jobs} if args.jobs else {}),
+            **({"claims": args.claims} if args.claims else {}),
+            **({"backlogs": (plan.backlogs[0], args.backlog)} if args.backlog else {}),
+        }
+    )
     if args.rounds < 1 or plan.jobs < plan.tenants or plan.claims < 50:
         ap.error("need --rounds >= 1, --jobs >= 10 and --claims >= 50")
     if plan.backlogs[1] <= SMALL_TENANTS * SMALL_TENANT_JOBS:
@@ -963,8 +1141,9 @@ def main() -> None:
     if not args.no_pgqueuer and args.only in (None, "throughput"):
         pgq_python = pgq_venv(args.pgq_venv.absolute())
     with contextlib.ExitStack() as stack:
-        work = Path(tempfile.mkdtemp(prefix="ingestd-bench-queue-",
-                                     dir=os.environ.get("BENCH_DIR")))  # fmt: skip
+        work = Path(
+            tempfile.mkdtemp(prefix="ingestd-bench-queue-", dir=os.environ.get("BENCH_DIR"))
+        )
         stack.callback(shutil.rmtree, work, ignore_errors=True)
         (work / "pgq_helper.py").write_text(PGQ_HELPER)
         cluster = stack.enter_context(bench_cluster())
@@ -986,8 +1165,18 @@ def main() -> None:
         f"{time.monotonic() - t0:.0f} s; load average {load_before:.1f} before, "
         f"{load_after:.1f} after (other work on the machine skews the rates)"
     )
-    print_table(["measure", "ingestd", "baseline", "baseline is", "ratio ingestd/baseline",
-                 "goal", "runs (ingestd / baseline)"], [r.cells() for r in rows])  # fmt: skip
+    print_table(
+        [
+            "measure",
+            "ingestd",
+            "baseline",
+            "baseline is",
+            "ratio ingestd/baseline",
+            "goal",
+            "runs (ingestd / baseline)",
+        ],
+        [r.cells() for r in rows],
+    )
     for line in notes:
         print(line)
 

@@ -96,8 +96,9 @@ def wait_listening(port: int, proc: subprocess.Popen[bytes], log_path: Path, wha
         with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
             return
         time.sleep(0.1)
-    raise BenchError(f"{what} not listening on {port} after {START_TIMEOUT:.0f} s:\n"
-                     f"{tail(log_path)}")  # fmt: skip
+    raise BenchError(
+        f"{what} not listening on {port} after {START_TIMEOUT:.0f} s:\n{tail(log_path)}"
+    )
 
 
 def terminate(proc: subprocess.Popen[bytes] | None) -> int | None:
@@ -145,10 +146,21 @@ class OpenSSH:
         self.inbox.mkdir(parents=True)
         host_key = self.dir / "host_ed25519"
         subprocess.run(
-            ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "bench-sshd", "-f",
-             str(host_key)],
-            check=True, timeout=30,
-        )  # fmt: skip
+            [
+                "ssh-keygen",
+                "-q",
+                "-t",
+                "ed25519",
+                "-N",
+                "",
+                "-C",
+                "bench-sshd",
+                "-f",
+                str(host_key),
+            ],
+            check=True,
+            timeout=30,
+        )
         authorized = self.dir / "authorized_keys"
         authorized.write_text(self.client_pub + "\n")
         authorized.chmod(0o600)
@@ -258,16 +270,20 @@ class Ingestd:
         for cmd in (["migrate"], ["tenant", "create", "bench"], ["worker", "--drain"]):
             res = subprocess.run(
                 [INGESTD, "--config", str(self.config), *cmd],
-                capture_output=True, text=True, timeout=120,
-            )  # fmt: skip
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
             if res.returncode != 0:
-                raise BenchError(f"ingestd {' '.join(cmd)}: exit {res.returncode}\n"
-                                 f"{res.stdout}{res.stderr}")  # fmt: skip
+                raise BenchError(
+                    f"ingestd {' '.join(cmd)}: exit {res.returncode}\n{res.stdout}{res.stderr}"
+                )
         with open(self.log, "wb") as log:
             self.proc = subprocess.Popen(
                 [INGESTD, "--config", str(self.config), "serve"],
-                stdout=log, stderr=subprocess.STDOUT,
-            )  # fmt: skip
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
         wait_listening(self.port, self.proc, self.log, "ingestd serve")
         self.conn = psycopg.connect(self.conninfo, autocommit=True)
 
@@ -296,8 +312,10 @@ class Ingestd:
             if count >= expected or time.monotonic() > deadline:
                 return count, last
             if self.proc is not None and self.proc.poll() is not None:
-                raise BenchError(f"ingestd serve exited with {self.proc.returncode} while "
-                                 f"ingesting:\n{tail(self.log)}")  # fmt: skip
+                raise BenchError(
+                    f"ingestd serve exited with {self.proc.returncode} while "
+                    f"ingesting:\n{tail(self.log)}"
+                )
             time.sleep(0.05)
 
     def stop(self) -> None:
@@ -317,8 +335,10 @@ class Ingestd:
                 except (ValueError, AttributeError):
                     events["(not JSON: tracebacks, other loggers)"] += 1
         if events:
-            print("ingestd serve log: " + ", ".join(f"{k} x{n}" for k, n in events.items()),
-                  file=sys.stderr)  # fmt: skip
+            print(
+                "ingestd serve log: " + ", ".join(f"{k} x{n}" for k, n in events.items()),
+                file=sys.stderr,
+            )
 
 
 Server = OpenSSH | OpenSSHFsync | Ingestd
@@ -333,10 +353,21 @@ class Client:
         self.dir.mkdir(parents=True)
         self.key = self.dir / "id_ed25519"
         subprocess.run(
-            ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "sftp-bench", "-f",
-             str(self.key)],
-            check=True, timeout=30,
-        )  # fmt: skip
+            [
+                "ssh-keygen",
+                "-q",
+                "-t",
+                "ed25519",
+                "-N",
+                "",
+                "-C",
+                "sftp-bench",
+                "-f",
+                str(self.key),
+            ],
+            check=True,
+            timeout=30,
+        )
         self.pub = self.key.with_suffix(".pub").read_text().strip()
         self.cipher = cipher
         # An AEAD cipher carries its own MAC; otherwise pin the MAC too, else the client
@@ -360,8 +391,17 @@ class Client:
         if self.mac:
             opts["MACs"] = self.mac
         # -F /dev/null: no user or system ssh_config (ControlMaster, other ciphers) applies.
-        argv = ["sftp", "-F", "/dev/null", "-b", str(batch), "-i", str(self.key),
-                "-P", str(server.port)]  # fmt: skip
+        argv = [
+            "sftp",
+            "-F",
+            "/dev/null",
+            "-b",
+            str(batch),
+            "-i",
+            str(self.key),
+            "-P",
+            str(server.port),
+        ]
         for k, v in opts.items():
             argv += ["-o", f"{k}={v}"]
         return [*argv, f"{server.user}@127.0.0.1"]
@@ -398,10 +438,14 @@ class Client:
             watchdog.start()
             start_wall, start = time.time(), time.perf_counter()
             for b, err in zip(batches, errs, strict=True):
-                procs.append(subprocess.Popen(
-                    self.argv(server, b),
-                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err,
-                ))  # fmt: skip
+                procs.append(
+                    subprocess.Popen(
+                        self.argv(server, b),
+                        stdin=subprocess.DEVNULL,
+                        stdout=subprocess.DEVNULL,
+                        stderr=err,
+                    )
+                )
             for p in procs:
                 p.wait()
             elapsed = time.perf_counter() - start
@@ -441,9 +485,14 @@ class Result:
 
 
 def measure(
-    client: Client, server: Server, result: Result, batches: list[Path], prefix: str,
-    amount: float, files: int,
-) -> None:  # fmt: skip
+    client: Client,
+    server: Server,
+    result: Result,
+    batches: list[Path],
+    prefix: str,
+    amount: float,
+    files: int,
+) -> None:
     """Upload ``batches`` to ``server``; record ``amount`` per second (and for ingestd the
     rate until the ``files`` documents named ``prefix*`` are committed)."""
     # Flush what earlier uploads left dirty in the page cache so that its writeback is not
@@ -491,10 +540,12 @@ def run_many(client: Client, servers: list[Server], src: Path, plan: Plan, round
         d.mkdir()
         prefix = f"many-r{rnd}-"
         files = [
-            (write_pdf(d / f"{i:05d}.pdf", f"sftp bench many r{rnd}", plan.file_size, i),
-             f"{prefix}{i:05d}.pdf")
+            (
+                write_pdf(d / f"{i:05d}.pdf", f"sftp bench many r{rnd}", plan.file_size, i),
+                f"{prefix}{i:05d}.pdf",
+            )
             for i in range(plan.files)
-        ]  # fmt: skip
+        ]
         for server in order(servers, rnd):
             batch = client.puts(server, files)
             measure(client, server, res, [batch], prefix, plan.files, plan.files)
@@ -515,12 +566,20 @@ def run_concurrent(
         d.mkdir()
         prefix = f"conc-r{rnd}-"
         per_client = [
-            [(write_pdf(d / f"{c:03d}-{i:03d}.pdf", f"sftp bench conc r{rnd} c{c}",
-                        plan.file_size, i),
-              f"{prefix}{c:03d}-{i:03d}.pdf")
-             for i in range(plan.per_client)]
+            [
+                (
+                    write_pdf(
+                        d / f"{c:03d}-{i:03d}.pdf",
+                        f"sftp bench conc r{rnd} c{c}",
+                        plan.file_size,
+                        i,
+                    ),
+                    f"{prefix}{c:03d}-{i:03d}.pdf",
+                )
+                for i in range(plan.per_client)
+            ]
             for c in range(plan.clients)
-        ]  # fmt: skip
+        ]
         for server in order(servers, rnd):
             batches = [client.puts(server, files) for files in per_client]
             measure(client, server, res, batches, prefix, total, total)
@@ -545,12 +604,17 @@ def main() -> None:
     # aes128-gcm: offered by both, AES-NI on both sides and no separate MAC, so the
     # comparison measures the SFTP servers rather than a MAC only one side does fast
     # (OpenSSH's default chacha20-poly1305 and umac are not in paramiko).
-    ap.add_argument("--cipher", default="aes128-gcm@openssh.com",
-                    choices=["aes128-gcm@openssh.com", "aes256-gcm@openssh.com",
-                             "aes128-ctr", "aes256-ctr"])  # fmt: skip
+    ap.add_argument(
+        "--cipher",
+        default="aes128-gcm@openssh.com",
+        choices=["aes128-gcm@openssh.com", "aes256-gcm@openssh.com", "aes128-ctr", "aes256-ctr"],
+    )
     ap.add_argument("--only", choices=["openssh", "ingestd"], default=None)
-    ap.add_argument("--small", action="store_true",
-                    help="quick smoke run: 20 MB file, 40 files, 10 clients x 5 files")  # fmt: skip
+    ap.add_argument(
+        "--small",
+        action="store_true",
+        help="quick smoke run: 20 MB file, 40 files, 10 clients x 5 files",
+    )
     args = ap.parse_args()
     if args.rounds < 1 or args.concurrent_rounds < 1:
         ap.error("--rounds and --concurrent-rounds must be at least 1")
@@ -599,11 +663,20 @@ def main() -> None:
         ratio = f"{median(ing_v) / median(ssh_v):.2f}" if ssh_v and ing_v else "-"
         ratio_f = f"{median(ing_v) / median(dur_v):.2f}" if dur_v and ing_v else "-"
         runs = " / ".join(
-            " ".join(f"{v:.1f}" for v in vals) or "-"
-            for vals in (ssh_v, dur_v, ing_v, r.ingest)
+            " ".join(f"{v:.1f}" for v in vals) or "-" for vals in (ssh_v, dur_v, ing_v, r.ingest)
         )
-        rows.append([f"{r.label} ({r.unit})", fmt(ssh_v), fmt(dur_v), fmt(ing_v), ratio,
-                     ratio_f, fmt(r.ingest), runs])  # fmt: skip
+        rows.append(
+            [
+                f"{r.label} ({r.unit})",
+                fmt(ssh_v),
+                fmt(dur_v),
+                fmt(ing_v),
+                ratio,
+                ratio_f,
+                fmt(r.ingest),
+                runs,
+            ]
+        )
 
     mode = "--small" if args.small else "full"
     print(
@@ -615,11 +688,18 @@ def main() -> None:
         f"MB = 10^6 bytes"
     )
     print_table(
-        ["workload", "OpenSSH internal-sftp", "OpenSSH put -f", "ingestd",
-         "ratio ingestd/OpenSSH", "ratio ingestd/put -f", "ingestd incl. ingest",
-         "runs (OpenSSH / put -f / ingestd / incl. ingest)"],
+        [
+            "workload",
+            "OpenSSH internal-sftp",
+            "OpenSSH put -f",
+            "ingestd",
+            "ratio ingestd/OpenSSH",
+            "ratio ingestd/put -f",
+            "ingestd incl. ingest",
+            "runs (OpenSSH / put -f / ingestd / incl. ingest)",
+        ],
         rows,
-    )  # fmt: skip
+    )
     print(
         "note: internal-sftp answers CLOSE without fsync (sftp sends no fsync@openssh.com "
         "without -f); `put -f` fsyncs each file first; ingestd answers CLOSE only after "
@@ -636,8 +716,10 @@ def main() -> None:
         verdict = "met" if ratio >= 0.5 else "NOT met"
         # With --small the login (OpenSSH forks and re-execs sshd) weighs more than 20 MB.
         caveat = " - a --small run says little, judge a full one" if args.small else ""
-        print(f"goal: ingestd at least half of OpenSSH's MB/s on the large file: "
-              f"{verdict} ({ratio:.2f}){caveat}")  # fmt: skip
+        print(
+            f"goal: ingestd at least half of OpenSSH's MB/s on the large file: "
+            f"{verdict} ({ratio:.2f}){caveat}"
+        )
 
 
 if __name__ == "__main__":

@@ -156,8 +156,9 @@ def _prepare(folder: Path, count: int, size: int, tag: str) -> list[Path]:
     return files
 
 
-def run_scale(db: Database, work: Path, count: int, size: int, stable: float,
-              tag: str) -> dict[str, float]:  # fmt: skip
+def run_scale(
+    db: Database, work: Path, count: int, size: int, stable: float, tag: str
+) -> dict[str, float]:
     """``count`` files moved into a watched folder at once; inotify."""
     staged = _prepare(work / "staging", count, size, tag)
     hot = work / "hot"
@@ -218,14 +219,19 @@ def main() -> None:
     ap.add_argument("--files", type=int, default=500)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--stable", type=float, default=2.0)
-    ap.add_argument("--scale", type=int, default=None,
-                    help="files of the drop-at-once workload (default 20000; with --files "
-                         "below 500, five times --files); 0 skips it")  # fmt: skip
+    ap.add_argument(
+        "--scale",
+        type=int,
+        default=None,
+        help="files of the drop-at-once workload (default 20000; with --files "
+        "below 500, five times --files); 0 skips it",
+    )
     ap.add_argument("--scale-size", type=int, default=20_000)
     ap.add_argument("--scale-rounds", type=int, default=None, help="default 3, or --rounds")
     args = ap.parse_args()
-    scale = args.scale if args.scale is not None else (
-        20_000 if args.files >= 500 else 5 * args.files)  # fmt: skip
+    scale = (
+        args.scale if args.scale is not None else (20_000 if args.files >= 500 else 5 * args.files)
+    )
     scale_rounds = args.scale_rounds or (3 if args.files >= 500 else args.rounds)
     log.configure("error", "console")
     logging.getLogger("watchdog").addHandler(OVERFLOWS)
@@ -265,8 +271,9 @@ def main() -> None:
             db = _fresh_db(cluster, f"sd{rnd}")
             files = _prepare(work / "direct", scale, args.scale_size, f"sd{rnd}")
             scale_direct.append(run_direct(db, work, files))
-            print(f"scale round {rnd + 1} plain loop: {scale_direct[-1]:.0f} files/s",
-                  file=sys.stderr)  # fmt: skip
+            print(
+                f"scale round {rnd + 1} plain loop: {scale_direct[-1]:.0f} files/s", file=sys.stderr
+            )
             db.close()
             shutil.rmtree(work, ignore_errors=True)
     base = statistics.median(direct)
@@ -279,24 +286,40 @@ def main() -> None:
     for mode, runs in results.items():
         tp = statistics.median(r["throughput"] for r in runs)
         steady = statistics.median(r["steady"] for r in runs)
-        rows.append([
-            mode,
-            f"{statistics.median(r['p50'] for r in runs):.2f}",
-            f"{statistics.median(r['p95'] for r in runs):.2f}",
-            f"{tp:.0f}",
-            f"{steady:.0f}",
-            f"{steady / base:.2f}",
-            " ".join(f"{r['throughput']:.0f}/{r['steady']:.0f}" for r in runs),
-        ])  # fmt: skip
+        rows.append(
+            [
+                mode,
+                f"{statistics.median(r['p50'] for r in runs):.2f}",
+                f"{statistics.median(r['p95'] for r in runs):.2f}",
+                f"{tp:.0f}",
+                f"{steady:.0f}",
+                f"{steady / base:.2f}",
+                " ".join(f"{r['throughput']:.0f}/{r['steady']:.0f}" for r in runs),
+            ]
+        )
     rows.append(
-        [f"baseline: Intake.ingest loop, {WORKERS} threads (no watcher)", "-", "-", "-",
-         f"{base:.0f}", "1.00", " ".join(f"{v:.0f}" for v in direct)]
-    )  # fmt: skip
+        [
+            f"baseline: Intake.ingest loop, {WORKERS} threads (no watcher)",
+            "-",
+            "-",
+            "-",
+            f"{base:.0f}",
+            "1.00",
+            " ".join(f"{v:.0f}" for v in direct),
+        ]
+    )
     print_table(
-        ["mode", "latency p50 s", "latency p95 s", "files/s drop->last commit",
-         "files/s once stable", "stable rate vs baseline", "runs (total/stable)"],
+        [
+            "mode",
+            "latency p50 s",
+            "latency p95 s",
+            "files/s drop->last commit",
+            "files/s once stable",
+            "stable rate vs baseline",
+            "runs (total/stable)",
+        ],
         rows,
-    )  # fmt: skip
+    )
     if not scaled:
         return
     sbase = statistics.median(scale_direct)
@@ -308,22 +331,48 @@ def main() -> None:
         f"{scale_rounds} rounds, medians"
     )
     print_table(
-        ["workload", "files/s drop->last commit", "ratio vs plain loop", "files/s once stable",
-         "ratio vs plain loop (stable)", "p50 s from drop", "drop s", "settle CPU s",
-         "lstat/file", "inotify overflows", "runs (total/stable)"],
         [
-            [f"watcher, {scale} files", f"{tp:.0f}", f"{tp / sbase:.2f}", f"{steady:.0f}",
-             f"{steady / sbase:.2f}", f"{statistics.median(r['p50'] for r in scaled):.1f}",
-             f"{statistics.median(r['drop'] for r in scaled):.2f}",
-             f"{statistics.median(r['settle_cpu'] for r in scaled):.2f}",
-             f"{statistics.median(r['looked'] for r in scaled):.2f}",
-             str(sum(int(r["overflows"]) for r in scaled)),
-             " ".join(f"{r['throughput']:.0f}/{r['steady']:.0f}" for r in scaled)],
-            [f"plain Intake.ingest loop, {WORKERS} threads", f"{sbase:.0f}", "1.00",
-             f"{sbase:.0f}", "1.00", "-", "-", "-", "-", "-",
-             " ".join(f"{v:.0f}" for v in scale_direct)],
+            "workload",
+            "files/s drop->last commit",
+            "ratio vs plain loop",
+            "files/s once stable",
+            "ratio vs plain loop (stable)",
+            "p50 s from drop",
+            "drop s",
+            "settle CPU s",
+            "lstat/file",
+            "inotify overflows",
+            "runs (total/stable)",
         ],
-    )  # fmt: skip
+        [
+            [
+                f"watcher, {scale} files",
+                f"{tp:.0f}",
+                f"{tp / sbase:.2f}",
+                f"{steady:.0f}",
+                f"{steady / sbase:.2f}",
+                f"{statistics.median(r['p50'] for r in scaled):.1f}",
+                f"{statistics.median(r['drop'] for r in scaled):.2f}",
+                f"{statistics.median(r['settle_cpu'] for r in scaled):.2f}",
+                f"{statistics.median(r['looked'] for r in scaled):.2f}",
+                str(sum(int(r["overflows"]) for r in scaled)),
+                " ".join(f"{r['throughput']:.0f}/{r['steady']:.0f}" for r in scaled),
+            ],
+            [
+                f"plain Intake.ingest loop, {WORKERS} threads",
+                f"{sbase:.0f}",
+                "1.00",
+                f"{sbase:.0f}",
+                "1.00",
+                "-",
+                "-",
+                "-",
+                "-",
+                "-",
+                " ".join(f"{v:.0f}" for v in scale_direct),
+            ],
+        ],
+    )
 
 
 if __name__ == "__main__":

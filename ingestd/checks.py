@@ -38,8 +38,10 @@ def missing_ocr_languages(config: Config) -> list[str]:
     return [
         f"{key}: tesseract language {lang!r} is not installed "
         f"(apt-get install tesseract-ocr-{lang.replace('_', '-')})"
-        for key, langs in wanted.items() for lang in langs if lang not in installed
-    ]  # fmt: skip
+        for key, langs in wanted.items()
+        for lang in langs
+        if lang not in installed
+    ]
 
 
 def secret_problems(config: Config) -> list[str]:
@@ -93,10 +95,12 @@ def _unreadable_for(path: Path, uid: int, gid: int) -> str | None:
     st = os.stat(real)
     if _allowed(st, uid, groups, 0o4):
         return None
-    return (f"the service user {name} (owner of paths.state_dir) cannot read it (owner "
-            f"{statedir.user_name(st.st_uid)}:{statedir.group_name(st.st_gid)}, mode "
-            f"{stat.S_IMODE(st.st_mode):04o}); e.g. chown root:{statedir.group_name(gid)} "
-            f"{path} and chmod 0640 {path}")  # fmt: skip
+    return (
+        f"the service user {name} (owner of paths.state_dir) cannot read it (owner "
+        f"{statedir.user_name(st.st_uid)}:{statedir.group_name(st.st_gid)}, mode "
+        f"{stat.S_IMODE(st.st_mode):04o}); e.g. chown root:{statedir.group_name(gid)} "
+        f"{path} and chmod 0640 {path}"
+    )
 
 
 def _allowed(st: os.stat_result, uid: int, groups: set[int], bit: int) -> bool:

@@ -203,15 +203,21 @@ def _print_status(report: dict[str, Any]) -> None:
     spool = report["spool"]
     print(f"spool: {spool['pending']} upload(s) waiting for intake ({spool['bytes']} bytes)")
     for h in report["hotfolders"]:
-        state = "MISSING" if h.get("missing") else (
-            f"{h['files']}{'+' if h['truncated'] else ''} file(s) waiting ({h['bytes']} bytes)")
+        state = (
+            "MISSING"
+            if h.get("missing")
+            else (
+                f"{h['files']}{'+' if h['truncated'] else ''} file(s) waiting ({h['bytes']} bytes)"
+            )
+        )
         print(f"hot folder {_shown(h['folder'])} [{h['tenant']}]: {state}")
     hot = (daemon or {}).get("hotfolders") or {}
     for s in hot.get("stuck") or []:
         print(f"  STUCK {_shown(s['path'])}: {s['reason']}")
     if hot.get("stuck_total", 0) > len(hot.get("stuck") or []):
-        print(f"  ... {hot['stuck_total']} stuck file(s) in all, "
-              f"the first {len(hot['stuck'])} shown")
+        print(
+            f"  ... {hot['stuck_total']} stuck file(s) in all, the first {len(hot['stuck'])} shown"
+        )
     bans = report["sftp_bans"]
     if bans:
         print(f"sftp bans: {len(bans)}")
@@ -222,8 +228,10 @@ def _print_status(report: dict[str, Any]) -> None:
     if not database["up"]:
         return
     print()
-    print(f"{'TENANT':<20} {'WHAT':<24} {'QUEUED':>7} {'PROC':>7} {'DONE':>7} {'FAILED':>7} "
-          f"{'ATTN':>7}")  # fmt: skip
+    print(
+        f"{'TENANT':<20} {'WHAT':<24} {'QUEUED':>7} {'PROC':>7} {'DONE':>7} {'FAILED':>7} "
+        f"{'ATTN':>7}"
+    )
     for name, t in sorted(report["tenants"].items()):
         rows = [("documents", t["documents"])] + [
             (f"jobs {k}", v) for k, v in sorted(t["jobs"].items())
@@ -233,12 +241,15 @@ def _print_status(report: dict[str, Any]) -> None:
             print(f"{name:<20} {label:<24} {n[0]:>7} {n[1]:>7} {n[2]:>7} {n[3]:>7} {n[4]:>7}")
     if report["queue"]:
         print()
-        print(f"{'QUEUE':<20} {'READY':>7} {'RETRY':>7} {'RUNNING':>7} {'OLDEST':>9} "
-              f"{'FAILED/1h':>9}")  # fmt: skip
+        print(
+            f"{'QUEUE':<20} {'READY':>7} {'RETRY':>7} {'RUNNING':>7} {'OLDEST':>9} {'FAILED/1h':>9}"
+        )
         for q in report["queue"]:
             oldest = "-" if q["oldest_ready_seconds"] is None else f"{q['oldest_ready_seconds']}s"
-            print(f"{q['tenant']:<20} {q['ready']:>7} {q['retrying']:>7} {q['running']:>7} "
-                  f"{oldest:>9} {q['failed_last_hour']:>9}")  # fmt: skip
+            print(
+                f"{q['tenant']:<20} {q['ready']:>7} {q['retrying']:>7} {q['running']:>7} "
+                f"{oldest:>9} {q['failed_last_hour']:>9}"
+            )
 
 
 # -- sftp: host keys, password hashes ----------------------------------------------------
@@ -250,9 +261,15 @@ def cmd_hostkeys(args: argparse.Namespace) -> int:
     if args.json:
         rows = []
         for k in keys:
-            rows.append({"algorithm": k.algorithm, "sha256": k.fingerprint,
-                         "md5": k.md5_fingerprint, "public_key": k.public_line,
-                         "path": str(k.path)})  # fmt: skip
+            rows.append(
+                {
+                    "algorithm": k.algorithm,
+                    "sha256": k.fingerprint,
+                    "md5": k.md5_fingerprint,
+                    "public_key": k.public_line,
+                    "path": str(k.path),
+                }
+            )
         _print_json(rows)
         return ExitCode.ok
     port = config.sftp.address[1]
@@ -303,8 +320,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
         record_run(config.paths.state_dir, report, started=started, rehash=not args.no_rehash)
     except (OSError, IngestdError) as exc:
         why = exc.message if isinstance(exc, IngestdError) else str(exc)
-        print(f"ingestd verify: the result was not recorded for the metrics: {why}",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"ingestd verify: the result was not recorded for the metrics: {why}", file=sys.stderr
+        )
     if args.json:
         _print_json(
             {
@@ -346,10 +364,19 @@ def cmd_documents_analyze(args: argparse.Namespace) -> int:
             if row is None:
                 missing.append(doc_id)
                 continue
-            job_id = enqueue(tx, tenant_id=int(tenant["id"]), document_id=doc_id,
-                             kind=JobKind.analyze_document, trace=row["trace_id"],
-                             payload={"document_id": doc_id, "force": args.force,
-                                      "reanalysis": True, "redeliver": args.redeliver})  # fmt: skip
+            job_id = enqueue(
+                tx,
+                tenant_id=int(tenant["id"]),
+                document_id=doc_id,
+                kind=JobKind.analyze_document,
+                trace=row["trace_id"],
+                payload={
+                    "document_id": doc_id,
+                    "force": args.force,
+                    "reanalysis": True,
+                    "redeliver": args.redeliver,
+                },
+            )
             queued.append({"document_id": doc_id, "job_id": job_id})
     if args.json:
         _print_json({"queued": queued, "not_found": missing})
@@ -370,14 +397,17 @@ def cmd_documents(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(rows)
         return ExitCode.ok
-    print(f"{'ID':>6} {'TENANT':<12} {'SOURCE':<20} {'STATUS':<8} {'ISSUED':<10} "
-          f"{'TITLE':<30} TAGS")  # fmt: skip
+    print(
+        f"{'ID':>6} {'TENANT':<12} {'SOURCE':<20} {'STATUS':<8} {'ISSUED':<10} {'TITLE':<30} TAGS"
+    )
     for r in rows:
         issued = r["issued_date"].isoformat() if r["issued_date"] else "-"
         title = _shown(r["title"])[:30]
         source = _shown(r["source"])[:20]
-        print(f"{r['id']:>6} {r['tenant']:<12} {source:<20} {r['processing_status']:<8} "
-              f"{issued:<10} {title:<30} {', '.join(r['tags'])}")  # fmt: skip
+        print(
+            f"{r['id']:>6} {r['tenant']:<12} {source:<20} {r['processing_status']:<8} "
+            f"{issued:<10} {title:<30} {', '.join(r['tags'])}"
+        )
     return ExitCode.ok
 
 
@@ -397,8 +427,10 @@ def cmd_documents_attention(args: argparse.Namespace) -> int:
     for r in rows:
         print(f"{r['id']:>6} {r['tenant']:<12} {_shown(r['original_filename'])}")
         print(f"{'':>6} {_shown(r['attention_reason'] or '')}")
-    print(f"\n{len(rows)} document(s). Re-queue with `ingestd documents analyze --tenant T ID`, "
-          "or accept without text: `ingestd documents mark-done --tenant T ID`")
+    print(
+        f"\n{len(rows)} document(s). Re-queue with `ingestd documents analyze --tenant T ID`, "
+        "or accept without text: `ingestd documents mark-done --tenant T ID`"
+    )
     return ExitCode.ok
 
 
@@ -420,8 +452,10 @@ def cmd_documents_mark_done(args: argparse.Namespace) -> int:
     for d in done if not args.json else []:
         print(f"document {d}: done without text")
     for m in missing:
-        print(f"document {m}: not a document of tenant {args.tenant} that needs attention",
-              file=sys.stderr)
+        print(
+            f"document {m}: not a document of tenant {args.tenant} that needs attention",
+            file=sys.stderr,
+        )
     return ExitCode.ok if not missing else ExitCode.not_found
 
 
@@ -449,8 +483,10 @@ def cmd_sftp(args: argparse.Namespace) -> int:
             bad.append(ip)
             continue
         state = "banned" if addr in banned else "not banned now"
-        print(f"{addr}: unban requested ({state}); the server lifts it when the address "
-              "next connects, or at its next start")  # fmt: skip
+        print(
+            f"{addr}: unban requested ({state}); the server lifts it when the address "
+            "next connects, or at its next start"
+        )
     for ip in bad:
         print(f"{ip!r} is not an IP address", file=sys.stderr)
     return ExitCode.ok if not bad else ExitCode.usage
@@ -483,10 +519,16 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
     try:
         with open_database(config, name="ingestd-worker", before_pool=start_child) as db:
-            runner = Runner(config, db, config_path=args.config, plugins=args.plugin,
-                            worker_id=args.worker_id, drain=args.drain,
-                            metrics_offset=args.metrics_offset,
-                            child=children[0] if children else None)  # fmt: skip
+            runner = Runner(
+                config,
+                db,
+                config_path=args.config,
+                plugins=args.plugin,
+                worker_id=args.worker_id,
+                drain=args.drain,
+                metrics_offset=args.metrics_offset,
+                child=children[0] if children else None,
+            )
             return runner.run()
     finally:
         for child in children:
@@ -501,9 +543,11 @@ def build_parser() -> argparse.ArgumentParser:
     # from resetting a value given before it.
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
-        "--config", type=Path, default=argparse.SUPPRESS,
+        "--config",
+        type=Path,
+        default=argparse.SUPPRESS,
         help="config file (default: $INGESTD_CONFIG or /etc/ingestd/ingestd.toml)",
-    )  # fmt: skip
+    )
     jsonopt = argparse.ArgumentParser(add_help=False)
     jsonopt.add_argument("--json", action="store_true", help="machine-readable output")
 
@@ -529,36 +573,58 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("files", nargs="+")
     s.set_defaults(func=cmd_ingest)
 
-    s = sub.add_parser("documents", aliases=["document"], parents=[common],
-                       help="list, re-analyze, trash and purge documents")  # fmt: skip
+    s = sub.add_parser(
+        "documents",
+        aliases=["document"],
+        parents=[common],
+        help="list, re-analyze, trash and purge documents",
+    )
     dsub = s.add_subparsers(dest="documents_cmd", required=True)
     tenant_cli.add_document_parsers(dsub, common, jsonopt)
     d = dsub.add_parser("list", parents=[common, jsonopt])
     d.add_argument("--tenant", default=None)
     d.add_argument("--limit", type=int, default=50)
     d.set_defaults(func=cmd_documents)
-    d = dsub.add_parser("analyze", parents=[common, jsonopt],
-                        help="queue analyze-document again (re-OCR, re-derive)")  # fmt: skip
+    d = dsub.add_parser(
+        "analyze",
+        parents=[common, jsonopt],
+        help="queue analyze-document again (re-OCR, re-derive)",
+    )
     d.add_argument("--tenant", required=True)
-    d.add_argument("--force", action="store_true",
-                   help="redo the OCR too (else a saved text of the same bytes is reused)")
-    d.add_argument("--redeliver", action="store_true",
-                   help="send the workflows' webhooks again (a re-analysis sends none)")
+    d.add_argument(
+        "--force",
+        action="store_true",
+        help="redo the OCR too (else a saved text of the same bytes is reused)",
+    )
+    d.add_argument(
+        "--redeliver",
+        action="store_true",
+        help="send the workflows' webhooks again (a re-analysis sends none)",
+    )
     d.add_argument("ids", nargs="+", type=int, metavar="ID")
     d.set_defaults(func=cmd_documents_analyze)
-    d = dsub.add_parser("attention", parents=[common, jsonopt],
-                        help="documents archived but not analysable, with the reason")
+    d = dsub.add_parser(
+        "attention",
+        parents=[common, jsonopt],
+        help="documents archived but not analysable, with the reason",
+    )
     d.add_argument("--tenant", default=None)
     d.add_argument("--limit", type=int, default=200)
     d.set_defaults(func=cmd_documents_attention)
-    d = dsub.add_parser("mark-done", parents=[common, jsonopt],
-                        help="accept documents that need attention as done, without text")
+    d = dsub.add_parser(
+        "mark-done",
+        parents=[common, jsonopt],
+        help="accept documents that need attention as done, without text",
+    )
     d.add_argument("--tenant", required=True)
     d.add_argument("ids", nargs="+", type=int, metavar="ID")
     d.set_defaults(func=cmd_documents_mark_done)
 
-    s = sub.add_parser("hostkeys", parents=[common, jsonopt],
-                       help="print the SFTP host key fingerprints (made if missing)")  # fmt: skip
+    s = sub.add_parser(
+        "hostkeys",
+        parents=[common, jsonopt],
+        help="print the SFTP host key fingerprints (made if missing)",
+    )
     s.set_defaults(func=cmd_hostkeys)
 
     s = sub.add_parser("account", parents=[common], help="SFTP account helpers")
@@ -568,8 +634,14 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[common],
         help="bcrypt hash for sftp.accounts[].password_hash (password on stdin or prompted)",
     )
-    a.add_argument("--rounds", type=int, default=12, choices=range(4, 32), metavar="4..31",
-                   help="bcrypt cost (default 12)")  # fmt: skip
+    a.add_argument(
+        "--rounds",
+        type=int,
+        default=12,
+        choices=range(4, 32),
+        metavar="4..31",
+        help="bcrypt cost (default 12)",
+    )
     a.set_defaults(func=cmd_hash_password)
 
     s = sub.add_parser("sftp", parents=[common], help="SFTP bans")
@@ -582,21 +654,38 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("ips", nargs="+", metavar="IP")
     a.set_defaults(func=cmd_sftp)
 
-    s = sub.add_parser("serve", parents=[common],
-                       help="run the daemon: SFTP server, spool intake, hot folders")  # fmt: skip
+    s = sub.add_parser(
+        "serve", parents=[common], help="run the daemon: SFTP server, spool intake, hot folders"
+    )
     s.set_defaults(func=cmd_serve)
 
-    s = sub.add_parser("worker", parents=[common],
-                       help="run jobs, one at a time, each in a child process")  # fmt: skip
-    s.add_argument("--drain", action="store_true",
-                   help="exit 0 once no job is ready and none is running")  # fmt: skip
-    s.add_argument("--plugin", action="append", default=[], metavar="MODULE",
-                   help="import MODULE for more job kinds (repeatable)")  # fmt: skip
-    s.add_argument("--metrics-offset", type=int, default=None, metavar="N",
-                   help="serve /metrics on metrics.worker_listen's port + N "
-                        "(ingestd-worker@N); without it, no endpoint")  # fmt: skip
-    s.add_argument("--worker-id", default=None, metavar="ID",
-                   help="name in processing_jobs.worker_id (default HOST:PID)")  # fmt: skip
+    s = sub.add_parser(
+        "worker", parents=[common], help="run jobs, one at a time, each in a child process"
+    )
+    s.add_argument(
+        "--drain", action="store_true", help="exit 0 once no job is ready and none is running"
+    )
+    s.add_argument(
+        "--plugin",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="import MODULE for more job kinds (repeatable)",
+    )
+    s.add_argument(
+        "--metrics-offset",
+        type=int,
+        default=None,
+        metavar="N",
+        help="serve /metrics on metrics.worker_listen's port + N "
+        "(ingestd-worker@N); without it, no endpoint",
+    )
+    s.add_argument(
+        "--worker-id",
+        default=None,
+        metavar="ID",
+        help="name in processing_jobs.worker_id (default HOST:PID)",
+    )
     s.set_defaults(func=cmd_worker)
 
     s = sub.add_parser("status", parents=[common, jsonopt], help="documents and jobs by tenant")
@@ -619,8 +708,9 @@ def _report(exc: IngestdError) -> int:
     problems = [p for p in exc.problems if p != exc.message] if isinstance(exc, ConfigError) else []
     if log.json_output():
         fields: dict[str, Any] = {"problems": problems} if problems else {}
-        log.get_logger().error("cli.error", error=exc.message, exit_code=int(exc.exit_code),
-                               **fields)  # fmt: skip
+        log.get_logger().error(
+            "cli.error", error=exc.message, exit_code=int(exc.exit_code), **fields
+        )
     else:
         print(f"ingestd: {exc.message}", file=sys.stderr)
         for problem in problems:

@@ -14,13 +14,7 @@ from ipaddress import IPv4Network, IPv6Network, ip_address
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import (
-    ByteSize,
-    Field,
-    ValidationError,
-    field_validator,
-    model_validator,
-)
+from pydantic import ByteSize, Field, ValidationError, field_validator, model_validator
 
 from ingestd import pathcheck
 from ingestd.config_notify import NotifySink, SmtpConfig, check_notify
@@ -428,9 +422,9 @@ class AnalysisConfig(_Section):
         default_factory=lambda: ["deu", "eng"], min_length=1
     )
     tenant_languages: dict[
-        TenantName, Annotated[list[Annotated[str, Field(pattern=TESSERACT_LANG)]],
-                              Field(min_length=1)]
-    ] = Field(default_factory=dict)  # fmt: skip
+        TenantName,
+        Annotated[list[Annotated[str, Field(pattern=TESSERACT_LANG)]], Field(min_length=1)],
+    ] = Field(default_factory=dict)
     # PDF pages that already have text: skip them (their text is kept), redo the OCR
     # layer (redo), or rasterise and OCR everything (force).
     mode: Literal["skip", "redo", "force"] = "skip"
@@ -573,9 +567,11 @@ class Config(_Section):
         for i, w in enumerate(self.workflows):
             key = (w.tenant, w.name)
             if key in seen:
-                raise ValueError(f"workflows[{i}].name: {w.name!r} is used twice for "
-                                 f"tenant {w.tenant!r} (a workflow runs once per document, "
-                                 "by name)")  # fmt: skip
+                raise ValueError(
+                    f"workflows[{i}].name: {w.name!r} is used twice for "
+                    f"tenant {w.tenant!r} (a workflow runs once per document, "
+                    "by name)"
+                )
             seen.add(key)
         return self
 

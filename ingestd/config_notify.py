@@ -151,8 +151,9 @@ class SmtpConfig(_Section):
         if ":" in v and not _is_ip(v.strip("[]")):
             raise ValueError("must be a host name or IP address; put the port in smtp.port")
         if not _is_ip(v.strip("[]")) and not _HOSTNAME.match(v):
-            raise ValueError("must be a host name or IP address, e.g. 'localhost' or "
-                             "'mail.example.org'")  # fmt: skip
+            raise ValueError(
+                "must be a host name or IP address, e.g. 'localhost' or 'mail.example.org'"
+            )
         return v.strip("[]")
 
     @field_validator("from_address")
@@ -170,12 +171,16 @@ class SmtpConfig(_Section):
     @model_validator(mode="after")
     def _auth(self) -> SmtpConfig:
         if (self.username is None) != (self.password_file is None):
-            raise ValueError("username and password_file go together (AUTH needs both; "
-                             "no passwords in the config file)")  # fmt: skip
+            raise ValueError(
+                "username and password_file go together (AUTH needs both; "
+                "no passwords in the config file)"
+            )
         if self.username is not None and self.security == "none" and not _is_loopback(self.host):
-            raise ValueError(f"security = \"none\" would send the password for "
-                             f"{self.host} in clear over the network; use \"starttls\" or "
-                             "\"tls\"")  # fmt: skip
+            raise ValueError(
+                f'security = "none" would send the password for '
+                f'{self.host} in clear over the network; use "starttls" or '
+                '"tls"'
+            )
         return self
 
     @property
@@ -227,11 +232,12 @@ class NotifySink(_Section):
     def _globs(cls, v: list[str]) -> list[str]:
         for glob in v:
             if not _GLOB.match(glob):
-                raise ValueError(f"{glob!r} is not a glob over event types "
-                                 "(lower-case letters, '_', '.', '*', '?', [...])")  # fmt: skip
+                raise ValueError(
+                    f"{glob!r} is not a glob over event types "
+                    "(lower-case letters, '_', '.', '*', '?', [...])"
+                )
             if not any(fnmatch.fnmatchcase(t, glob) for t in EVENT_TYPES):
-                raise ValueError(f"{glob!r} matches no event type; known: "
-                                 f"{', '.join(EVENT_TYPES)}")  # fmt: skip
+                raise ValueError(f"{glob!r} matches no event type; known: {', '.join(EVENT_TYPES)}")
         return v
 
     @field_validator("email")
@@ -249,8 +255,10 @@ class NotifySink(_Section):
     @model_validator(mode="after")
     def _one_channel(self) -> NotifySink:
         if (self.email is None) == (self.webhook is None):
-            raise ValueError(f"notify sink {self.name!r} needs exactly one of email = [...] "
-                             "or webhook = {url, secret_file | secret_env}")  # fmt: skip
+            raise ValueError(
+                f"notify sink {self.name!r} needs exactly one of email = [...] "
+                "or webhook = {url, secret_file | secret_env}"
+            )
         return self
 
     def wants(self, event_type: str, severity: str, tenant: str | None) -> bool:
@@ -278,8 +286,10 @@ def check_notify(smtp: SmtpConfig | None, sinks: Sequence[NotifySink]) -> list[s
             problems.append(f"notify[{i}]: email needs an [smtp] section (host, from_address)")
         if sink.name in seen:
             first = seen[sink.name]
-            problems.append(f"notify[{i}].name: {sink.name!r} is used twice (also "
-                            f"notify[{first}]), but a sink is found by its name")  # fmt: skip
+            problems.append(
+                f"notify[{i}].name: {sink.name!r} is used twice (also "
+                f"notify[{first}]), but a sink is found by its name"
+            )
         seen.setdefault(sink.name, i)
     return problems
 

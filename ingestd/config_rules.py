@@ -93,8 +93,9 @@ def _bool_as_number(given: object, taken: object) -> tuple[_Loc, str] | None:
 
 
 # What a bool read as 0/1 fails before it could be compared (`window_size = true`).
-_NUMBER_LIMITS = frozenset({"greater_than", "greater_than_equal", "less_than",
-                            "less_than_equal", "multiple_of"})  # fmt: skip
+_NUMBER_LIMITS = frozenset(
+    {"greater_than", "greater_than_equal", "less_than", "less_than_equal", "multiple_of"}
+)
 
 
 def _not_true_false(title: str, errors: list[tuple[_Loc, str, bool]]) -> ValidationError:
@@ -128,8 +129,9 @@ class ConfigModel(BaseModel):
             taken = handler(value)
         except ValidationError as exc:
             errors = exc.errors()
-            if errors and all(isinstance(e["input"], bool) and e["type"] in _NUMBER_LIMITS
-                              for e in errors):  # fmt: skip
+            if errors and all(
+                isinstance(e["input"], bool) and e["type"] in _NUMBER_LIMITS for e in errors
+            ):
                 raise _not_true_false(
                     cls.__name__,
                     [(tuple(e["loc"]), "must be a number", e["input"]) for e in errors],
@@ -280,8 +282,9 @@ class WebhookConfig(_Rule):
         assert self.secret_file is not None  # _one_secret
         # Group read is how a service user gets a root-owned secret (0640 root:ingestd);
         # anything for "other", or group write, means the secret is not one.
-        return read_secret_file(self.secret_file, f"webhook secret_file {self.secret_file}",
-                                GROUP_READABLE)  # fmt: skip
+        return read_secret_file(
+            self.secret_file, f"webhook secret_file {self.secret_file}", GROUP_READABLE
+        )
 
     @property
     def display_url(self) -> str:
@@ -313,9 +316,21 @@ def redact_url(url: str) -> str:
 
 # What a workflow's title template may use (worker/workflows.py fills them in).
 TITLE_TEMPLATE_KEYS = frozenset(
-    {"filename", "stem", "correspondent", "document_type", "issued_date", "year", "month",
-     "tenant", "source", "subfolder", "title", "page_count"}
-)  # fmt: skip
+    {
+        "filename",
+        "stem",
+        "correspondent",
+        "document_type",
+        "issued_date",
+        "year",
+        "month",
+        "tenant",
+        "source",
+        "subfolder",
+        "title",
+        "page_count",
+    }
+)
 
 
 def template_fields(template: str) -> list[tuple[str, str | None]]:

@@ -62,8 +62,11 @@ class Flags:
         self._saved: dict[int, Any] = {}
 
     def install(self) -> None:
-        for sig, handler in ((signal.SIGTERM, self._on_stop), (signal.SIGINT, self._on_stop),
-                             (signal.SIGHUP, self._on_reload)):  # fmt: skip
+        for sig, handler in (
+            (signal.SIGTERM, self._on_stop),
+            (signal.SIGINT, self._on_stop),
+            (signal.SIGHUP, self._on_reload),
+        ):
             self._saved[sig] = signal.signal(sig, handler)
 
     def sleep(self, seconds: float) -> None:
@@ -114,8 +117,7 @@ class _SchemaWhenReachable(threading.Thread):
                 migrate(self.db)
                 return
             except DatabaseUnavailable as exc:
-                self.log.warning("daemon.database_unavailable", detail=exc.message,
-                                 retry_in=delay)  # fmt: skip
+                self.log.warning("daemon.database_unavailable", detail=exc.message, retry_in=delay)
             except DatabaseError as exc:
                 self.log.error("daemon.migrate_failed", detail=exc.message, retry_in=delay)
             self.stop.wait(delay)
@@ -153,13 +155,20 @@ def _health(config: Config, sftp: SftpService, state: DaemonState) -> health.Hea
         return None
 
     checks = health.Health(
-        [health.Loop("daemon"), health.Loop("daemon.state"), health.Loop("watch.settle"),
-         health.Loop("watch.folders"), health.Loop("spool.intake"),
-         health.Loop("sftp.accept", lambda: sftp.server is not None)],
-        {"database": database,
-         "spool": health.writable(spool.partial_dir, spool.queue_dir, spool.inbox_root),
-         "archive": health.writable(config.paths.archive_dir)},
-    )  # fmt: skip
+        [
+            health.Loop("daemon"),
+            health.Loop("daemon.state"),
+            health.Loop("watch.settle"),
+            health.Loop("watch.folders"),
+            health.Loop("spool.intake"),
+            health.Loop("sftp.accept", lambda: sftp.server is not None),
+        ],
+        {
+            "database": database,
+            "spool": health.writable(spool.partial_dir, spool.queue_dir, spool.inbox_root),
+            "archive": health.writable(config.paths.archive_dir),
+        },
+    )
     return checks
 
 
@@ -170,8 +179,9 @@ def _state_turned(period: float) -> dict[str, float]:
     return health.HEARTBEATS.ages()
 
 
-def _start_metrics(config: Config, db: Database, logger: Any, checks: health.Health,
-                   spool: Spool) -> _Metrics | None:  # fmt: skip
+def _start_metrics(
+    config: Config, db: Database, logger: Any, checks: health.Health, spool: Spool
+) -> _Metrics | None:
     """/metrics, /healthz and /readyz on metrics.listen, with the queue, spool and verify
     gauges; a taken port is logged, not fatal (ingesting matters more than being
     watched). Changes need a restart."""
@@ -212,9 +222,16 @@ def serve(config: Config, config_path: Path | None, notifier: Notifier | None = 
         events = EventLog(db, config.paths.state_dir)
         events.start()
         hot = HotFolders(config, intake, events=events)
-        sftp = SftpService(config, intake, tenant_status=TenantStatusCache(
-            db, interval=config.sftp.tenant_status_refresh,
-            max_age=config.sftp.tenant_status_max_age), events=events)
+        sftp = SftpService(
+            config,
+            intake,
+            tenant_status=TenantStatusCache(
+                db,
+                interval=config.sftp.tenant_status_refresh,
+                max_age=config.sftp.tenant_status_max_age,
+            ),
+            events=events,
+        )
         # The spool first: uploads acknowledged before a crash are ingested at once.
         try:
             sftp.start()
@@ -231,14 +248,21 @@ def serve(config: Config, config_path: Path | None, notifier: Notifier | None = 
         # A turn of the state thread: its 2 s pause, and a probe of a database that is
         # down waits for the pool, then for one direct connection.
         turn = 2.0 + 2 * config.database.connect_timeout
-        state = DaemonState(db, config.paths.state_dir,
-                            {"hotfolders": hot.status_snapshot, "spool": sftp.spool.snapshot,
-                             "loops": lambda: _state_turned(turn)})  # fmt: skip
+        state = DaemonState(
+            db,
+            config.paths.state_dir,
+            {
+                "hotfolders": hot.status_snapshot,
+                "spool": sftp.spool.snapshot,
+                "loops": lambda: _state_turned(turn),
+            },
+        )
         state.start()
         endpoint = _start_metrics(config, db, logger, _health(config, sftp, state), sftp.spool)
         notifier.ready(_status(config, sftp))
-        logger.info("daemon.ready", hot_folders=len(config.watch),
-                    sftp_accounts=len(config.sftp.accounts))  # fmt: skip
+        logger.info(
+            "daemon.ready", hot_folders=len(config.watch), sftp_accounts=len(config.sftp.accounts)
+        )
         ping_every = notifier.watchdog_interval
         next_ping = time.monotonic()
         try:

@@ -40,9 +40,13 @@ class DaemonState(threading.Thread):
     """Probe the database and write the state file every ``interval`` seconds."""
 
     def __init__(
-        self, db: Database, state_dir: Path, providers: dict[str, Provider], *,
+        self,
+        db: Database,
+        state_dir: Path,
+        providers: dict[str, Provider],
+        *,
         interval: float = INTERVAL,
-    ) -> None:  # fmt: skip
+    ) -> None:
         super().__init__(name="daemon-state", daemon=True)
         self.db = db
         self.path = state_dir / STATE_FILE
@@ -79,13 +83,13 @@ class DaemonState(threading.Thread):
         except DatabaseError as exc:
             if self.database_up is not False:
                 self.down_since, self._down_t0 = _now(), time.monotonic()
-                self.log.error("daemon.database_down", detail=exc.message,
-                               spool_keeps_uploads=True)  # fmt: skip
+                self.log.error("daemon.database_down", detail=exc.message, spool_keeps_uploads=True)
             self.database_up, self.last_error = False, exc.message
             return
         if self.database_up is False:
-            self.log.info("daemon.database_up",
-                          outage_seconds=round(time.monotonic() - self._down_t0, 1))
+            self.log.info(
+                "daemon.database_up", outage_seconds=round(time.monotonic() - self._down_t0, 1)
+            )
         self.database_up, self.down_since, self.last_error = True, None, None
 
     def snapshot(self) -> dict[str, Any]:
@@ -95,7 +99,9 @@ class DaemonState(threading.Thread):
             "updated_at": _now(),
             "updated_epoch": time.time(),
             "database": {
-                "up": self.database_up, "down_since": self.down_since, "error": self.last_error,
+                "up": self.database_up,
+                "down_since": self.down_since,
+                "error": self.last_error,
             },
         }
         for name, provider in self.providers.items():

@@ -118,33 +118,48 @@ def _role_hint(role: str) -> str:
     if role == _os_user():
         # libpq's default role is the login name: `sudo ingestd status` asks for "root".
         run = "runuser -u ingestd --" if os.geteuid() == 0 else "sudo -u ingestd"
-        return (f"this command ran as the OS user {role!r}, and PostgreSQL has no role of "
-                f"that name: run as the ingestd user: {run} ingestd ...")  # fmt: skip
-    return (f"create it (sudo -u postgres createuser {role}) or name an existing role "
-            "with user= in database.url")  # fmt: skip
+        return (
+            f"this command ran as the OS user {role!r}, and PostgreSQL has no role of "
+            f"that name: run as the ingestd user: {run} ingestd ..."
+        )
+    return (
+        f"create it (sudo -u postgres createuser {role}) or name an existing role "
+        "with user= in database.url"
+    )
 
 
 # (what the server or libpq says, how to fix it); {role} and {db} come from the message
 # or from the connection. Texts as PostgreSQL 15 and libpq send them.
 _REFUSALS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r'role "(?P<role>[^"]*)" does not exist'), "{role_hint}"),
-    (re.compile(r'database "(?P<db>[^"]*)" does not exist'),
-     "create it: sudo -u postgres createdb -O {role} {db}; then run `ingestd migrate`"),
-    (re.compile(r'password authentication failed for user "(?P<role>[^"]*)"'
-                r"|fe_sendauth: no password supplied"),
-     "check the password in ~/.pgpass or PGPASSFILE of the user ingestd runs as "
-     "(never in database.url), or use peer authentication"),
-    (re.compile(r'(?:Peer|Ident) authentication failed for user "(?P<role>[^"]*)"'),
-     "peer authentication admits only the OS user named like the role: run ingestd as "
-     "{role} (runuser -u {role} -- ingestd ...) or map the users in pg_ident.conf"),
-    (re.compile(r"no pg_hba\.conf entry for|pg_hba\.conf rejects connection"),
-     "add a line for this host, role and database to pg_hba.conf on the database "
-     "server and reload it"),
-    (re.compile(r'role "(?P<role>[^"]*)" is not permitted to log in'),
-     "ALTER ROLE {role} LOGIN"),
-    (re.compile(r'permission denied for database "(?P<db>[^"]*)"'),
-     "GRANT CONNECT ON DATABASE {db} TO {role}"),
-)  # fmt: skip
+    (
+        re.compile(r'database "(?P<db>[^"]*)" does not exist'),
+        "create it: sudo -u postgres createdb -O {role} {db}; then run `ingestd migrate`",
+    ),
+    (
+        re.compile(
+            r'password authentication failed for user "(?P<role>[^"]*)"'
+            r"|fe_sendauth: no password supplied"
+        ),
+        "check the password in ~/.pgpass or PGPASSFILE of the user ingestd runs as "
+        "(never in database.url), or use peer authentication",
+    ),
+    (
+        re.compile(r'(?:Peer|Ident) authentication failed for user "(?P<role>[^"]*)"'),
+        "peer authentication admits only the OS user named like the role: run ingestd as "
+        "{role} (runuser -u {role} -- ingestd ...) or map the users in pg_ident.conf",
+    ),
+    (
+        re.compile(r"no pg_hba\.conf entry for|pg_hba\.conf rejects connection"),
+        "add a line for this host, role and database to pg_hba.conf on the database "
+        "server and reload it",
+    ),
+    (re.compile(r'role "(?P<role>[^"]*)" is not permitted to log in'), "ALTER ROLE {role} LOGIN"),
+    (
+        re.compile(r'permission denied for database "(?P<db>[^"]*)"'),
+        "GRANT CONNECT ON DATABASE {db} TO {role}",
+    ),
+)
 
 
 def _refusal(cause: str, role: str, db: str) -> str | None:
@@ -177,8 +192,10 @@ def _connect_error(exc: psycopg.Error) -> DatabaseError:
 def _schema_missing(exc: psycopg.Error) -> SchemaMissing:
     cause = " ".join(str(exc).split("\n", 1)[0].split())
     if exc.sqlstate == "3F000":
-        hint = ("check the search_path in database.url (options=-csearch_path=...), "
-                "then run `ingestd migrate`")  # fmt: skip
+        hint = (
+            "check the search_path in database.url (options=-csearch_path=...), "
+            "then run `ingestd migrate`"
+        )
     else:
         hint = "run `ingestd migrate` (as the ingestd user) against this database"
     return SchemaMissing(f"database schema missing: {cause}; {hint}")

@@ -177,8 +177,11 @@ class EventLog:
             names = os.listdir(self.dir)
         except FileNotFoundError:
             return []
-        return [self.dir / n for n in sorted(names)
-                if n.endswith(".json") and not n.startswith(_TMP_PREFIX)]  # fmt: skip
+        return [
+            self.dir / n
+            for n in sorted(names)
+            if n.endswith(".json") and not n.startswith(_TMP_PREFIX)
+        ]
 
     def _write(self, record: dict[str, Any]) -> None:
         name = f"{time.time_ns():020d}-{next(self._seq) % 1_000_000:06d}-{record['event_id']}.json"
@@ -197,9 +200,14 @@ class EventLog:
         except OSError as exc:
             with contextlib.suppress(OSError):
                 os.unlink(self.dir / f"{_TMP_PREFIX}{name}")
-            self.log.error("events.lost", event_type=record["type"], tenant=record["tenant"],
-                           event_id=record["event_id"], dir=str(self.dir),
-                           error=exc.strerror or str(exc))  # fmt: skip
+            self.log.error(
+                "events.lost",
+                event_type=record["type"],
+                tenant=record["tenant"],
+                event_id=record["event_id"],
+                dir=str(self.dir),
+                error=exc.strerror or str(exc),
+            )
             return
         with self._lock:
             self._files = self._count() + 1
@@ -218,9 +226,13 @@ class EventLog:
             first = self._dropped == 0
             self._dropped += dropped
         if first and dropped:
-            self.log.warning("events.buffer_full", dir=str(self.dir), max_files=self.max_files,
-                             detail="the database is still unavailable; the oldest buffered "
-                                    "events are being dropped")  # fmt: skip
+            self.log.warning(
+                "events.buffer_full",
+                dir=str(self.dir),
+                max_files=self.max_files,
+                detail="the database is still unavailable; the oldest buffered "
+                "events are being dropped",
+            )
 
     # -- flushing -----------------------------------------------------------------------
     def pending(self) -> int:
@@ -244,8 +256,9 @@ class EventLog:
                 records = [(p, r) for p in batch if (r := self._read(p)) is not None]
                 try:
                     with self.db.transaction() as tx:
-                        inserted += sum(tx.run("operator_event_insert", _params(r))
-                                        for _, r in records)  # fmt: skip
+                        inserted += sum(
+                            tx.run("operator_event_insert", _params(r)) for _, r in records
+                        )
                 except DatabaseError as exc:
                     failed = True
                     with self._lock:
@@ -253,8 +266,9 @@ class EventLog:
                         warn = not isinstance(exc, DatabaseUnavailable) and not self._warned
                         self._warned = self._warned or warn
                     if warn:  # once until a flush succeeds: not every few seconds
-                        self.log.warning("events.flush_failed", error=exc.message,
-                                         pending=len(self._pending()))  # fmt: skip
+                        self.log.warning(
+                            "events.flush_failed", error=exc.message, pending=len(self._pending())
+                        )
                     break
                 for path, _ in records:
                     with contextlib.suppress(FileNotFoundError):

@@ -64,9 +64,15 @@ _KNOWN_OTHERS: tuple[tuple[int, bytes, str], ...] = (
     (0, b"<?xml", "XML document"),
 )
 _RIFF_KINDS = {b"WEBP": "WebP image", b"AVI ": "AVI video", b"WAVE": "WAVE audio"}
-_ISO_BMFF_BRANDS = {b"heic": "HEIC image", b"heix": "HEIC image", b"avif": "AVIF image",
-                    b"mif1": "HEIF image", b"isom": "MP4 video", b"mp42": "MP4 video",
-                    b"qt  ": "QuickTime video"}  # fmt: skip
+_ISO_BMFF_BRANDS = {
+    b"heic": "HEIC image",
+    b"heix": "HEIC image",
+    b"avif": "AVIF image",
+    b"mif1": "HEIF image",
+    b"isom": "MP4 video",
+    b"mp42": "MP4 video",
+    b"qt  ": "QuickTime video",
+}
 _HTML = re.compile(rb"^\s*<(!doctype\s+html|html|head|body)\b", re.IGNORECASE)
 # The version is part of the header: "%PDF-1.7", "%PDF-2.0".
 _PDF_HEADER = re.compile(rb"%PDF-\d\.\d")

@@ -81,16 +81,19 @@ def why_not_removable(path: Path, exc: OSError) -> str:
         return what
     mode = stat.S_IMODE(st.st_mode)
     me = f"{user(os.geteuid())} (uid {os.geteuid()})"
-    folder = (f"the folder {path.parent} is {user(st.st_uid)}:{group(st.st_gid)} mode "
-              f"{mode:04o}")  # fmt: skip
+    folder = f"the folder {path.parent} is {user(st.st_uid)}:{group(st.st_gid)} mode {mode:04o}"
     if exc.errno not in (errno.EACCES, errno.EPERM):
         return f"{what}; {folder}"
     if mode & stat.S_ISVTX:
-        hint = ("its sticky bit lets only a file's owner remove it: clear it (chmod -t) or "
-                "have the share create files as the ingestd user")
+        hint = (
+            "its sticky bit lets only a file's owner remove it: clear it (chmod -t) or "
+            "have the share create files as the ingestd user"
+        )
     else:
-        hint = ("give the folder the share's group with group write and setgid "
-                "(chgrp -R GROUP; chmod -R g+w; find . -type d -exec chmod g+s {} +) and "
-                "a create mask that keeps group write (Samba: 'create mask = 0660', "
-                "'directory mask = 2770'; NFS: umask 002)")
+        hint = (
+            "give the folder the share's group with group write and setgid "
+            "(chgrp -R GROUP; chmod -R g+w; find . -type d -exec chmod g+s {} +) and "
+            "a create mask that keeps group write (Samba: 'create mask = 0660', "
+            "'directory mask = 2770'; NFS: umask 002)"
+        )
     return f"{what}; {folder} and ingestd runs as {me}: {hint}"

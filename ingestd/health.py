@@ -126,8 +126,9 @@ class _Bounded:
             if self._running is None or self._running.done():
                 fut: Future[str | None] = Future()
                 self._running, self._started = fut, time.monotonic()
-                threading.Thread(target=self._run, args=(fut,), name=f"check-{self.name}",
-                                 daemon=True).start()  # fmt: skip
+                threading.Thread(
+                    target=self._run, args=(fut,), name=f"check-{self.name}", daemon=True
+                ).start()
             return self._running, self._started
 
     def _run(self, fut: Future[str | None]) -> None:
@@ -141,8 +142,10 @@ class _Bounded:
         try:
             return fut.result(max(left, 0.0))
         except FutureTimeout:
-            return (f"no answer after {time.monotonic() - started:.0f} s "
-                    "(a hung filesystem or database?)")  # fmt: skip
+            return (
+                f"no answer after {time.monotonic() - started:.0f} s "
+                "(a hung filesystem or database?)"
+            )
 
 
 class Health:
@@ -184,11 +187,20 @@ class Health:
             if age <= limit:
                 out.append(Result(loop.name, True, extra=extra))
             elif self.beats.get(loop.name) is None:
-                out.append(Result(loop.name, False, f"has not turned since the start "
-                                  f"{age:.0f} s ago", extra))  # fmt: skip
+                out.append(
+                    Result(
+                        loop.name, False, f"has not turned since the start {age:.0f} s ago", extra
+                    )
+                )
             else:
-                out.append(Result(loop.name, False, f"stuck: last turn {age:.0f} s ago "
-                                  f"(stale after {limit:.0f} s)", extra))  # fmt: skip
+                out.append(
+                    Result(
+                        loop.name,
+                        False,
+                        f"stuck: last turn {age:.0f} s ago (stale after {limit:.0f} s)",
+                        extra,
+                    )
+                )
         return out
 
     def ready(self) -> list[Result]:

@@ -327,8 +327,9 @@ class Intake:
             limit, now = int(cfg.max_file_size), datetime.now(UTC)
             try:
                 if item.owned:
-                    staged = self.archive.adopt(item.tenant, item.path, fd, max_bytes=limit,
-                                                when=now)  # fmt: skip
+                    staged = self.archive.adopt(
+                        item.tenant, item.path, fd, max_bytes=limit, when=now
+                    )
                 else:
                     staged = self.archive.stage(item.tenant, fd, max_bytes=limit, when=now)
             except TooLarge as exc:
@@ -392,16 +393,19 @@ class Intake:
                 if doc is None:
                     # Lost a race with an identical file; it is recorded: a duplicate.
                     dup = tx.one(
-                        "document_by_sha256",
-                        {"tenant_id": tenant_id, "sha256": archived.sha256},
+                        "document_by_sha256", {"tenant_id": tenant_id, "sha256": archived.sha256}
                     )
                     dup_id = int(dup["id"]) if dup else None
                     return self._duplicate(item, disposal, log, archived.sha256, dup_id)
                 job_id = enqueue(
-                    tx, tenant_id=tenant_id, document_id=int(doc["id"]),
-                    kind=JobKind.analyze_document, derive_title=info.placeholder,
-                    payload={"document_id": doc["id"], "force": False}, trace=item.trace,
-                )  # fmt: skip
+                    tx,
+                    tenant_id=tenant_id,
+                    document_id=int(doc["id"]),
+                    kind=JobKind.analyze_document,
+                    derive_title=info.placeholder,
+                    payload={"document_id": doc["id"], "force": False},
+                    trace=item.trace,
+                )
                 # Folder names become tags: cut to the column's 100 characters, or a long
                 # folder name would fail the CHECK and the file would be retried forever.
                 tags = sorted({t.strip()[:MAX_TAG_LENGTH] for t in item.tags if t.strip()})
@@ -467,12 +471,7 @@ class Intake:
         return None
 
     def _duplicate(
-        self,
-        item: IntakeItem,
-        disposal: Disposal,
-        log: Any,
-        sha256: str,
-        document_id: int | None,
+        self, item: IntakeItem, disposal: Disposal, log: Any, sha256: str, document_id: int | None
     ) -> IntakeResult:
         if self.config.duplicates == "refuse":
             raise Refused(Reason.duplicate, f"same content as document {document_id}")
@@ -480,8 +479,9 @@ class Intake:
         # source is safe to drop. This is also how a re-run after a crash finishes up.
         left = self._dispose(item, disposal, log)
         log.info("intake.duplicate", document_id=document_id)
-        return IntakeResult(item, Outcome.duplicate, sha256=sha256, document_id=document_id,
-                            source_left=left)
+        return IntakeResult(
+            item, Outcome.duplicate, sha256=sha256, document_id=document_id, source_left=left
+        )
 
     def _active_tenant_id(self, tenant: str) -> int:
         with self.db.transaction() as tx:

@@ -21,17 +21,27 @@ def cmd_jobs(args: argparse.Namespace) -> int:
     config = _load(args)
     with open_database(config) as db, db.transaction() as tx:
         if args.jobs_cmd == "list":
-            rows = tx.all("jobs_list", {"tenant": args.tenant, "status": args.status,
-                                        "kind": args.kind, "limit": args.limit})  # fmt: skip
+            rows = tx.all(
+                "jobs_list",
+                {
+                    "tenant": args.tenant,
+                    "status": args.status,
+                    "kind": args.kind,
+                    "limit": args.limit,
+                },
+            )
             if args.json:
                 _print_json(rows)
                 return ExitCode.ok
-            print(f"{'ID':>8} {'TENANT':<14} {'KIND':<18} {'STATUS':<10} {'TRY':>3} "
-                  f"{'DOC':>8}  ERROR")  # fmt: skip
+            print(
+                f"{'ID':>8} {'TENANT':<14} {'KIND':<18} {'STATUS':<10} {'TRY':>3} {'DOC':>8}  ERROR"
+            )
             for r in rows:
                 err = (r["error"] or "").replace("\n", " ")[:60]
-                print(f"{r['id']:>8} {r['tenant']:<14} {r['kind']:<18} {r['status']:<10} "
-                      f"{r['retry_count']:>3} {r['document_id'] or '-':>8}  {err}")  # fmt: skip
+                print(
+                    f"{r['id']:>8} {r['tenant']:<14} {r['kind']:<18} {r['status']:<10} "
+                    f"{r['retry_count']:>3} {r['document_id'] or '-':>8}  {err}"
+                )
             return ExitCode.ok
         if args.jobs_cmd == "show":
             row = tx.one("job_show", {"id": args.id})
@@ -57,9 +67,7 @@ def cmd_jobs(args: argparse.Namespace) -> int:
         return ExitCode.refused if failed else ExitCode.ok
 
 
-def add_parser(
-    sub: Any, common: argparse.ArgumentParser, jsonopt: argparse.ArgumentParser
-) -> None:
+def add_parser(sub: Any, common: argparse.ArgumentParser, jsonopt: argparse.ArgumentParser) -> None:
     s = sub.add_parser("jobs", parents=[common], help="list, show, retry or cancel jobs")
     jsub = s.add_subparsers(dest="jobs_cmd", required=True)
     j = jsub.add_parser("list", parents=[common, jsonopt], help="newest jobs first")

@@ -44,8 +44,14 @@ class _Bucket:
 class FloodGate:
     """Thread-safe; one per component (its logger), shared by all its threads."""
 
-    def __init__(self, logger: Any = None, *, interval: float = INTERVAL,
-                 burst: int = BURST, global_burst: int = GLOBAL_BURST) -> None:  # fmt: skip
+    def __init__(
+        self,
+        logger: Any = None,
+        *,
+        interval: float = INTERVAL,
+        burst: int = BURST,
+        global_burst: int = GLOBAL_BURST,
+    ) -> None:
         self.log = logger if logger is not None else get_logger()
         self.interval = interval
         self.burst = burst
@@ -105,9 +111,13 @@ class FloodGate:
         # With the lock held; logging is a write to a stream, it does not call back here.
         event, key = bucket_key
         getattr(self.log, bucket.level)(
-            f"{event}.summary", source=key, held_back=bucket.held, logged=bucket.passed,
-            seconds=round(now - bucket.started, 1), last=bucket.last,
-        )  # fmt: skip
+            f"{event}.summary",
+            source=key,
+            held_back=bucket.held,
+            logged=bucket.passed,
+            seconds=round(now - bucket.started, 1),
+            last=bucket.last,
+        )
 
     def _ensure_thread(self) -> None:
         if self._thread is None or not self._thread.is_alive():

@@ -27,9 +27,7 @@ INTAKE_REFUSED = Counter(
     ["tenant", "source", "reason"],
 )
 INTAKE_BYTES = Counter(
-    "ingestd_intake_bytes_total",
-    "Bytes archived by intake",
-    ["tenant", "source"],
+    "ingestd_intake_bytes_total", "Bytes archived by intake", ["tenant", "source"]
 )
 WATCH_SEEN = Counter(
     "ingestd_watch_files_seen_total",
@@ -70,9 +68,7 @@ SFTP_UPLOADS = Counter(
     ["tenant"],
 )
 SFTP_UPLOAD_BYTES = Counter(
-    "ingestd_sftp_upload_bytes_total",
-    "Bytes of uploads completed into the spool",
-    ["tenant"],
+    "ingestd_sftp_upload_bytes_total", "Bytes of uploads completed into the spool", ["tenant"]
 )
 SFTP_REFUSED = Counter(
     "ingestd_sftp_refused_total",
@@ -96,9 +92,7 @@ SFTP_LOGINS = Counter(
     ["tenant", "method"],
 )
 SFTP_BANS = Counter(
-    "ingestd_sftp_bans_total",
-    "IP addresses banned after repeated failed logins",
-    [],
+    "ingestd_sftp_bans_total", "IP addresses banned after repeated failed logins", []
 )
 JOB_SECONDS = Histogram(
     "ingestd_job_duration_seconds",
@@ -135,5 +129,11 @@ def _dist_version(name: str) -> str:
 def set_build_info() -> None:
     """Fill ingestd_build_info once per process with an endpoint (package metadata only:
     nothing is imported or run, and nothing at scrape time)."""
-    BUILD.info({"version": ingestd.__version__, "python": platform.python_version(),
-                "paramiko": _dist_version("paramiko"), "ocrmypdf": _dist_version("ocrmypdf")})
+    BUILD.info(
+        {
+            "version": ingestd.__version__,
+            "python": platform.python_version(),
+            "paramiko": _dist_version("paramiko"),
+            "ocrmypdf": _dist_version("ocrmypdf"),
+        }
+    )

@@ -55,12 +55,22 @@ def _app(health: Health | None) -> Callable[..., Iterable[bytes]]:
             payload = body(results)
             data = json.dumps(payload, ensure_ascii=False).encode() + b"\n"
             status = "200 OK" if payload["status"] == "ok" else "503 Service Unavailable"
-            start_response(status, [("Content-Type", "application/json"),
-                                    ("Cache-Control", "no-store"),
-                                    ("Content-Length", str(len(data)))])  # fmt: skip
+            start_response(
+                status,
+                [
+                    ("Content-Type", "application/json"),
+                    ("Cache-Control", "no-store"),
+                    ("Content-Length", str(len(data))),
+                ],
+            )
             return [data]
-        start_response("404 Not Found", [("Content-Type", "text/plain; charset=utf-8"),
-                                         ("Content-Length", str(len(_NOT_FOUND)))])  # fmt: skip
+        start_response(
+            "404 Not Found",
+            [
+                ("Content-Type", "text/plain; charset=utf-8"),
+                ("Content-Length", str(len(_NOT_FOUND))),
+            ],
+        )
         return [_NOT_FOUND]
 
     return app
@@ -73,8 +83,9 @@ class MetricsEndpoint:
     def __init__(self, listen: str, offset: int = 0, *, health: Health | None = None) -> None:
         host, port = parse_listen(listen)
         port = port + offset if port else 0
-        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
-                                    flags=socket.AI_PASSIVE)[0][0]  # fmt: skip
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[
+            0
+        ][0]
 
         class Server(ThreadingMixIn, WSGIServer):
             daemon_threads = True
@@ -82,8 +93,9 @@ class MetricsEndpoint:
 
         metrics.set_build_info()
         self._server = make_server(host, port, _app(health), Server, handler_class=_Handler)
-        self._thread = threading.Thread(target=self._server.serve_forever, name="metrics-http",
-                                        daemon=True)  # fmt: skip
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="metrics-http", daemon=True
+        )
         self._thread.start()
         self.address = (host, int(self._server.server_port))
         self._collectors: list[Collector] = []
@@ -124,9 +136,11 @@ class QueueCollector(Collector):
             "backoff; running)",
             labels=["tenant", "state"],
         )
-        oldest = GaugeMetricFamily("ingestd_queue_oldest_ready_seconds",
-                                   "Age of the oldest job ready to run, by tenant",
-                                   labels=["tenant"])  # fmt: skip
+        oldest = GaugeMetricFamily(
+            "ingestd_queue_oldest_ready_seconds",
+            "Age of the oldest job ready to run, by tenant",
+            labels=["tenant"],
+        )
         return up, jobs, oldest
 
     def describe(self) -> Iterator[Any]:
@@ -163,22 +177,32 @@ class DaemonCollector(Collector):
     @staticmethod
     def families() -> list[GaugeMetricFamily]:
         return [
-            GaugeMetricFamily("ingestd_spool_pending_uploads",
-                              "Uploads acknowledged and waiting in the spool for intake "
-                              "(including those being ingested now)"),
-            GaugeMetricFamily("ingestd_spool_pending_bytes",
-                              "Bytes of the uploads waiting in the spool"),
-            GaugeMetricFamily("ingestd_verify_last_run_timestamp_seconds",
-                              "When the last `ingestd verify` finished (Unix time; 0: never "
-                              "on this host)"),
-            GaugeMetricFamily("ingestd_verify_last_problems",
-                              "Problems the last `ingestd verify` found, by kind (missing, "
-                              "altered, orphaned, temp, mode)", labels=["kind"]),
-            GaugeMetricFamily("ingestd_verify_last_checked_documents",
-                              "Documents the last `ingestd verify` checked"),
-            GaugeMetricFamily("ingestd_verify_last_duration_seconds",
-                              "How long the last `ingestd verify` took"),
-        ]  # fmt: skip
+            GaugeMetricFamily(
+                "ingestd_spool_pending_uploads",
+                "Uploads acknowledged and waiting in the spool for intake "
+                "(including those being ingested now)",
+            ),
+            GaugeMetricFamily(
+                "ingestd_spool_pending_bytes", "Bytes of the uploads waiting in the spool"
+            ),
+            GaugeMetricFamily(
+                "ingestd_verify_last_run_timestamp_seconds",
+                "When the last `ingestd verify` finished (Unix time; 0: never on this host)",
+            ),
+            GaugeMetricFamily(
+                "ingestd_verify_last_problems",
+                "Problems the last `ingestd verify` found, by kind (missing, "
+                "altered, orphaned, temp, mode)",
+                labels=["kind"],
+            ),
+            GaugeMetricFamily(
+                "ingestd_verify_last_checked_documents",
+                "Documents the last `ingestd verify` checked",
+            ),
+            GaugeMetricFamily(
+                "ingestd_verify_last_duration_seconds", "How long the last `ingestd verify` took"
+            ),
+        ]
 
     def describe(self) -> Iterator[Any]:
         return iter(self.families())
@@ -213,12 +237,16 @@ class HealthCollector(Collector):
 
     @staticmethod
     def families() -> tuple[GaugeMetricFamily, GaugeMetricFamily]:
-        ok = GaugeMetricFamily("ingestd_health_check_ok",
-                               "1 if a check of /healthz (probe=live) or /readyz (probe=ready) "
-                               "passes, else 0", labels=["probe", "check"])  # fmt: skip
-        age = GaugeMetricFamily("ingestd_loop_seconds_since_turn",
-                                "Seconds since each loop of the process last turned",
-                                labels=["loop"])  # fmt: skip
+        ok = GaugeMetricFamily(
+            "ingestd_health_check_ok",
+            "1 if a check of /healthz (probe=live) or /readyz (probe=ready) passes, else 0",
+            labels=["probe", "check"],
+        )
+        age = GaugeMetricFamily(
+            "ingestd_loop_seconds_since_turn",
+            "Seconds since each loop of the process last turned",
+            labels=["loop"],
+        )
         return ok, age
 
     def describe(self) -> Iterator[Any]:

@@ -476,4 +476,3 @@ def _inside(folder: Identity, protected: Identity) -> str | None:
         if rel in (Relation.inside, Relation.same):
             return how
     return None
-

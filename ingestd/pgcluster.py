@@ -169,12 +169,14 @@ class EmbeddedPostgres:
         self._own(self.datadir, 0o700)
         self._run(
             str(self.bindir / "initdb"),
-            "-D", str(self.datadir),
-            "-U", SUPERUSER,
+            "-D",
+            str(self.datadir),
+            "-U",
+            SUPERUSER,
             "--auth=trust",
             "--encoding=UTF8",
             "--locale=C.UTF-8",
-        )  # fmt: skip
+        )
         settings = {
             # No TCP at all: the socket directory's permissions are the access control.
             "listen_addresses": "''",
@@ -220,9 +222,16 @@ class EmbeddedPostgres:
         if self.user is not None:
             os.chown(self.logfile, self.user.pw_uid, self.user.pw_gid)
         self._run(
-            str(self.bindir / "pg_ctl"), "-D", str(self.datadir), "-l", str(self.logfile),
-            "-w", "-t", "60", "start",
-        )  # fmt: skip
+            str(self.bindir / "pg_ctl"),
+            "-D",
+            str(self.datadir),
+            "-l",
+            str(self.logfile),
+            "-w",
+            "-t",
+            "60",
+            "start",
+        )
         self._owned = True
         self._ensure_database()
 

@@ -107,16 +107,18 @@ def image_pdf(
     return path
 
 
-def multipage_tiff(
-    path: Path, pages: Sequence[Sequence[str]], size: tuple[int, int] = A4
-) -> Path:
+def multipage_tiff(path: Path, pages: Sequence[Sequence[str]], size: tuple[int, int] = A4) -> Path:
     """A multi-frame TIFF (as network scanners write them), one frame per page, 300 dpi."""
     path.parent.mkdir(parents=True, exist_ok=True)
     frames = [page_image(lines, size) for lines in pages]
     frames[0].save(
-        path, "TIFF", save_all=True, append_images=frames[1:], dpi=(DPI, DPI),
+        path,
+        "TIFF",
+        save_all=True,
+        append_images=frames[1:],
+        dpi=(DPI, DPI),
         compression="tiff_deflate",
-    )  # fmt: skip
+    )
     return path
 
 
@@ -167,10 +169,12 @@ def text_pdf(path: Path, pages: Sequence[Sequence[str]]) -> Path:
     pdf = pikepdf.new()
     font_ref = pdf.make_indirect(
         pikepdf.Dictionary(
-            Type=pikepdf.Name.Font, Subtype=pikepdf.Name.Type1,
-            BaseFont=pikepdf.Name.Helvetica, Encoding=pikepdf.Name.WinAnsiEncoding,
+            Type=pikepdf.Name.Font,
+            Subtype=pikepdf.Name.Type1,
+            BaseFont=pikepdf.Name.Helvetica,
+            Encoding=pikepdf.Name.WinAnsiEncoding,
         )
-    )  # fmt: skip
+    )
     for lines in pages:
         ops = [b"BT /F1 18 Tf 72 760 Td 24 TL"]
         ops += [_pdf_string(line) + b" Tj T*" for line in lines]

@@ -22,8 +22,9 @@ def cmd_search(args: argparse.Namespace) -> int:
         tenant = tx.one("tenant_by_name", {"name": args.tenant})
         if tenant is None:
             raise TenantNotFound(f"tenant {args.tenant!r} does not exist")
-        rows = tx.all("search", {"tenant_id": tenant["id"], "query": args.query,
-                                 "limit": args.limit})  # fmt: skip
+        rows = tx.all(
+            "search", {"tenant_id": tenant["id"], "query": args.query, "limit": args.limit}
+        )
     if args.json:
         _print_json(rows)
         return ExitCode.ok
@@ -40,8 +41,9 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 
 def add_parser(sub: Any, common: argparse.ArgumentParser, jsonopt: argparse.ArgumentParser) -> None:
-    s = sub.add_parser("search", parents=[common, jsonopt],
-                       help="full-text search in one tenant's documents")  # fmt: skip
+    s = sub.add_parser(
+        "search", parents=[common, jsonopt], help="full-text search in one tenant's documents"
+    )
     s.add_argument("--tenant", required=True)
     s.add_argument("--limit", type=int, default=20)
     s.add_argument("query", help='web-search syntax: words, "a phrase", or, -word')

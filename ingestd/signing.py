@@ -54,8 +54,9 @@ def server_secret(state_dir: Path, *, create: bool = True) -> bytes:
         raw = path.read_bytes().strip()
     except FileNotFoundError:
         if not create:
-            raise ConfigError(f"{path}: no server secret yet (`ingestd tenant delete` "
-                              "makes one)") from None  # fmt: skip
+            raise ConfigError(
+                f"{path}: no server secret yet (`ingestd tenant delete` makes one)"
+            ) from None
         raw = _create(path)
     if len(raw) < 2 * SECRET_BYTES:
         raise ConfigError(f"{path}: the server secret is too short")
@@ -87,9 +88,15 @@ def _key(secret: bytes) -> bytes:
 
 
 def message(tenant_id: int, p: dict[str, Any]) -> bytes:
-    fields = ["v1", str(tenant_id), str(p.get("tenant_name", "")), str(p.get("action", "")),
-              str(p.get("nonce", "")), str(p.get("issued_at", "")),
-              str(p.get("final_status") or "")]  # fmt: skip
+    fields = [
+        "v1",
+        str(tenant_id),
+        str(p.get("tenant_name", "")),
+        str(p.get("action", "")),
+        str(p.get("nonce", "")),
+        str(p.get("issued_at", "")),
+        str(p.get("final_status") or ""),
+    ]
     return "|".join(fields).encode()
 
 
@@ -98,9 +105,13 @@ def sign(secret: bytes, tenant_id: int, payload: dict[str, Any]) -> str:
 
 
 def delete_request(
-    secret: bytes, tenant_id: int, tenant_name: str, action: str,
-    final_status: str | None = None, now: datetime.datetime | None = None,
-) -> dict[str, Any]:  # fmt: skip
+    secret: bytes,
+    tenant_id: int,
+    tenant_name: str,
+    action: str,
+    final_status: str | None = None,
+    now: datetime.datetime | None = None,
+) -> dict[str, Any]:
     """The seed's delete-tenant payload, signed."""
     if action not in ACTIONS:
         raise ValueError(f"action must be one of {ACTIONS}")
@@ -133,9 +144,12 @@ class DeleteRequest:
 
 
 def verify(
-    secret: bytes, tenant_id: int, tenant_name: str, payload: dict[str, Any],
+    secret: bytes,
+    tenant_id: int,
+    tenant_name: str,
+    payload: dict[str, Any],
     now: datetime.datetime | None = None,
-) -> DeleteRequest:  # fmt: skip
+) -> DeleteRequest:
     """Check a delete-tenant payload against the job's tenant; raise SignatureRefused
     saying which check failed. The nonce's first use is the caller's (database) check."""
     now = now or datetime.datetime.now(datetime.UTC)
@@ -144,9 +158,11 @@ def verify(
     # Constant time: compare_digest over equal-length ASCII; a missing or odd-typed
     # signature compares as a wrong one.
     if not isinstance(got, str) or not hmac.compare_digest(expected, got.lower()):
-        raise SignatureRefused("delete-tenant refused: the signature does not match the "
-                               "request (forged, or a field changed after signing); "
-                               "nothing was deleted")  # fmt: skip
+        raise SignatureRefused(
+            "delete-tenant refused: the signature does not match the "
+            "request (forged, or a field changed after signing); "
+            "nothing was deleted"
+        )
     name, action = payload.get("tenant_name"), payload.get("action")
     if name != tenant_name:
         raise SignatureRefused(
@@ -157,25 +173,32 @@ def verify(
         raise SignatureRefused(f"delete-tenant refused: unknown action {action!r}")
     remove = payload.get("remove_tenant")
     if remove is not (action == "delete"):
-        raise SignatureRefused(f"delete-tenant refused: remove_tenant={remove!r} does not go "
-                               f"with action {action!r}; nothing was deleted")  # fmt: skip
+        raise SignatureRefused(
+            f"delete-tenant refused: remove_tenant={remove!r} does not go "
+            f"with action {action!r}; nothing was deleted"
+        )
     final = payload.get("final_status")
     if final is not None and (action != "reset" or final not in FINAL_STATUSES):
-        raise SignatureRefused(f"delete-tenant refused: final_status {final!r} is not valid "
-                               f"for action {action!r}; nothing was deleted")  # fmt: skip
+        raise SignatureRefused(
+            f"delete-tenant refused: final_status {final!r} is not valid "
+            f"for action {action!r}; nothing was deleted"
+        )
     nonce = payload.get("nonce")
     if not isinstance(nonce, str) or not _NONCE.match(nonce):
         raise SignatureRefused("delete-tenant refused: the nonce is missing or malformed")
     try:
         issued = datetime.datetime.fromisoformat(str(payload.get("issued_at")))
     except ValueError:
-        raise SignatureRefused("delete-tenant refused: issued_at is not an RFC 3339 "
-                               "timestamp") from None  # fmt: skip
+        raise SignatureRefused(
+            "delete-tenant refused: issued_at is not an RFC 3339 timestamp"
+        ) from None
     if issued.tzinfo is None:
         raise SignatureRefused("delete-tenant refused: issued_at has no time zone")
     if issued > now + MAX_SKEW:
-        raise SignatureRefused(f"delete-tenant refused: issued_at {payload['issued_at']} is "
-                               "in the future; nothing was deleted")  # fmt: skip
+        raise SignatureRefused(
+            f"delete-tenant refused: issued_at {payload['issued_at']} is "
+            "in the future; nothing was deleted"
+        )
     if now - issued > MAX_AGE:
         age = int((now - issued).total_seconds())
         limit = int(MAX_AGE.total_seconds())
@@ -184,6 +207,10 @@ def verify(
             " sign a new one with `ingestd tenant delete|reset`; nothing was deleted"
         )
     return DeleteRequest(
-        tenant_name=tenant_name, action=action, remove_tenant=bool(remove),
-        final_status=final or "suspended", nonce=nonce, issued_at=issued,
-    )  # fmt: skip
+        tenant_name=tenant_name,
+        action=action,
+        remove_tenant=bool(remove),
+        final_status=final or "suspended",
+        nonce=nonce,
+        issued_at=issued,
+    )

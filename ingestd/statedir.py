@@ -55,8 +55,10 @@ def adopt(state_dir: Path, target: Path | int) -> None:
             os.chown(target, *who, follow_symlinks=False)
     except OSError as exc:  # root_squash NFS, a read-only mount
         shown = target if isinstance(target, Path) else "a new file"
-        raise StateUnusable(f"state unusable: cannot give {shown} to {user_name(who[0])}, "
-                            f"the owner of {state_dir}: {exc.strerror}") from None  # fmt: skip
+        raise StateUnusable(
+            f"state unusable: cannot give {shown} to {user_name(who[0])}, "
+            f"the owner of {state_dir}: {exc.strerror}"
+        ) from None
 
 
 def make_dirs(state_dir: Path, path: Path, mode: int = 0o700) -> None:
@@ -126,8 +128,9 @@ def _subdirs(path: Path) -> list[Path]:
 
 
 def _cannot(path: Path, need: int) -> str:
-    verbs = [v for bit, v in ((os.R_OK, "read"), (os.W_OK, "write"), (os.X_OK, "enter"))
-             if need & bit]  # fmt: skip
+    verbs = [
+        v for bit, v in ((os.R_OK, "read"), (os.W_OK, "write"), (os.X_OK, "enter")) if need & bit
+    ]
     what = "/".join(verbs)
     try:
         st = os.stat(path)
@@ -144,8 +147,10 @@ def _fix(path: Path) -> str:
         if os.statvfs(path).f_flag & os.ST_RDONLY:
             return "it is on a read-only mount (systemd: add it to ReadWritePaths=)"
     me, group = user_name(os.geteuid()), group_name(os.getegid())
-    return (f"give it to the user ingestd runs as: chown -R {me}:{group} {path} (or run "
-            "the command that made it as that user)")  # fmt: skip
+    return (
+        f"give it to the user ingestd runs as: chown -R {me}:{group} {path} (or run "
+        "the command that made it as that user)"
+    )
 
 
 def user_name(uid: int) -> str:

@@ -113,14 +113,32 @@ def _listening(obs: BaseObserver) -> bool:
     """Whether ``obs`` still watches its folder: watchdog's emitters stop themselves when
     the watched root is deleted (inotify's IN_DELETE_SELF, a poll that finds no root)."""
     emitters = obs.emitters
-    return obs.is_alive() and bool(emitters) and all(
-        e.is_alive() and e.should_keep_running() for e in emitters)  # fmt: skip
+    return (
+        obs.is_alive()
+        and bool(emitters)
+        and all(e.is_alive() and e.should_keep_running() for e in emitters)
+    )
 
 
 # Filesystems whose timestamps come from another machine's clock (or a userspace daemon):
 # a file's ctime there says nothing about how long ago it changed by our clock.
-_REMOTE_FS = {"nfs", "nfs4", "cifs", "smb3", "smbfs", "ncpfs", "ceph", "glusterfs", "9p",
-              "afs", "lustre", "gpfs", "virtiofs", "davfs", "sshfs"}  # fmt: skip
+_REMOTE_FS = {
+    "nfs",
+    "nfs4",
+    "cifs",
+    "smb3",
+    "smbfs",
+    "ncpfs",
+    "ceph",
+    "glusterfs",
+    "9p",
+    "afs",
+    "lustre",
+    "gpfs",
+    "virtiofs",
+    "davfs",
+    "sshfs",
+}
 
 
 def _local_fs(path: Path) -> bool:
@@ -304,8 +322,16 @@ class WriterCheck:
 # The events _Handler acts on. Only these are asked of inotify, so opens, reads and
 # closes without writing (intake's own, the writer check's: most events of a busy folder)
 # never wake the observer threads.
-_EVENTS = (FileCreatedEvent, FileModifiedEvent, FileClosedEvent, FileMovedEvent,
-           FileDeletedEvent, DirCreatedEvent, DirMovedEvent, DirDeletedEvent)  # fmt: skip
+_EVENTS = (
+    FileCreatedEvent,
+    FileModifiedEvent,
+    FileClosedEvent,
+    FileMovedEvent,
+    FileDeletedEvent,
+    DirCreatedEvent,
+    DirMovedEvent,
+    DirDeletedEvent,
+)
 
 
 class _Handler(FileSystemEventHandler):
@@ -345,8 +371,9 @@ class _Handler(FileSystemEventHandler):
 class HotFolders:
     """All [[watch]] folders of one daemon; thread-safe; reloadable."""
 
-    def __init__(self, config: Config, intake: Intake, *, tick: float = 0.1,
-                 events: EventLog | None = None) -> None:  # fmt: skip
+    def __init__(
+        self, config: Config, intake: Intake, *, tick: float = 0.1, events: EventLog | None = None
+    ) -> None:
         self.intake = intake
         # Quarantined and stuck files are operator events (file.quarantined, ...).
         self.events = events
@@ -485,15 +512,26 @@ class HotFolders:
                     # observer, which saw its root deleted and stopped, can tell.
                     detail = "deleted and created again (with the same inode number)"
                 else:
-                    detail = ("a different directory now (recreated, or a share unmounted "
-                              "or mounted)")  # fmt: skip
-                self.log.error("watch.folder_gone", folder=key[0], tenant=folder.cfg.tenant,
-                               reason=reason, was=_ident_text(armed), now=_ident_text(ident),
-                               detail=detail)  # fmt: skip
+                    detail = (
+                        "a different directory now (recreated, or a share unmounted or mounted)"
+                    )
+                self.log.error(
+                    "watch.folder_gone",
+                    folder=key[0],
+                    tenant=folder.cfg.tenant,
+                    reason=reason,
+                    was=_ident_text(armed),
+                    now=_ident_text(ident),
+                    detail=detail,
+                )
                 if self.events is not None:
-                    self.events.emit("folder.gone", "error", folder.cfg.tenant,
-                                     {"folder": key[0], "reason": reason, "detail": detail},
-                                     dedupe=f"folder.gone:{key[0]}")  # fmt: skip
+                    self.events.emit(
+                        "folder.gone",
+                        "error",
+                        folder.cfg.tenant,
+                        {"folder": key[0], "reason": reason, "detail": detail},
+                        dedupe=f"folder.gone:{key[0]}",
+                    )
             if ident is None:
                 if key not in self._gone and key[0] not in self._missing_reported:
                     # Never create it: an unmounted share would then fill the local disk.
@@ -507,15 +545,25 @@ class HotFolders:
             if back:
                 self._gone.discard(key)
                 self._missing_reported.discard(key[0])
-                self.log.warning("watch.folder_back", folder=key[0], tenant=folder.cfg.tenant,
-                                 polling=folder.cfg.polling, device_inode=_ident_text(ident),
-                                 files=found)  # fmt: skip
+                self.log.warning(
+                    "watch.folder_back",
+                    folder=key[0],
+                    tenant=folder.cfg.tenant,
+                    polling=folder.cfg.polling,
+                    device_inode=_ident_text(ident),
+                    files=found,
+                )
                 if self.events is not None:
-                    self.events.emit("folder.back", "info", folder.cfg.tenant,
-                                     {"folder": key[0], "files": found})  # fmt: skip
+                    self.events.emit(
+                        "folder.back", "info", folder.cfg.tenant, {"folder": key[0], "files": found}
+                    )
             else:
-                self.log.info("watch.added", folder=key[0], tenant=folder.cfg.tenant,
-                              polling=folder.cfg.polling)  # fmt: skip
+                self.log.info(
+                    "watch.added",
+                    folder=key[0],
+                    tenant=folder.cfg.tenant,
+                    polling=folder.cfg.polling,
+                )
 
     def _arm(self, key: tuple[str, bool], folder: Folder, ident: tuple[int, int]) -> bool:
         """Start an observer on ``folder`` whose root is ``ident``; False if it vanished."""
@@ -525,8 +573,12 @@ class HotFolders:
             else Observer()
         )
         try:
-            obs.schedule(_Handler(self, folder), str(folder.cfg.path), recursive=True,
-                         event_filter=list(_EVENTS))  # fmt: skip
+            obs.schedule(
+                _Handler(self, folder),
+                str(folder.cfg.path),
+                recursive=True,
+                event_filter=list(_EVENTS),
+            )
         except (FileNotFoundError, NotADirectoryError):
             obs.stop()  # (an inotify observer has its reader thread running already)
             return False  # gone between the stat and now: the next check sees it
@@ -622,8 +674,9 @@ class HotFolders:
         with self._lock:
             self._pending.pop(path, None)  # its heap entry is now stale
 
-    def _schedule(self, heap: list[tuple[float, int, Path, _E]], path: Path, entry: _E,
-                  due: float) -> None:  # fmt: skip
+    def _schedule(
+        self, heap: list[tuple[float, int, Path, _E]], path: Path, entry: _E, due: float
+    ) -> None:
         """Make ``entry`` due at ``due`` (self._lock held); any older entry goes stale."""
         self._seq += 1
         entry.due, entry.seq = due, self._seq
@@ -635,13 +688,15 @@ class HotFolders:
         """Drop stale heap entries (forgotten files, folders gone) so memory stays flat."""
         self._pending_due = [(c.due, c.seq, p, c) for p, c in self._pending.items()]
         heapq.heapify(self._pending_due)
-        self._stuck_due = [(s.due, s.seq, p, s) for p, s in self._stuck.items()
-                           if s.action != "keep"]  # fmt: skip
+        self._stuck_due = [
+            (s.due, s.seq, p, s) for p, s in self._stuck.items() if s.action != "keep"
+        ]
         heapq.heapify(self._stuck_due)
 
     @staticmethod
-    def _pop_due(heap: list[tuple[float, int, Path, _E]], table: dict[Path, _E],
-                 now: float) -> tuple[Path, _E] | None:  # fmt: skip
+    def _pop_due(
+        heap: list[tuple[float, int, Path, _E]], table: dict[Path, _E], now: float
+    ) -> tuple[Path, _E] | None:
         """The next live entry due by ``now`` (self._lock held), or None."""
         while heap and heap[0][0] <= now:
             _due, seq, path, entry = heapq.heappop(heap)
@@ -804,8 +859,9 @@ class HotFolders:
     def _ingest(self, path: Path, pending: _Pending) -> None:
         folder = pending.folder
         tenant = folder.cfg.tenant
-        log = self.log.bind(tenant=tenant, folder=folder.name, filename=path.name,
-                            trace=pending.trace)  # fmt: skip
+        log = self.log.bind(
+            tenant=tenant, folder=folder.name, filename=path.name, trace=pending.trace
+        )
         cause: retry.Cause | None = None
         try:
             item = self._item(folder, path, pending.trace)
@@ -836,49 +892,69 @@ class HotFolders:
             elif cause is retry.Cause.internal:
                 log.exception("watch.intake_error")
             else:
-                log.warning("watch.retry", cause=str(cause), attempt=pending.attempts + 1,
-                            detail=detail)  # fmt: skip
+                log.warning(
+                    "watch.retry", cause=str(cause), attempt=pending.attempts + 1, detail=detail
+                )
         finally:
             with self._lock:
                 self._inflight.discard(path)
                 self._wake.set()
                 # Not for a folder gone or removed meanwhile: its scan finds the file again.
-                if (cause is not None and not self._stop.is_set()
-                        and self._folders.get(pending.folder.key) is not None):  # fmt: skip
+                if (
+                    cause is not None
+                    and not self._stop.is_set()
+                    and self._folders.get(pending.folder.key) is not None
+                ):
                     pending.attempts += 1
                     wait = retry.delay(pending.attempts, self.settings.retry_max_delay, cause)
                     # What it looked like stays recorded: if the file did not change
                     # meanwhile it is taken as soon as the delay is over, with no second
                     # stability window.
                     if self._pending.setdefault(path, pending) is pending:
-                        self._schedule(self._pending_due, path, pending,
-                                       time.monotonic() + wait)  # fmt: skip
+                        self._schedule(self._pending_due, path, pending, time.monotonic() + wait)
             if cause is not None:
                 metrics.WATCH_RETRIED.labels(tenant, str(cause)).inc()
 
-    def _quarantine(self, path: Path, pending: _Pending, item: IntakeItem, reason: Any,
-                    detail: str, log: Any) -> None:  # fmt: skip
+    def _quarantine(
+        self, path: Path, pending: _Pending, item: IntakeItem, reason: Any, detail: str, log: Any
+    ) -> None:
         """A permanent refusal: to the failed folder with its note, and tell someone."""
         folder = pending.folder
         protected = self.intake.protected
         if protected is not None:
             protected.check(path, action="quarantine")  # never move a file out of the archive
-        note = quarantine(path, folder.failed, subdir=item.subdir, tenant=folder.cfg.tenant,
-                          reason=str(reason), detail=detail)  # fmt: skip
+        note = quarantine(
+            path,
+            folder.failed,
+            subdir=item.subdir,
+            tenant=folder.cfg.tenant,
+            reason=str(reason),
+            detail=detail,
+        )
         metrics.WATCH_QUARANTINED.labels(folder.cfg.tenant, str(reason)).inc()
         log.warning("watch.quarantined", reason=str(reason), note=str(note))
         if self.events is not None:
-            self.events.emit("file.quarantined", "warning", folder.cfg.tenant, {
-                "filename": item.name, "source": item.source, "reason": str(reason),
-                "detail": detail, "moved_to": str(note).removesuffix(ERROR_SUFFIX),
-            }, trace_id=pending.trace)  # fmt: skip
+            self.events.emit(
+                "file.quarantined",
+                "warning",
+                folder.cfg.tenant,
+                {
+                    "filename": item.name,
+                    "source": item.source,
+                    "reason": str(reason),
+                    "detail": detail,
+                    "moved_to": str(note).removesuffix(ERROR_SUFFIX),
+                },
+                trace_id=pending.trace,
+            )
 
     def _done_dir(self, folder: Folder, subdir: str) -> Path:
         assert folder.cfg.done is not None
         return folder.cfg.done / subdir if subdir else folder.cfg.done
 
-    def _move_to_done(self, path: Path, pending: _Pending, item: IntakeItem,
-                      document_id: int | None) -> None:  # fmt: skip
+    def _move_to_done(
+        self, path: Path, pending: _Pending, item: IntakeItem, document_id: int | None
+    ) -> None:
         try:
             move_source(path, self._done_dir(pending.folder, item.subdir), self.intake.protected)
         except FileNotFoundError:
@@ -887,15 +963,22 @@ class HotFolders:
             # Committed: only the move is retried; never ingested or copied again.
             self._mark_stuck(path, pending, "move", why_not_removable(path, exc), document_id)
 
-    def _mark_stuck(self, path: Path, pending: _Pending, action: StuckAction, reason: str,
-                    document_id: int | None, *, log_it: bool = True) -> None:  # fmt: skip
+    def _mark_stuck(
+        self,
+        path: Path,
+        pending: _Pending,
+        action: StuckAction,
+        reason: str,
+        document_id: int | None,
+        *,
+        log_it: bool = True,
+    ) -> None:
         try:
             identity = _identity(os.lstat(path))
         except OSError:
             return  # gone meanwhile: nothing is stuck
         stuck = _Stuck(pending.folder, identity, action, reason, document_id, pending.trace)
-        due = time.monotonic() + retry.delay(0, self.settings.retry_max_delay,
-                                             retry.Cause.source)  # fmt: skip
+        due = time.monotonic() + retry.delay(0, self.settings.retry_max_delay, retry.Cause.source)
         with self._lock:
             self._stuck[path] = stuck
             if action != "keep":  # never touched again: not even retried
@@ -905,15 +988,33 @@ class HotFolders:
         if not log_it:
             return
         # Once per file: its removal is retried quietly until it works.
-        self.log.error("watch.source_not_removable", tenant=tenant, folder=pending.folder.name,
-                       filename=path.name, path=str(path), document_id=document_id,
-                       action=action, reason=reason, trace=pending.trace)  # fmt: skip
+        self.log.error(
+            "watch.source_not_removable",
+            tenant=tenant,
+            folder=pending.folder.name,
+            filename=path.name,
+            path=str(path),
+            document_id=document_id,
+            action=action,
+            reason=reason,
+            trace=pending.trace,
+        )
         if self.events is not None:
-            self.events.emit("file.not_removable", "warning", tenant, {
-                "filename": path.name, "path": str(path), "document_id": document_id,
-                "source": f"watch:{pending.folder.cfg.path}", "reason": f"cannot {action}",
-                "detail": reason,
-            }, trace_id=pending.trace, dedupe=f"stuck:{path.parent}")  # fmt: skip
+            self.events.emit(
+                "file.not_removable",
+                "warning",
+                tenant,
+                {
+                    "filename": path.name,
+                    "path": str(path),
+                    "document_id": document_id,
+                    "source": f"watch:{pending.folder.cfg.path}",
+                    "reason": f"cannot {action}",
+                    "detail": reason,
+                },
+                trace_id=pending.trace,
+                dedupe=f"stuck:{path.parent}",
+            )
 
     def _still_stuck(self, path: Path, stuck: _Stuck) -> bool:
         """Is ``path`` still the file that got stuck? Forgets it if not."""
@@ -951,10 +1052,16 @@ class HotFolders:
             return
         with self._lock:
             self._stuck.pop(path, None)
-        self.log.info("watch.source_removed", tenant=stuck.folder.cfg.tenant,
-                      folder=stuck.folder.name, filename=path.name, action=stuck.action,
-                      after_attempts=stuck.attempts + 1, document_id=stuck.document_id,
-                      trace=stuck.trace)  # fmt: skip
+        self.log.info(
+            "watch.source_removed",
+            tenant=stuck.folder.cfg.tenant,
+            folder=stuck.folder.name,
+            filename=path.name,
+            action=stuck.action,
+            after_attempts=stuck.attempts + 1,
+            document_id=stuck.document_id,
+            trace=stuck.trace,
+        )
 
     def _report_tenant(self, path: Path, pending: _Pending, exc: TenantError) -> None:
         """One line per waiting file; again only if the status changed or an hour passed."""
@@ -984,10 +1091,19 @@ class HotFolders:
         """For the daemon's state file (`ingestd status`)."""
         with self._lock:
             items = sorted(self._stuck.items())
-        stuck = [{"path": str(p), "tenant": s.folder.cfg.tenant, "action": s.action,
-                  "reason": s.reason, "document_id": s.document_id, "since": s.since,
-                  "attempts": s.attempts, "trace": s.trace}
-                 for p, s in items[:STUCK_SHOWN]]  # fmt: skip
+        stuck = [
+            {
+                "path": str(p),
+                "tenant": s.folder.cfg.tenant,
+                "action": s.action,
+                "reason": s.reason,
+                "document_id": s.document_id,
+                "since": s.since,
+                "attempts": s.attempts,
+                "trace": s.trace,
+            }
+            for p, s in items[:STUCK_SHOWN]
+        ]
         return {**self.snapshot(), "stuck": stuck, "stuck_total": len(items)}
 
     def idle(self) -> bool:

@@ -39,9 +39,14 @@ def sftp_demo(port: int, scan: Any) -> None:
     scans = DEMO / "scanner"
     scans.mkdir()
     (scans / "Scan_0002.pdf").write_bytes(
-        scan("Dachdeckerei Weber", "Datum: 12.11.2026", "Betreff: Angebot Dachreparatur",
-             "Sehr geehrte Frau Schmidt,", "wir bieten Ihnen die Reparatur an.")
-    )  # fmt: skip
+        scan(
+            "Dachdeckerei Weber",
+            "Datum: 12.11.2026",
+            "Betreff: Angebot Dachreparatur",
+            "Sehr geehrte Frau Schmidt,",
+            "wir bieten Ihnen die Reparatur an.",
+        )
+    )
     (scans / "BRN3C2AF4123456_000124.pdf").write_bytes(
         scan("Lieferschein 0815", "Lieferdatum 2026-11-18", "Papier A4, 10 Kartons")
     )
@@ -55,16 +60,27 @@ def sftp_demo(port: int, scan: Any) -> None:
         "rename Scan_0002.pdf.part Scan_0002.pdf\n"
     )
     cmd = [
-        "sftp", "-b", str(batch), "-P", str(port), "-i", str(DEMO / "scanner_key"),
-        "-o", "StrictHostKeyChecking=accept-new",
-        "-o", f"UserKnownHostsFile={DEMO / 'known_hosts'}",
-        "-o", "IdentitiesOnly=yes", "scanner-2og@127.0.0.1",
-    ]  # fmt: skip
+        "sftp",
+        "-b",
+        str(batch),
+        "-P",
+        str(port),
+        "-i",
+        str(DEMO / "scanner_key"),
+        "-o",
+        "StrictHostKeyChecking=accept-new",
+        "-o",
+        f"UserKnownHostsFile={DEMO / 'known_hosts'}",
+        "-o",
+        "IdentitiesOnly=yes",
+        "scanner-2og@127.0.0.1",
+    ]
     print(f"\n$ sftp -b scanner.batch -P {port} -i scanner_key scanner-2og@127.0.0.1")
     for line in batch.read_text().splitlines():
         print(f"  sftp> {line}")
-    proc = subprocess.run(cmd, cwd=scans, capture_output=True, text=True, timeout=120,
-                          stdin=subprocess.DEVNULL)  # fmt: skip
+    proc = subprocess.run(
+        cmd, cwd=scans, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL
+    )
     if proc.returncode != 0:
         print(proc.stdout + proc.stderr, file=sys.stderr)
         raise SystemExit("demo: the sftp upload failed; see .demo/serve.log")
@@ -73,8 +89,10 @@ def sftp_demo(port: int, scan: Any) -> None:
 
 def daemon_demo(hot: Path, scan: Any, port: int) -> None:
     """Run the real daemon, upload over SFTP and drop scans into a hot folder."""
-    print("\n$ ingestd serve   (in the background; SFTP on 127.0.0.1:"
-          f"{port}, hot folder .demo/hot/acme)")  # fmt: skip
+    print(
+        "\n$ ingestd serve   (in the background; SFTP on 127.0.0.1:"
+        f"{port}, hot folder .demo/hot/acme)"
+    )
     log_path = DEMO / "serve.log"
     with open(log_path, "wb") as log_file:
         daemon = subprocess.Popen(
@@ -89,12 +107,17 @@ def daemon_demo(hot: Path, scan: Any, port: int) -> None:
             (hot / "Buchhaltung" / "2026").mkdir(parents=True)
             drops = {
                 "Buchhaltung/2026/2026-11-20 Rechnung Stadtwerke.pdf": scan(
-                    "Stadtwerke Musterstadt", "Rechnung Strom Oktober", "Betrag 84,20 EUR"),
+                    "Stadtwerke Musterstadt", "Rechnung Strom Oktober", "Betrag 84,20 EUR"
+                ),
                 "Scan_20261124_101500.pdf": scan(
-                    "Telekom Deutschland GmbH", "Bonn, den 24.11.2026", "Betreff: Mahnung",
-                    "Bitte zahlen Sie die offene Rechnung."),
+                    "Telekom Deutschland GmbH",
+                    "Bonn, den 24.11.2026",
+                    "Betreff: Mahnung",
+                    "Bitte zahlen Sie die offene Rechnung.",
+                ),
                 "Vertrag Hausmeisterdienst.pdf.part": scan(
-                    "Vertrag Hausmeisterdienst", "zwischen Hausverwaltung und Firma Meyer"),
+                    "Vertrag Hausmeisterdienst", "zwischen Hausverwaltung und Firma Meyer"
+                ),
                 "~$Entwurf.pdf": b"office lock file",
                 "malware.pdf": b"MZ\x90\x00" + b"\0" * 100,
             }
@@ -127,17 +150,21 @@ def workers_demo() -> None:
     print("\n$ ingestd worker --drain   (two processes, as systemd's ingestd-worker@1/@2)")
     cmd = [str(BIN), "--config", str(DEMO / "ingestd.toml"), "worker", "--drain"]
     with open(DEMO / "worker.log", "wb") as log_file:
-        procs = [subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT)
-                 for _ in range(2)]  # fmt: skip
+        procs = [subprocess.Popen(cmd, stdout=log_file, stderr=subprocess.STDOUT) for _ in range(2)]
         codes = [p.wait(timeout=300) for p in procs]
     if any(codes):
         raise SystemExit(f"demo: a worker exited with {codes}; see .demo/worker.log")
     import json
 
-    done = [json.loads(line) for line in (DEMO / "worker.log").read_text().splitlines()
-            if '"job.done"' in line]  # fmt: skip
-    print(f"  {len(done)} jobs done (OCR, title, date, taxonomy, workflows); each document's "
-          "processing_status follows its job")  # fmt: skip
+    done = [
+        json.loads(line)
+        for line in (DEMO / "worker.log").read_text().splitlines()
+        if '"job.done"' in line
+    ]
+    print(
+        f"  {len(done)} jobs done (OCR, title, date, taxonomy, workflows); each document's "
+        "processing_status follows its job"
+    )
 
 
 def analysis_demo() -> None:
@@ -152,8 +179,10 @@ def analysis_demo() -> None:
     for r in rows:
         issued = r["issued_date"].isoformat() if r["issued_date"] else "-"
         print(f"  #{r['id']} {r['original_filename']}  [{r['job']}]")
-        print(f"      title {r['title']!r}  date {issued}  correspondent "
-              f"{r['correspondent'] or '-'}  tags {', '.join(r['tags']) or '-'}")  # fmt: skip
+        print(
+            f"      title {r['title']!r}  date {issued}  correspondent "
+            f"{r['correspondent'] or '-'}  tags {', '.join(r['tags']) or '-'}"
+        )
         text = " ".join((r["text"] or "").split())[:90]
         print(f"      {r['pages'] or 0} page(s): {text!r}")
 
@@ -179,12 +208,18 @@ class _Hook(http.server.BaseHTTPRequestHandler):
         from worker.workflows import verify_signature
 
         body = self.rfile.read(int(self.headers["Content-Length"]))
-        ok = verify_signature(self.secret, self.headers["X-Ingestd-Timestamp"], body,
-                              self.headers["X-Ingestd-Signature"])  # fmt: skip
+        ok = verify_signature(
+            self.secret,
+            self.headers["X-Ingestd-Timestamp"],
+            body,
+            self.headers["X-Ingestd-Signature"],
+        )
         event = json.loads(body)
-        print(f"  webhook received: {event['event']} workflow {event['workflow']!r} document "
-              f"{event['document']['id']} {event['document']['filename']!r} "
-              f"signature {'valid' if ok else 'INVALID'}")  # fmt: skip
+        print(
+            f"  webhook received: {event['event']} workflow {event['workflow']!r} document "
+            f"{event['document']['id']} {event['document']['filename']!r} "
+            f"signature {'valid' if ok else 'INVALID'}"
+        )
         self.send_response(204)
         self.end_headers()
 
@@ -242,12 +277,30 @@ def main() -> None:
     secret.chmod(0o600)
     hook_url, hook_server = start_webhook_receiver(secret.read_bytes())
     print(f"(a webhook receiver for the Buchhaltung workflow listens on {hook_url})")
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "scanner-2og",
-                    "-f", str(DEMO / "scanner_key")], check=True)  # fmt: skip
+    subprocess.run(
+        [
+            "ssh-keygen",
+            "-q",
+            "-t",
+            "ed25519",
+            "-N",
+            "",
+            "-C",
+            "scanner-2og",
+            "-f",
+            str(DEMO / "scanner_key"),
+        ],
+        check=True,
+    )
     pubkey = (DEMO / "scanner_key.pub").read_text().strip()
     print("\n$ ingestd account hash-password   (for scanners that only do passwords)")
-    hashed = subprocess.run([str(BIN), "account", "hash-password"], input="scan-pw\n",
-                            text=True, capture_output=True, check=True).stdout.strip()  # fmt: skip
+    hashed = subprocess.run(
+        [str(BIN), "account", "hash-password"],
+        input="scan-pw\n",
+        text=True,
+        capture_output=True,
+        check=True,
+    ).stdout.strip()
     print(hashed)
     (DEMO / "ingestd.toml").write_text(
         "# demo config: embedded database, everything under .demo/\n"
@@ -272,20 +325,29 @@ def main() -> None:
     )
     inbox = DEMO / "inbox"
     inbox.mkdir()
+
     def scan(*lines: str) -> bytes:
         """A one-page image-only scan (no text layer: OCR has to read it)."""
         path = image_pdf(DEMO / "tmp" / "scan.pdf", [list(lines)], size=A6)
         return path.read_bytes()
 
-    telekom = scan("Telekom Deutschland GmbH", "Rechnung Nr. 4711", "Datum: 15.10.2026",
-                   "Betreff: Ihre Rechnung Oktober")  # fmt: skip
-    whiteboard = single_image(DEMO / "tmp" / "wb.png", ["Sprint Planung", "Demo am Freitag"],
-                              "PNG", size=A6).read_bytes()  # fmt: skip
+    telekom = scan(
+        "Telekom Deutschland GmbH",
+        "Rechnung Nr. 4711",
+        "Datum: 15.10.2026",
+        "Betreff: Ihre Rechnung Oktober",
+    )
+    whiteboard = single_image(
+        DEMO / "tmp" / "wb.png", ["Sprint Planung", "Demo am Freitag"], "PNG", size=A6
+    ).read_bytes()
     samples = {
         "2026-11-03 Rechnung Telekom.pdf": telekom,
-        "Scan_0001.pdf": scan("Stadtwerke Musterstadt", "Berlin, den 3. November 2026",
-                              "Betreff: Kündigung Mobilfunkvertrag",
-                              "Sehr geehrte Damen und Herren,"),
+        "Scan_0001.pdf": scan(
+            "Stadtwerke Musterstadt",
+            "Berlin, den 3. November 2026",
+            "Betreff: Kündigung Mobilfunkvertrag",
+            "Sehr geehrte Damen und Herren,",
+        ),
         "BRN3C2AF4123456_000123.pdf": scan("Lieferschein 0815", "Papier A4, 10 Kartons"),
         "Whiteboard.png": whiteboard,
         "invoice.pdf": b"\x7fELF\x02\x01\x01" + b"\0" * 64,  # an executable in disguise

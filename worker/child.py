@@ -200,8 +200,14 @@ def run_job(job: Job, kinds: dict[str, Kind], config: Config, db: Database) -> R
     kind = kinds.get(job.kind)
     if kind is None:  # the parent refuses these first; kept for a child on old plugins
         return ("permanent", f"unknown job kind {job.kind!r}; not retried")
-    logger = log.get_logger(component="job", job_id=job.id, kind=job.kind, tenant=job.tenant,
-                            document_id=job.document_id, trace=job.trace)  # fmt: skip
+    logger = log.get_logger(
+        component="job",
+        job_id=job.id,
+        kind=job.kind,
+        tenant=job.tenant,
+        document_id=job.document_id,
+        trace=job.trace,
+    )
     ctx = JobContext(job=job, config=config, db=db, log=logger)
     try:
         kind.handler(ctx)
@@ -224,9 +230,13 @@ def child_main(
         signal.signal(sig, _ignore)
     log.configure(config.log.level, config.log.format)
     kinds = load(plugins)
-    db = Database(conninfo, min_size=1, max_size=2,
-                  connect_timeout=config.database.connect_timeout,
-                  name="ingestd-job").open()  # fmt: skip
+    db = Database(
+        conninfo,
+        min_size=1,
+        max_size=2,
+        connect_timeout=config.database.connect_timeout,
+        name="ingestd-job",
+    ).open()
     try:
         conn.send(("ready", os.getpid()))
         while True:  # ends with ("stop",) or the parent's end of the pipe closing
@@ -247,7 +257,12 @@ def child_main(
                 except (BrokenPipeError, EOFError):
                     break
                 except Exception as exc:  # unpicklable: what it derived cannot be written
-                    conn.send(("error", f"job result could not be sent to the worker: "
-                                        f"{type(exc).__name__}: {exc}"))  # fmt: skip
+                    conn.send(
+                        (
+                            "error",
+                            f"job result could not be sent to the worker: "
+                            f"{type(exc).__name__}: {exc}",
+                        )
+                    )
     finally:
         db.close()

@@ -24,8 +24,7 @@ _MAX_LINE_LENGTH = 1000
 # "Betreff:", "Betr.:", "Subject:", and a bare "Re:" line (English letters put the
 # subject there). The label may stand alone, with the subject on the next line.
 _SUBJECT = re.compile(
-    r"^(?:betreff|betr\.?|betrifft|subject|subj\.?|re)[ \t]*:[ \t]*(?P<subject>.*)$",
-    re.IGNORECASE,
+    r"^(?:betreff|betr\.?|betrifft|subject|subj\.?|re)[ \t]*:[ \t]*(?P<subject>.*)$", re.IGNORECASE
 )
 # Reply and forward markers in front of a subject, possibly several: "AW: WG: Fwd:".
 _REPLY_PREFIX = re.compile(

@@ -38,19 +38,49 @@ from ingestd.titles import _plausible_date
 # Month names and abbreviations as OCR reads them; keys are lower case. An optional
 # trailing dot is part of the surrounding pattern, not of these names.
 _MONTHS: dict[str, int] = {
-    "januar": 1, "jänner": 1, "jaenner": 1, "january": 1, "jan": 1, "jän": 1,
-    "februar": 2, "feber": 2, "february": 2, "feb": 2,
-    "märz": 3, "maerz": 3, "marz": 3, "march": 3, "mär": 3, "mrz": 3, "mar": 3,
-    "april": 4, "apr": 4,
-    "mai": 5, "may": 5,
-    "juni": 6, "june": 6, "jun": 6,
-    "juli": 7, "july": 7, "jul": 7,
-    "august": 8, "aug": 8,
-    "september": 9, "sept": 9, "sep": 9,
-    "oktober": 10, "october": 10, "okt": 10, "oct": 10,
-    "november": 11, "nov": 11,
-    "dezember": 12, "december": 12, "dez": 12, "dec": 12,
-}  # fmt: skip
+    "januar": 1,
+    "jänner": 1,
+    "jaenner": 1,
+    "january": 1,
+    "jan": 1,
+    "jän": 1,
+    "februar": 2,
+    "feber": 2,
+    "february": 2,
+    "feb": 2,
+    "märz": 3,
+    "maerz": 3,
+    "marz": 3,
+    "march": 3,
+    "mär": 3,
+    "mrz": 3,
+    "mar": 3,
+    "april": 4,
+    "apr": 4,
+    "mai": 5,
+    "may": 5,
+    "juni": 6,
+    "june": 6,
+    "jun": 6,
+    "juli": 7,
+    "july": 7,
+    "jul": 7,
+    "august": 8,
+    "aug": 8,
+    "september": 9,
+    "sept": 9,
+    "sep": 9,
+    "oktober": 10,
+    "october": 10,
+    "okt": 10,
+    "oct": 10,
+    "november": 11,
+    "nov": 11,
+    "dezember": 12,
+    "december": 12,
+    "dez": 12,
+    "dec": 12,
+}
 # Longest first, so that "Juni" is not read as "Jun" + "i".
 _MONTH = "|".join(sorted(_MONTHS, key=len, reverse=True))
 _WEEKDAY = (
@@ -118,9 +148,25 @@ _LABEL_BEFORE = re.compile(
 _LABEL_LINE = re.compile(rf"(?:^|(?<=[^\w-]))(?:{_LABEL}){_SP}*[:.]?{_SP}*$", re.IGNORECASE)
 # "Due date: 01.12.2026" is a date, but not the one the document was issued on.
 _NOT_ISSUE_DATES = frozenset(
-    {"due", "delivery", "birth", "order", "payment", "expiry", "expiration", "start", "end",
-     "ship", "shipping", "service", "valid", "travel", "departure", "arrival"}
-)  # fmt: skip
+    {
+        "due",
+        "delivery",
+        "birth",
+        "order",
+        "payment",
+        "expiry",
+        "expiration",
+        "start",
+        "end",
+        "ship",
+        "shipping",
+        "service",
+        "valid",
+        "travel",
+        "departure",
+        "arrival",
+    }
+)
 # "Berlin, den 3. November 2026" / "Frankfurt am Main, 03.11.2026": the date line of a
 # German letter. The place is a few capitalised words ("Bad Homburg v. d. Höhe"), so a
 # sentence such as "Die Lieferung erfolgt am Montag, 03.11.2026" is not one.

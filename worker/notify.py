@@ -174,13 +174,15 @@ def _document_needs_attention(e: Event) -> Rendered:
         f"Document {doc} of tenant {t} is archived (the original is kept as it came), but "
         f"{kind} cannot handle it for a reason no retry fixes:\n  {reason}\n"
         "It stays in status 'attention' and nothing more happens to it until someone acts.",
-        [f"see what needs attention: ingestd documents attention --tenant {t}",
-         "if the file itself is the problem (encrypted, damaged), get a usable copy from "
-         "the sender and ingest that one",
-         f"once the cause is fixed (a limit raised, a language installed), analyse it again: "
-         f"ingestd documents analyze --tenant {t} {doc}",
-         f"or accept it without text: ingestd documents mark-done --tenant {t} {doc}"],
-    )  # fmt: skip
+        [
+            f"see what needs attention: ingestd documents attention --tenant {t}",
+            "if the file itself is the problem (encrypted, damaged), get a usable copy from "
+            "the sender and ingest that one",
+            f"once the cause is fixed (a limit raised, a language installed), analyse it again: "
+            f"ingestd documents analyze --tenant {t} {doc}",
+            f"or accept it without text: ingestd documents mark-done --tenant {t} {doc}",
+        ],
+    )
 
 
 def _job_failed(e: Event) -> Rendered:
@@ -193,9 +195,11 @@ def _job_failed(e: Event) -> Rendered:
         f"Job {job} ({kind}){of_doc.replace(' of ', ' for ')} of tenant {t} failed for good"
         f"{_attempts(d)} and is not "
         f"retried any more. The last error:\n  {error}",
-        [f"look at the job and its whole error: ingestd jobs show {job}",
-         f"fix the cause, then run it again: ingestd jobs retry {job}"],
-    )  # fmt: skip
+        [
+            f"look at the job and its whole error: ingestd jobs show {job}",
+            f"fix the cause, then run it again: ingestd jobs retry {job}",
+        ],
+    )
 
 
 def _delivery_failed(e: Event) -> Rendered:
@@ -207,11 +211,13 @@ def _delivery_failed(e: Event) -> Rendered:
         f"A workflow webhook of tenant {t} for document {doc} was retried on the "
         f"[deliveries] ladder and failed for good{_attempts(d)}. The document itself is "
         f"archived and analysed; only the receiver was not told. The last error:\n  {error}",
-        ["check that the receiver is up and accepts the signature (its URL and secret in "
-         "the workflow's webhook)",
-         f"look at the job: ingestd jobs show {job}",
-         f"send it again: ingestd jobs retry {job}"],
-    )  # fmt: skip
+        [
+            "check that the receiver is up and accepts the signature (its URL and secret in "
+            "the workflow's webhook)",
+            f"look at the job: ingestd jobs show {job}",
+            f"send it again: ingestd jobs retry {job}",
+        ],
+    )
 
 
 def _tenant_event(e: Event) -> Rendered:
@@ -240,9 +246,11 @@ def _tenant_event(e: Event) -> Rendered:
             f"Tenant {t} was suspended (it was {before or '?'}): SFTP logins of its accounts "
             "are refused and files in its hot folders wait where they are until it is "
             "active again.",
-            ["if this was not intended: ingestd tenant activate " + t,
-             "see all tenants: ingestd tenant list"],
-        )  # fmt: skip
+            [
+                "if this was not intended: ingestd tenant activate " + t,
+                "see all tenants: ingestd tenant list",
+            ],
+        )
     if state == "deleting":
         return Rendered(
             f"tenant {t} is being deleted",
@@ -277,9 +285,11 @@ def _file_event(e: Event) -> Rendered:
     return Rendered(
         f"{_prefix(t)}file {name} {verb}: {reason}",
         what,
-        ["look at the file and its .error.txt note" + (f" in {where}" if where else ""),
-         "fix or replace it and drop it in again, or delete it"],
-    )  # fmt: skip
+        [
+            "look at the file and its .error.txt note" + (f" in {where}" if where else ""),
+            "fix or replace it and drop it in again, or delete it",
+        ],
+    )
 
 
 def _not_removable(e: Event) -> Rendered:
@@ -292,9 +302,11 @@ def _not_removable(e: Event) -> Rendered:
         f"The file {name} was archived{archived}, but ingestd cannot remove it from the "
         f"hot folder: {_line(_get(d, 'detail', 'reason') or 'no reason given')}\n"
         "It is not ingested or copied again; its removal is retried until it works.",
-        ["fix the folder's owner and mode (README: hot folder ownership)",
-         "see the stuck files: ingestd status"],
-    )  # fmt: skip
+        [
+            "fix the folder's owner and mode (README: hot folder ownership)",
+            "see the stuck files: ingestd status",
+        ],
+    )
 
 
 def _folder_event(e: Event) -> Rendered:
@@ -303,9 +315,11 @@ def _folder_event(e: Event) -> Rendered:
     if e.type == "folder.back":
         found = d.get("files")
         files = f"; {found} file(s) found in it" if found is not None else ""
-        return Rendered(f"{_prefix(t)}hot folder {folder} is back",
-                        f"The hot folder {folder} is there again and watched{files}.",
-                        ["nothing to do"])  # fmt: skip
+        return Rendered(
+            f"{_prefix(t)}hot folder {folder} is back",
+            f"The hot folder {folder} is there again and watched{files}.",
+            ["nothing to do"],
+        )
     reason = _line(_get(d, "reason") or "gone")
     return Rendered(
         f"{_prefix(t)}hot folder {folder} is gone ({reason})",
@@ -313,7 +327,7 @@ def _folder_event(e: Event) -> Rendered:
         "a share unmounted, the folder deleted. ingestd never creates it; files dropped "
         "there are not seen until it is back.",
         ["mount the share again or recreate the folder; ingestd picks it up by itself"],
-    )  # fmt: skip
+    )
 
 
 def _sftp_banned(e: Event) -> Rendered:
@@ -330,17 +344,22 @@ def _sftp_banned(e: Event) -> Rendered:
     return Rendered(
         f"{_prefix(e.tenant)}SFTP: {ip} banned{for_} after failed logins",
         what,
-        ["if it is one of your scanners (a changed password, an old key), fix its "
-         f"credentials, then lift the ban: ingestd sftp unban {ip}",
-         "see the bans in force: ingestd sftp bans"],
-    )  # fmt: skip
+        [
+            "if it is one of your scanners (a changed password, an old key), fix its "
+            f"credentials, then lift the ban: ingestd sftp unban {ip}",
+            "see the bans in force: ingestd sftp bans",
+        ],
+    )
 
 
 def _generic(e: Event) -> Rendered:
     reason = _get(e.detail, "error", "reason", "detail", "message")
     summary = f"{_prefix(e.tenant)}{e.type}" + (f": {_line(reason)}" if reason else "")
-    return Rendered(summary, f"ingestd recorded the event {e.type} ({e.severity}).",
-                    ["the details below say what it is about"])  # fmt: skip
+    return Rendered(
+        summary,
+        f"ingestd recorded the event {e.type} ({e.severity}).",
+        ["the details below say what it is about"],
+    )
 
 
 _RENDERERS: dict[str, Callable[[Event], Rendered]] = {
@@ -495,8 +514,9 @@ def deliver(config: Config, sink: NotifySink, event: Event) -> dict[str, Any]:
     rendered = render(event)
     try:
         if sink.webhook is not None:
-            status = deliver_webhook(sink.webhook, webhook_payload(event, rendered),
-                                     event_id=delivery_id(event, sink))  # fmt: skip
+            status = deliver_webhook(
+                sink.webhook, webhook_payload(event, rendered), event_id=delivery_id(event, sink)
+            )
             return {"via": "webhook", "url": sink.webhook.display_url, "status": status}
         smtp = config.smtp
         if smtp is None or not sink.email:  # the config's validation rules this out
@@ -542,8 +562,9 @@ def build_message(
 def _fqdn() -> str:
     # What EHLO says by default. socket.getfqdn() may wait for a DNS server: bounded.
     found: list[str] = []
-    thread = threading.Thread(target=lambda: found.append(socket.getfqdn()), daemon=True,
-                              name="smtp-fqdn")  # fmt: skip
+    thread = threading.Thread(
+        target=lambda: found.append(socket.getfqdn()), daemon=True, name="smtp-fqdn"
+    )
     thread.start()
     thread.join(2.0)
     name = found[0] if found else socket.gethostname()
@@ -604,17 +625,28 @@ def send_mail(smtp: SmtpConfig, recipients: Sequence[str], message: EmailMessage
             # Connects and reads the greeting (smtplib keeps the host for TLS's SNI and
             # certificate check).
             if smtp.security == "tls":
-                client = _ClientTLS(deadline, smtp.host, smtp.port, local_hostname=helo,
-                                    timeout=smtp.timeout, context=context)  # fmt: skip
+                client = _ClientTLS(
+                    deadline,
+                    smtp.host,
+                    smtp.port,
+                    local_hostname=helo,
+                    timeout=smtp.timeout,
+                    context=context,
+                )
             else:
-                client = _Client(deadline, smtp.host, smtp.port, local_hostname=helo,
-                                 timeout=smtp.timeout)  # fmt: skip
+                client = _Client(
+                    deadline, smtp.host, smtp.port, local_hostname=helo, timeout=smtp.timeout
+                )
             if smtp.security == "starttls":
                 client.ehlo()
                 if not client.has_extn("starttls"):
-                    raise SmtpError(relay, None, 'does not offer STARTTLS (security = '
-                                    '"starttls"); set security = "none" only for a relay on a '
-                                    "network you trust")  # fmt: skip
+                    raise SmtpError(
+                        relay,
+                        None,
+                        "does not offer STARTTLS (security = "
+                        '"starttls"); set security = "none" only for a relay on a '
+                        "network you trust",
+                    )
                 client.starttls(context=context)
                 client.ehlo()
             if smtp.username is not None:
@@ -642,8 +674,9 @@ def _login(client: smtplib.SMTP, relay: str, username: str, password: str) -> No
     # smtplib encodes AUTH data as ASCII; PLAIN is UTF-8 (RFC 4616): send it ourselves.
     client.ehlo_or_helo_if_needed()
     if "PLAIN" not in client.esmtp_features.get("auth", "").upper().split():
-        raise SmtpError(relay, None, "offers no AUTH PLAIN, which a password that is not "
-                                     "ASCII needs")  # fmt: skip
+        raise SmtpError(
+            relay, None, "offers no AUTH PLAIN, which a password that is not ASCII needs"
+        )
     token = base64.b64encode(b"\0" + username.encode() + b"\0" + password.encode()).decode()
     code, reply = client.docmd("AUTH", f"PLAIN {token}")
     if code != 235:
@@ -660,25 +693,40 @@ def _smtp_error(exc: BaseException, smtp: SmtpConfig, *, expired: bool) -> Excep
             return SmtpRefused(f"smtp {relay}: recipients refused: {shown}")
         return SmtpError(relay, None, f"recipients not taken: {shown}")
     if isinstance(exc, smtplib.SMTPDataError) and exc.smtp_code >= 500:
-        return SmtpRefused(f"smtp {relay}: message refused: {exc.smtp_code} "
-                           f"{_reply(exc.smtp_error)}")  # fmt: skip
+        return SmtpRefused(
+            f"smtp {relay}: message refused: {exc.smtp_code} {_reply(exc.smtp_error)}"
+        )
     if isinstance(exc, smtplib.SMTPAuthenticationError):
-        return SmtpError(relay, exc.smtp_code, f"{_reply(exc.smtp_error)} (AUTH as "
-                         f"{smtp.username!r}; check smtp.username and password_file)")  # fmt: skip
+        return SmtpError(
+            relay,
+            exc.smtp_code,
+            f"{_reply(exc.smtp_error)} (AUTH as "
+            f"{smtp.username!r}; check smtp.username and password_file)",
+        )
     if isinstance(exc, smtplib.SMTPSenderRefused):
-        return SmtpError(relay, exc.smtp_code, f"{_reply(exc.smtp_error)} (sender "
-                         f"{exc.sender}; check smtp.from_address)")  # fmt: skip
+        return SmtpError(
+            relay,
+            exc.smtp_code,
+            f"{_reply(exc.smtp_error)} (sender {exc.sender}; check smtp.from_address)",
+        )
     if isinstance(exc, smtplib.SMTPResponseException):
         # A real answer (a 4xx anywhere, a 5xx greeting): it stands, even if late.
         return SmtpError(relay, exc.smtp_code, _reply(exc.smtp_error))
     if expired or isinstance(exc, TimeoutError):
         return late
     if isinstance(exc, smtplib.SMTPNotSupportedError):
-        return SmtpError(relay, None, f"{exc} (smtp.username is set, but the relay offers "
-                                      "no AUTH on this connection)")  # fmt: skip
+        return SmtpError(
+            relay,
+            None,
+            f"{exc} (smtp.username is set, but the relay offers no AUTH on this connection)",
+        )
     if isinstance(exc, ssl.SSLCertVerificationError):
-        return SmtpError(relay, None, f"TLS certificate not accepted: {exc.verify_message} "
-                                      "(smtp.ca_file names a CA to trust)")  # fmt: skip
+        return SmtpError(
+            relay,
+            None,
+            f"TLS certificate not accepted: {exc.verify_message} "
+            "(smtp.ca_file names a CA to trust)",
+        )
     if isinstance(exc, ssl.SSLError):
         return SmtpError(relay, None, f"TLS failed: {exc.reason or exc}")
     if isinstance(exc, smtplib.SMTPServerDisconnected):

@@ -153,13 +153,16 @@ def analyze_file(src: Path, mime_type: str, out_dir: Path, opts: OcrOptions) -> 
     _check_options(opts)
     engine = _check_installation(opts)
     if mime_type != PDF and mime_type not in IMAGE_TYPES:
-        raise OcrInputError(f"ingestd cannot OCR files of type {mime_type!r} "
-                            f"(only PDF, TIFF, JPEG and PNG)")  # fmt: skip
+        raise OcrInputError(
+            f"ingestd cannot OCR files of type {mime_type!r} (only PDF, TIFF, JPEG and PNG)"
+        )
     src, out_dir = Path(src), Path(out_dir)
     _check_source(src)
     if out_dir.resolve() == src.resolve().parent:
-        raise OcrConfigError(f"OCR output directory {out_dir} is the source's directory; "
-                             "nothing may be written next to an archived file")  # fmt: skip
+        raise OcrConfigError(
+            f"OCR output directory {out_dir} is the source's directory; "
+            "nothing may be written next to an archived file"
+        )
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
         _remove_stale_temp_dirs(out_dir, opts.timeout + STALE_GRACE)
@@ -186,8 +189,13 @@ def analyze_file(src: Path, mime_type: str, out_dir: Path, opts: OcrOptions) -> 
         raise OcrFailed(f"pdfium cannot read the PDF ocrmypdf wrote: {exc}") from None
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    return OcrResult(pages=pages, page_count=len(pages), searchable_pdf=SEARCHABLE_PDF,
-                     thumbnail=THUMBNAIL, engine=engine)  # fmt: skip
+    return OcrResult(
+        pages=pages,
+        page_count=len(pages),
+        searchable_pdf=SEARCHABLE_PDF,
+        thumbnail=THUMBNAIL,
+        engine=engine,
+    )
 
 
 # -- installation and options -----------------------------------------------------------
@@ -202,8 +210,9 @@ def _tesseract_info() -> tuple[frozenset[str], str]:
     except programs.ProgramTimeout as exc:
         raise OcrConfigError(f"tesseract does not answer: {exc.message}") from None
     if not langs.ok:
-        raise OcrConfigError(f"`tesseract --list-langs` failed (exit {langs.returncode}): "
-                             f"{_tail(langs.stderr)}")  # fmt: skip
+        raise OcrConfigError(
+            f"`tesseract --list-langs` failed (exit {langs.returncode}): {_tail(langs.stderr)}"
+        )
     # The first line is a heading ('List of available languages in "..." (3):').
     names = frozenset(line.strip() for line in langs.stdout.splitlines()[1:] if line.strip())
     # tesseract 4 printed its version on stderr, 5 on stdout: "tesseract 5.3.0".
@@ -220,8 +229,11 @@ def _check_options(opts: OcrOptions) -> None:
     problems = []
     if not opts.languages:
         problems.append("no OCR language given")
-    problems += [f"invalid tesseract language name {lang!r}"
-                 for lang in opts.languages if not _LANG_NAME.fullmatch(lang)]  # fmt: skip
+    problems += [
+        f"invalid tesseract language name {lang!r}"
+        for lang in opts.languages
+        if not _LANG_NAME.fullmatch(lang)
+    ]
     if opts.mode not in ("skip", "redo", "force"):
         problems.append(f"OCR mode {opts.mode!r} is not one of skip, redo, force")
     if opts.jobs < 0 or opts.timeout <= 0 or opts.thumbnail_width < 1 or opts.image_dpi < 1:
@@ -243,8 +255,10 @@ def _check_installation(opts: OcrOptions) -> str:
     if missing:
         what = ", ".join(f"{lang!r} (apt-get install {apt_package(lang)})" for lang in missing)
         why = " (osd: needed to rotate pages)" if "osd" in missing else ""
-        raise OcrConfigError(f"tesseract language pack missing: {what}{why}; "
-                             f"installed: {', '.join(sorted(langs)) or 'none'}")  # fmt: skip
+        raise OcrConfigError(
+            f"tesseract language pack missing: {what}{why}; "
+            f"installed: {', '.join(sorted(langs)) or 'none'}"
+        )
     return f"ocrmypdf {_ocrmypdf_version()}, tesseract {tess_version}"
 
 
@@ -295,23 +309,27 @@ def _check_pdf(src: Path, opts: OcrOptions) -> None:
         truncated = not _ends_with_eof_marker(src)
         raise OcrInputError(
             "the PDF is truncated (no end-of-file marker: an interrupted transfer?)"
-            if truncated else f"the PDF is damaged and cannot be read: {exc}"
-        ) from None  # fmt: skip
+            if truncated
+            else f"the PDF is damaged and cannot be read: {exc}"
+        ) from None
     if encrypted:
         raise OcrInputError(_ENCRYPTED)
     # qpdf rebuilds a broken cross-reference table; a file cut short rebuilds into a PDF
     # missing its last pages or images, which must not pass for the whole document.
     if repaired and not _ends_with_eof_marker(src):
-        raise OcrInputError("the PDF is truncated (no end-of-file marker, cross-reference "
-                            "table missing: an interrupted transfer?)")  # fmt: skip
+        raise OcrInputError(
+            "the PDF is truncated (no end-of-file marker, cross-reference "
+            "table missing: an interrupted transfer?)"
+        )
     if pages == 0:
         raise OcrInputError("the PDF has no pages")
 
 
 def _check_page_count(pages: int, opts: OcrOptions) -> None:
     if opts.max_pages is not None and pages > opts.max_pages:
-        raise OcrLimitExceeded(f"the file has {pages} pages, more than analysis.max_pages "
-                               f"({opts.max_pages}) allows")  # fmt: skip
+        raise OcrLimitExceeded(
+            f"the file has {pages} pages, more than analysis.max_pages ({opts.max_pages}) allows"
+        )
 
 
 def _megapixels(pixels: float) -> str:
@@ -334,7 +352,8 @@ def _check_pdf_page(number: int, page: pikepdf.Page, opts: OcrOptions) -> None:
         raise OcrLimitExceeded(
             f"page {number} is {inches[0]:,.1f} x {inches[1]:,.1f} inches, "
             f"{_megapixels(pixels)} at {opts.image_dpi} dpi, more than "
-            f"analysis.max_page_megapixels ({_megapixels(opts.max_page_pixels)}) allows")
+            f"analysis.max_page_megapixels ({_megapixels(opts.max_page_pixels)}) allows"
+        )
 
 
 def _check_image(src: Path, opts: OcrOptions) -> None:
@@ -351,7 +370,8 @@ def _check_image(src: Path, opts: OcrOptions) -> None:
                     raise OcrLimitExceeded(
                         f"page {number} is {frame.size[0]} x {frame.size[1]} pixels "
                         f"({_megapixels(pixels)}), more than analysis.max_page_megapixels "
-                        f"({_megapixels(opts.max_page_pixels)}) allows")
+                        f"({_megapixels(opts.max_page_pixels)}) allows"
+                    )
     except OcrLimitExceeded:
         raise
     except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as exc:
@@ -369,8 +389,11 @@ def _image_to_pdf(src: Path, dest: Path, image_dpi: int) -> Path:
     except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as exc:
         raise OcrInputError(f"the image cannot be read: {exc}") from None
     credible = isinstance(dpi, tuple) and bool(dpi) and min(map(float, dpi)) > CREDIBLE_DPI
-    layout = (img2pdf.default_layout_fun if credible
-              else img2pdf.get_fixed_dpi_layout_fun((image_dpi, image_dpi)))  # fmt: skip
+    layout = (
+        img2pdf.default_layout_fun
+        if credible
+        else img2pdf.get_fixed_dpi_layout_fun((image_dpi, image_dpi))
+    )
     kwargs = {"layout_fun": layout, "rotation": img2pdf.Rotation.ifvalid}
     if frames < 1:
         raise OcrInputError("the image has no frames")
@@ -411,22 +434,35 @@ def _flattened_frames(src: Path, work: Path) -> list[str]:
 
 # -- ocrmypdf ------------------------------------------------------------------------------
 def _run_ocrmypdf(
-    pdf_in: Path, out_pdf: Path, sidecar: Path, work: Path, opts: OcrOptions,
-    deadline: float, mime_type: str,
-) -> None:  # fmt: skip
+    pdf_in: Path,
+    out_pdf: Path,
+    sidecar: Path,
+    work: Path,
+    opts: OcrOptions,
+    deadline: float,
+    mime_type: str,
+) -> None:
     argv = [
-        sys.executable, "-m", "ocrmypdf",
-        "--language", "+".join(opts.languages),
-        "--mode", opts.mode,
+        sys.executable,
+        "-m",
+        "ocrmypdf",
+        "--language",
+        "+".join(opts.languages),
+        "--mode",
+        opts.mode,
         # A plain PDF: no PDF/A conversion (time, and it may re-encode images); no
         # optimisation pass: the derived copy keeps the scan's images as they are.
-        "--output-type", "pdf", "--optimize", "0",
-        "--sidecar", str(sidecar),
+        "--output-type",
+        "pdf",
+        "--optimize",
+        "0",
+        "--sidecar",
+        str(sidecar),
         # The signed original stays in the archive; the derived copy only needs its text.
         "--invalidate-digital-signatures",
         # A page that renders with a soft error (a missing font) still gets its text.
         "--continue-on-soft-render-error",
-    ]  # fmt: skip
+    ]
     if opts.rotate_pages:
         argv += ["--rotate-pages", "--rotate-pages-threshold", f"{opts.rotate_threshold:g}"]
     if opts.jobs:
@@ -439,11 +475,14 @@ def _run_ocrmypdf(
     # PYTHONWARNINGS: deprecation chatter would crowd the real error out of stderr's tail.
     env = {"OMP_THREAD_LIMIT": "1", "TMPDIR": str(work), "PYTHONWARNINGS": "ignore"}
     try:
-        res = programs.run(argv, timeout=remaining, env=env, cwd=work,
-                           memory_limit=opts.memory_limit)  # fmt: skip
+        res = programs.run(
+            argv, timeout=remaining, env=env, cwd=work, memory_limit=opts.memory_limit
+        )
     except programs.ProgramTimeout:
-        raise OcrTimeout(f"OCR did not finish within {opts.timeout:g} s "
-                         "(OcrOptions.timeout); ocrmypdf and its children were killed") from None
+        raise OcrTimeout(
+            f"OCR did not finish within {opts.timeout:g} s "
+            "(OcrOptions.timeout); ocrmypdf and its children were killed"
+        ) from None
     except programs.ProgramNotFound as exc:
         raise OcrConfigError(f"cannot start ocrmypdf: {exc.message}") from None
     if res.returncode != 0:
@@ -462,30 +501,36 @@ def _stderr_note(res: programs.ProgramResult) -> str:
     return f"; ocrmypdf said:\n{tail}" if tail else ""
 
 
-def _error_for(res: programs.ProgramResult, mime_type: str,
-               memory_limit: int | None = None) -> OcrError:  # fmt: skip
+def _error_for(
+    res: programs.ProgramResult, mime_type: str, memory_limit: int | None = None
+) -> OcrError:
     """ocrmypdf's exit code as one of our errors (ocrmypdf.ExitCode)."""
     code, note = res.returncode, _stderr_note(res)
     what = "PDF" if mime_type == PDF else "image"
     if _out_of_memory(res):
         limit = f" ({memory_limit / 2**30:.1f} GiB)" if memory_limit else ""
-        return OcrLimitExceeded(f"OCR ran out of memory under analysis.memory_limit{limit}: "
-                                f"the {what} needs more than the limit allows{note}")
+        return OcrLimitExceeded(
+            f"OCR ran out of memory under analysis.memory_limit{limit}: "
+            f"the {what} needs more than the limit allows{note}"
+        )
     if code == EXIT_ENCRYPTED_PDF:
         return OcrInputError(_ENCRYPTED)
     if code == EXIT_INPUT_FILE:
         return OcrInputError(f"ocrmypdf cannot read the {what} (damaged or unsupported){note}")
     if code == EXIT_MISSING_DEPENDENCY:
-        return OcrConfigError(f"a program ocrmypdf needs is missing (tesseract, ghostscript "
-                              f"or a language pack){note}")  # fmt: skip
+        return OcrConfigError(
+            f"a program ocrmypdf needs is missing (tesseract, ghostscript or a language pack){note}"
+        )
     if code in (EXIT_INVALID_CONFIG, EXIT_BAD_ARGS):
         return OcrConfigError(f"ocrmypdf refused its configuration (exit {code}){note}")
     if code == EXIT_FILE_ACCESS_ERROR:
-        return OcrFailed(f"ocrmypdf could not read or write a file (exit 5: permissions, "
-                         f"disk full?){note}")  # fmt: skip
+        return OcrFailed(
+            f"ocrmypdf could not read or write a file (exit 5: permissions, disk full?){note}"
+        )
     if code == EXIT_CHILD_PROCESS_ERROR:
-        return OcrFailed(f"a program under ocrmypdf (tesseract or ghostscript) failed "
-                         f"(exit 7){note}")  # fmt: skip
+        return OcrFailed(
+            f"a program under ocrmypdf (tesseract or ghostscript) failed (exit 7){note}"
+        )
     names = {
         EXIT_INVALID_OUTPUT_PDF: "its output PDF did not validate",
         EXIT_ALREADY_DONE_OCR: "it found text it was told not to expect",
@@ -499,15 +544,15 @@ def _error_for(res: programs.ProgramResult, mime_type: str,
 
 # What a process says when an allocation failed (Python, C++, ghostscript, tesseract,
 # leptonica), or the kernel's OOM kill.
-_OOM = re.compile(r"MemoryError|Cannot allocate memory|std::bad_alloc|out of memory|"
-                  r"VMerror|Out of memory|memory allocation failed|pixCreate.*failed",
-                  re.IGNORECASE)  # fmt: skip
+_OOM = re.compile(
+    r"MemoryError|Cannot allocate memory|std::bad_alloc|out of memory|"
+    r"VMerror|Out of memory|memory allocation failed|pixCreate.*failed",
+    re.IGNORECASE,
+)
 
 
 def _out_of_memory(res: programs.ProgramResult) -> bool:
     return res.returncode == -9 or bool(_OOM.search(res.stderr))
-
-
 
 
 # -- results -------------------------------------------------------------------------------
@@ -567,8 +612,9 @@ def _pages_and_thumbnail(out_pdf: Path, sidecar: Path, opts: OcrOptions, thumb: 
             parsed = _sidecar_pages(sidecar.read_text(encoding="utf-8", errors="replace"))
             if len(parsed) == count:  # else (never seen): every page from the PDF
                 ocr = parsed
-        pages = [_clean(text if text is not None else _page_text(doc, i))
-                 for i, text in enumerate(ocr)]  # fmt: skip
+        pages = [
+            _clean(text if text is not None else _page_text(doc, i)) for i, text in enumerate(ocr)
+        ]
         if count:
             _render_thumbnail(doc, opts.thumbnail_width, thumb)
     if not count:
@@ -628,7 +674,7 @@ def _remove_stale_temp_dirs(out_dir: Path, max_age: float) -> None:
         for entry in entries:
             if not entry.name.startswith(TMP_PREFIX):
                 continue
-            pid = entry.name[len(TMP_PREFIX):].split("-", 1)[0]
+            pid = entry.name[len(TMP_PREFIX) :].split("-", 1)[0]
             with contextlib.suppress(OSError):
                 too_old = now - entry.stat(follow_symlinks=False).st_mtime > max_age
                 if too_old or not pid.isdigit() or not _pid_alive(int(pid)):

@@ -225,5 +225,6 @@ def run(
                 stream.close()
     if not finished:
         raise ProgramTimeout(args, timeout, err.text())
-    return ProgramResult(tuple(args), proc.returncode, out.text(), err.text(),
-                         time.monotonic() - t0)  # fmt: skip
+    return ProgramResult(
+        tuple(args), proc.returncode, out.text(), err.text(), time.monotonic() - t0
+    )

@@ -142,8 +142,13 @@ class WorkerIdentity:
 class Queue:
     """One worker's view of the queue. Thread-safe (the pool hands out connections)."""
 
-    def __init__(self, db: Database, config: WorkerConfig, worker_id: str | None = None,
-                 deliveries: RetryPolicy | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        db: Database,
+        config: WorkerConfig,
+        worker_id: str | None = None,
+        deliveries: RetryPolicy | None = None,
+    ) -> None:
         self.db = db
         self.config = config
         self.deliveries = deliveries
@@ -187,9 +192,11 @@ class Queue:
         return n == 1
 
     def done(
-        self, job: Job, apply: Callable[[Tx, Job, dict[str, Any]], None] | None = None,
+        self,
+        job: Job,
+        apply: Callable[[Tx, Job, dict[str, Any]], None] | None = None,
         data: dict[str, Any] | None = None,
-    ) -> bool:  # fmt: skip
+    ) -> bool:
         """Mark the job done; with ``apply``, write its derived ``data`` in the same
         transaction, and only if the job is still ours."""
         if apply is None:
@@ -204,9 +211,14 @@ class Queue:
         return True
 
     def fail(
-        self, job: Job, error: str, *, permanent: bool = False, attention: bool = False,
+        self,
+        job: Job,
+        error: str,
+        *,
+        permanent: bool = False,
+        attention: bool = False,
         failed_event: str | None = "job.failed",
-    ) -> FailOutcome | None:  # fmt: skip
+    ) -> FailOutcome | None:
         """Count a failed attempt: back to queued with backoff, or failed for good.
 
         ``attention``: failed for a reason of the document itself (with ``permanent``);
@@ -214,9 +226,14 @@ class Queue:
         ``failed_event`` (or ``document.needs_attention``) is written as an operator
         event in the same statement; None writes none.
         """
-        params = {**self._ids(job), **self._retry(job.kind), "error": error[:4000],
-                  "permanent": permanent or attention, "attention": attention,
-                  "failed_event": failed_event}  # fmt: skip
+        params = {
+            **self._ids(job),
+            **self._retry(job.kind),
+            "error": error[:4000],
+            "permanent": permanent or attention,
+            "attention": attention,
+            "failed_event": failed_event,
+        }
         with self.db.autocommit() as tx:
             row = tx.one("job_fail", params)
         if row is None:

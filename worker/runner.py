@@ -95,8 +95,11 @@ class Flags:
         return self._r
 
     def install(self) -> None:
-        for sig, handler in ((signal.SIGTERM, self._on_stop), (signal.SIGINT, self._on_stop),
-                             (signal.SIGHUP, self._on_reload)):  # fmt: skip
+        for sig, handler in (
+            (signal.SIGTERM, self._on_stop),
+            (signal.SIGINT, self._on_stop),
+            (signal.SIGHUP, self._on_reload),
+        ):
             self._saved[sig] = signal.signal(sig, handler)
 
     def restore(self) -> None:
@@ -161,8 +164,9 @@ class Listener:
             self._conn = conn
         except Exception as exc:  # psycopg's own errors: only db.py knows their classes
             self._retry_at = time.monotonic() + self.RECONNECT_EVERY
-            self.log.warning("worker.listen_failed", error=str(exc).strip()[:300],
-                             retry_in=self.RECONNECT_EVERY)  # fmt: skip
+            self.log.warning(
+                "worker.listen_failed", error=str(exc).strip()[:300], retry_in=self.RECONNECT_EVERY
+            )
 
     def drain(self) -> int:
         """Consume the notifications that arrived; their content does not matter."""
@@ -187,8 +191,9 @@ class Heartbeat(threading.Thread):
     """Renews the running job's lease every lease/3 s from a thread of the parent: the
     main thread only waits, but a heartbeat must not depend on it (nor on the child)."""
 
-    def __init__(self, queue: Callable[[], Queue], on_lost: Callable[[], None],
-                 logger: Any) -> None:  # fmt: skip
+    def __init__(
+        self, queue: Callable[[], Queue], on_lost: Callable[[], None], logger: Any
+    ) -> None:
         super().__init__(name="heartbeat", daemon=True)
         self._queue = queue
         self._on_lost = on_lost
@@ -281,8 +286,7 @@ class Runner:
         # Given: started already by `ingestd worker` (forked before any thread existed).
         self.child = child or Child(config, db.conninfo, self.plugins)
         self.listener = Listener(db.conninfo, config.database.connect_timeout, self.log)
-        self.identity = WorkerIdentity(db.conninfo, self.worker_id,
-                                       config.database.connect_timeout)  # fmt: skip
+        self.identity = WorkerIdentity(db.conninfo, self.worker_id, config.database.connect_timeout)
         self._next_identity = 0.0
         self.heartbeat = Heartbeat(lambda: self.queue, self.flags.poke, self.log)
         now = time.monotonic()
@@ -320,10 +324,16 @@ class Runner:
             child_pid = self.child.pid if self.child.alive() else self.child.start()
             self.notifier.ready("idle")
             self._status_text = "idle"
-            self.log.info("worker.ready", pid=os.getpid(), child_pid=child_pid,
-                          kinds=sorted(kinds), plugins=list(self.plugins), drain=self.drain,
-                          poll_interval=self.config.worker.poll_interval,
-                          lease_seconds=self.config.worker.lease_seconds)  # fmt: skip
+            self.log.info(
+                "worker.ready",
+                pid=os.getpid(),
+                child_pid=child_pid,
+                kinds=sorted(kinds),
+                plugins=list(self.plugins),
+                drain=self.drain,
+                poll_interval=self.config.worker.poll_interval,
+                lease_seconds=self.config.worker.lease_seconds,
+            )
             self._loop()
         finally:
             self._announce_stopping("error" if not self.flags.stop.is_set() else "")
@@ -344,11 +354,16 @@ class Runner:
         if self.metrics_offset is None or not m.enabled:
             return
         try:
-            self.metrics_endpoint = MetricsEndpoint(m.worker_listen, self.metrics_offset,
-                                                    health=self._health())  # fmt: skip
+            self.metrics_endpoint = MetricsEndpoint(
+                m.worker_listen, self.metrics_offset, health=self._health()
+            )
         except OSError as exc:  # port taken: run without, say so (jobs matter more)
-            self.log.error("worker.metrics_failed", listen=m.worker_listen,
-                           offset=self.metrics_offset, error=str(exc))  # fmt: skip
+            self.log.error(
+                "worker.metrics_failed",
+                listen=m.worker_listen,
+                offset=self.metrics_offset,
+                error=str(exc),
+            )
             return
         host, port = self.metrics_endpoint.address
         self.log.info("worker.metrics", listen=f"{host}:{port}")
@@ -364,10 +379,10 @@ class Runner:
                 return exc.message
             return None
 
-        return health.Health(["worker"], {
-            "database": database,
-            "derived": health.writable(self.config.paths.derived_dir),
-        })  # fmt: skip
+        return health.Health(
+            ["worker"],
+            {"database": database, "derived": health.writable(self.config.paths.derived_dir)},
+        )
 
     def _turn_period(self) -> float:
         """The longest turn without a job: the poll interval, or the backoff while the
@@ -417,8 +432,11 @@ class Runner:
                 # restarting the worker would not fix it either.
                 delay = min(2.0**failures, 30.0)
                 failures += 1
-                event = ("worker.database_unavailable" if isinstance(exc, DatabaseUnavailable)
-                         else "worker.database_error")  # fmt: skip
+                event = (
+                    "worker.database_unavailable"
+                    if isinstance(exc, DatabaseUnavailable)
+                    else "worker.database_error"
+                )
                 self.log.warning(event, error=exc.message, retry_in=delay)
                 self._sleep(delay)
 
@@ -449,8 +467,7 @@ class Runner:
         self._set_status("idle")
         now = time.monotonic()
         wait = self.config.worker.poll_interval if at_most is None else at_most
-        until = min(now + wait, self._next_rescue, self._next_watchdog,
-                    self._next_prune)  # fmt: skip
+        until = min(now + wait, self._next_rescue, self._next_watchdog, self._next_prune)
         fds = [self.flags.fileno()]
         lfd = self.listener.fileno()
         if lfd is not None:
@@ -465,8 +482,9 @@ class Runner:
         """Wait, but wake for a signal."""
         deadline = time.monotonic() + seconds
         while (left := deadline - time.monotonic()) > 0 and not self.flags.stop.is_set():
-            ready, _, _ = select.select([self.flags.fileno()], [], [],
-                                        min(left, self._until_watchdog()))  # fmt: skip
+            ready, _, _ = select.select(
+                [self.flags.fileno()], [], [], min(left, self._until_watchdog())
+            )
             if ready:
                 self.flags.clear_wake()
             self._watchdog_tick()
@@ -475,15 +493,22 @@ class Runner:
 
     # -- one job --------------------------------------------------------------------------
     def _handle(self, job: Job) -> None:
-        jl = self.log.bind(job_id=job.id, kind=job.kind, tenant=job.tenant,
-                           document_id=job.document_id, trace=job.trace)  # fmt: skip
+        jl = self.log.bind(
+            job_id=job.id,
+            kind=job.kind,
+            tenant=job.tenant,
+            document_id=job.document_id,
+            trace=job.trace,
+        )
         t0 = time.monotonic()
         finished = False
         try:
             reason = refusal(job)
             if reason is not None:
-                self._record(jl, lambda: self.queue.fail(job, reason, permanent=True,
-                                                         failed_event="job.failed"))
+                self._record(
+                    jl,
+                    lambda: self.queue.fail(job, reason, permanent=True, failed_event="job.failed"),
+                )
                 jl.warning("job.refused", error=reason, seconds=_secs(t0))
                 _observe(job, "refused", t0)
                 finished = True
@@ -524,8 +549,9 @@ class Runner:
                 self._announce_stopping(job=job.id)
                 grace_end = self.flags.stop_at + self.config.worker.shutdown_grace
             now = time.monotonic()
-            what = self.child.wait(min(deadline, grace_end, self._next_watchdog) - now,
-                                   [self.flags.fileno()])  # fmt: skip
+            what = self.child.wait(
+                min(deadline, grace_end, self._next_watchdog) - now, [self.flags.fileno()]
+            )
             if what == "message":
                 answer = self.child.receive()
                 if answer is not None:
@@ -546,8 +572,10 @@ class Runner:
             now = time.monotonic()
             if now >= grace_end:
                 self.child.kill()
-                return ("released", f"shutdown grace of {_num(self.config.worker.shutdown_grace)}"
-                                    " s ran out")  # fmt: skip
+                return (
+                    "released",
+                    f"shutdown grace of {_num(self.config.worker.shutdown_grace)} s ran out",
+                )
             if now >= deadline:
                 self.child.kill()
                 return ("timeout", f"timed out after {_num(timeout)} s")
@@ -595,22 +623,42 @@ class Runner:
         attention = kind == "attention"
         registered = self.kinds.get(job.kind)
         event = registered.failed_event if registered is not None else "job.failed"
-        outcome = self._record(jl, lambda: self.queue.fail(
-            job, str(detail), permanent=permanent, attention=attention, failed_event=event))
-        _observe(job, "lost" if outcome is None else
-                 "retry" if outcome.status == "queued" else "failed", t0)  # fmt: skip
+        outcome = self._record(
+            jl,
+            lambda: self.queue.fail(
+                job, str(detail), permanent=permanent, attention=attention, failed_event=event
+            ),
+        )
+        _observe(
+            job,
+            "lost" if outcome is None else "retry" if outcome.status == "queued" else "failed",
+            t0,
+        )
         if outcome is None:
             jl.warning("job.lost", seconds=seconds, error=str(detail))
         elif outcome.status == "queued":
-            jl.warning("job.retry", seconds=seconds, attempt=outcome.retry_count,
-                       next_attempt_at=outcome.next_attempt_at.isoformat(),
-                       error=str(detail))  # fmt: skip
+            jl.warning(
+                "job.retry",
+                seconds=seconds,
+                attempt=outcome.retry_count,
+                next_attempt_at=outcome.next_attempt_at.isoformat(),
+                error=str(detail),
+            )
         elif attention:
-            jl.error("job.needs_attention", seconds=seconds, attempt=outcome.retry_count + 1,
-                     reason=str(detail))  # fmt: skip
+            jl.error(
+                "job.needs_attention",
+                seconds=seconds,
+                attempt=outcome.retry_count + 1,
+                reason=str(detail),
+            )
         else:
-            jl.error("job.failed", seconds=seconds, attempt=outcome.retry_count,
-                     permanent=permanent, error=str(detail))  # fmt: skip
+            jl.error(
+                "job.failed",
+                seconds=seconds,
+                attempt=outcome.retry_count,
+                permanent=permanent,
+                error=str(detail),
+            )
         return True
 
     def _record(self, jl: Any, write: Callable[[], T]) -> T | None:
@@ -641,9 +689,14 @@ class Runner:
         except Exception:  # a bug in matching must not stop the worker's jobs
             self.log.exception("worker.relay_failed")
         if rows:
-            self.log.warning("worker.rescued", count=len(rows),
-                             jobs=[{"id": r["id"], "status": r["status"],
-                                    "worker": r["worker_id"]} for r in rows[:50]])  # fmt: skip
+            self.log.warning(
+                "worker.rescued",
+                count=len(rows),
+                jobs=[
+                    {"id": r["id"], "status": r["status"], "worker": r["worker_id"]}
+                    for r in rows[:50]
+                ],
+            )
 
     def _prune(self) -> None:
         total = 0
@@ -653,8 +706,7 @@ class Runner:
             if n < 5000:
                 break
         if total:
-            self.log.info("worker.pruned", jobs=total,
-                          older_than_s=self.config.worker.prune_after)  # fmt: skip
+            self.log.info("worker.pruned", jobs=total, older_than_s=self.config.worker.prune_after)
 
     def _reload(self) -> None:
         self.flags.reload.clear()
@@ -675,9 +727,14 @@ class Runner:
         self.child.reconfigure(new)
         self.notifier.ready()
         w = new.worker
-        self.log.info("worker.reloaded", log_level=new.log.level, poll_interval=w.poll_interval,
-                      lease_seconds=w.lease_seconds, max_retries=w.max_retries,
-                      shutdown_grace=w.shutdown_grace)  # fmt: skip
+        self.log.info(
+            "worker.reloaded",
+            log_level=new.log.level,
+            poll_interval=w.poll_interval,
+            lease_seconds=w.lease_seconds,
+            max_retries=w.max_retries,
+            shutdown_grace=w.shutdown_grace,
+        )
 
     def _until_watchdog(self) -> float:
         return max(0.0, self._next_watchdog - time.monotonic())
@@ -715,8 +772,11 @@ def _limit_rule(job: Job, kind: str, detail: str, timeout: float) -> tuple[str, 
     which would take the same time or memory again."""
     if job.retry_count < 1:
         return "error", detail
-    limit = (f"the limit worker.timeouts.{job.kind} ({_num(timeout)} s)" if kind == "timeout"
-             else "the memory or the program it needs (the child died)")  # fmt: skip
+    limit = (
+        f"the limit worker.timeouts.{job.kind} ({_num(timeout)} s)"
+        if kind == "timeout"
+        else "the memory or the program it needs (the child died)"
+    )
     detail = f"{detail}; again after a retry: it exceeds {limit}"
     return ("attention" if job.document_id is not None else "permanent"), detail
 

@@ -288,13 +288,7 @@ def verify_signature(
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
     # Returning None makes urllib raise HTTPError for the 3xx response itself.
     def redirect_request(
-        self,
-        req: urllib.request.Request,
-        fp: Any,
-        code: int,
-        msg: str,
-        headers: Any,
-        newurl: str,
+        self, req: urllib.request.Request, fp: Any, code: int, msg: str, headers: Any, newurl: str
     ) -> urllib.request.Request | None:
         return None
 
@@ -460,11 +454,7 @@ class _HTTPSHandler(urllib.request.HTTPSHandler):
 
 
 def deliver_webhook(
-    webhook: WebhookConfig,
-    event: dict[str, Any],
-    *,
-    event_id: str,
-    timeout: float | None = None,
+    webhook: WebhookConfig, event: dict[str, Any], *, event_id: str, timeout: float | None = None
 ) -> int:
     """POST ``event`` signed to ``webhook.url``; the 2xx status, else WebhookError.
 

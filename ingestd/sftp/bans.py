@@ -70,14 +70,21 @@ def read_bans(state_dir: Path, now: float | None = None) -> list[dict[str, Any]]
     for ip, rec in sorted(data.get("ips", {}).items()):
         until = float(rec.get("until", 0))
         if until > now:
-            out.append({"ip": ip, "until": until, "remaining": int(until - now),
-                        "bans": int(rec.get("bans", 1))})  # fmt: skip
+            out.append(
+                {
+                    "ip": ip,
+                    "until": until,
+                    "remaining": int(until - now),
+                    "bans": int(rec.get("bans", 1)),
+                }
+            )
     return out
 
 
 class BanList:
-    def __init__(self, cfg: SftpBansConfig, state_dir: Path | None,
-                 events: EventLog | None = None) -> None:  # fmt: skip
+    def __init__(
+        self, cfg: SftpBansConfig, state_dir: Path | None, events: EventLog | None = None
+    ) -> None:
         self.cfg = cfg
         # A ban is an operator event (sftp.banned): someone should know a scanner or an
         # attacker is locked out.
@@ -185,8 +192,12 @@ class BanList:
         self.log.warning("sftp.banned", remote_ip=ip, seconds=int(length), ban_count=rec.bans)
         metrics.SFTP_BANS.inc()
         if self.events is not None:
-            self.events.emit("sftp.banned", "warning", None,
-                             {"remote_ip": ip, "seconds": int(length), "ban_count": rec.bans})
+            self.events.emit(
+                "sftp.banned",
+                "warning",
+                None,
+                {"remote_ip": ip, "seconds": int(length), "ban_count": rec.bans},
+            )
         return rec.until
 
     def lift(self, ip: str) -> bool:

@@ -222,9 +222,13 @@ class _ServerPolicy(paramiko.ServerInterface):
         assert account is not None
         allowed = self.server.cfg.legacy_algorithms or account.legacy_algorithms
         if self.conn.legacy and not allowed:
-            self.server.auth_log("warning", "sftp.legacy_refused", self.conn,
-                                 username=_safe(username),
-                                 algorithms=self.conn.legacy)  # fmt: skip
+            self.server.auth_log(
+                "warning",
+                "sftp.legacy_refused",
+                self.conn,
+                username=_safe(username),
+                algorithms=self.conn.legacy,
+            )
             return True
         return False
 
@@ -245,8 +249,14 @@ class _ServerPolicy(paramiko.ServerInterface):
         reason = "tenant_unknown" if status == MISSING else f"tenant_{status}"
         self.refusal = reason
         metrics.SFTP_REFUSED.labels(account.tenant, f"login_{reason}").inc()
-        self.log.warning("sftp.auth_refused", account=account.username, tenant=account.tenant,
-                         tenant_status=status, reason=reason, method=method)  # fmt: skip
+        self.log.warning(
+            "sftp.auth_refused",
+            account=account.username,
+            tenant=account.tenant,
+            tenant_status=status,
+            reason=reason,
+            method=method,
+        )
         return True
 
     def _login(self, username: str, method: str) -> None:
@@ -271,8 +281,7 @@ class _ServerPolicy(paramiko.ServerInterface):
         )
         conn.session = self.session
         conn.authenticated.set()
-        self.log.info("sftp.login", username=account.username, tenant=account.tenant,
-                      method=method)  # fmt: skip
+        self.log.info("sftp.login", username=account.username, tenant=account.tenant, method=method)
         metrics.SFTP_LOGINS.labels(account.tenant, method).inc()
 
     def _conclude(self, username: str, method: str, verdict: Verdict) -> int:
@@ -284,8 +293,9 @@ class _ServerPolicy(paramiko.ServerInterface):
                 # Counted for max_auth_attempts (a client that keeps trying), not for bans.
                 conn.auth_failures += 1
                 if conn.auth_failures >= self.server.cfg.max_auth_attempts:
-                    self.server.auth_log("warning", "sftp.too_many_auth_failures", conn,
-                                         attempts=conn.auth_failures)  # fmt: skip
+                    self.server.auth_log(
+                        "warning", "sftp.too_many_auth_failures", conn, attempts=conn.auth_failures
+                    )
                     conn.kill.set()
                 return paramiko.AUTH_FAILED
             with self._login_lock:
@@ -305,9 +315,15 @@ class _ServerPolicy(paramiko.ServerInterface):
         metrics.SFTP_AUTH_FAILURES.labels(str(verdict)).inc()
         # The fail2ban line: fixed event name, remote_ip key (see config/fail2ban/). Its
         # summary under a flood is "sftp.auth_failed.summary", which the filter ignores.
-        self.server.auth_log("warning", "sftp.auth_failed", conn, username=_safe(username),
-                             method=method, reason=str(verdict),
-                             attempt=conn.auth_failures)  # fmt: skip
+        self.server.auth_log(
+            "warning",
+            "sftp.auth_failed",
+            conn,
+            username=_safe(username),
+            method=method,
+            reason=str(verdict),
+            attempt=conn.auth_failures,
+        )
         if verdict is not Verdict.source_not_allowed:
             banned = self.server.bans.failure(
                 conn.remote_ip, unknown_user=verdict is Verdict.unknown_user
@@ -315,8 +331,9 @@ class _ServerPolicy(paramiko.ServerInterface):
             if banned is not None:
                 conn.kill.set()
         if conn.auth_failures >= self.server.cfg.max_auth_attempts:
-            self.server.auth_log("warning", "sftp.too_many_auth_failures", conn,
-                                 attempts=conn.auth_failures)  # fmt: skip
+            self.server.auth_log(
+                "warning", "sftp.too_many_auth_failures", conn, attempts=conn.auth_failures
+            )
             conn.kill.set()
         return paramiko.AUTH_FAILED
 
@@ -359,9 +376,7 @@ class _ServerPolicy(paramiko.ServerInterface):
         self._refused("remote_port_forwarding", address=_safe(address), port=port)
         return False
 
-    def check_channel_direct_tcpip_request(
-        self, chanid: int, origin: Any, destination: Any
-    ) -> int:
+    def check_channel_direct_tcpip_request(self, chanid: int, origin: Any, destination: Any) -> int:
         self._refused("local_port_forwarding", destination=_safe(str(destination)))
         return paramiko.OPEN_FAILED_ADMINISTRATIVELY_PROHIBITED
 
@@ -417,12 +432,14 @@ class SftpServer:
 
     # -- log lines a flood repeats -----------------------------------------------------------
     def flood_log(self, level: str, event: str, conn: Connection, **fields: Any) -> None:
-        self.flood.log_event(level, event, conn.remote_ip, conn=conn.id,
-                             remote_ip=conn.remote_ip, **fields)  # fmt: skip
+        self.flood.log_event(
+            level, event, conn.remote_ip, conn=conn.id, remote_ip=conn.remote_ip, **fields
+        )
 
     def auth_log(self, level: str, event: str, conn: Connection, **fields: Any) -> None:
-        self.auth_flood.log_event(level, event, conn.remote_ip, conn=conn.id,
-                                  remote_ip=conn.remote_ip, **fields)  # fmt: skip
+        self.auth_flood.log_event(
+            level, event, conn.remote_ip, conn=conn.id, remote_ip=conn.remote_ip, **fields
+        )
 
     def reload(self, config: Config) -> None:
         """New accounts and limits apply to new connections; sessions keep theirs."""
@@ -441,9 +458,12 @@ class SftpServer:
         host, port = self.cfg.address
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         sock = socket.create_server(
-            (host, port), family=family, backlog=128, reuse_port=False,
+            (host, port),
+            family=family,
+            backlog=128,
+            reuse_port=False,
             dualstack_ipv6=(host == "::"),
-        )  # fmt: skip
+        )
         sock.settimeout(0.5)
         self._sock = sock
         self.address = sock.getsockname()[:2]
@@ -506,11 +526,15 @@ class SftpServer:
                 delay = min(ACCEPT_BACKOFF[1], max(ACCEPT_BACKOFF[0], delay * 2))
                 metrics.SFTP_CONNECTIONS.labels("accept_failed").inc()
                 self.flood.log_event(
-                    "error", "sftp.accept_failed", "accept",
+                    "error",
+                    "sftp.accept_failed",
+                    "accept",
                     errno=errno.errorcode.get(exc.errno or 0, str(exc.errno)),
-                    detail=exc.strerror or str(exc), retry_in=round(delay, 2),
-                    failures=failures, connections=self.connection_count(),
-                )  # fmt: skip
+                    detail=exc.strerror or str(exc),
+                    retry_in=round(delay, 2),
+                    failures=failures,
+                    connections=self.connection_count(),
+                )
                 self._stop.wait(delay)
                 continue
             if failures:
@@ -541,8 +565,7 @@ class SftpServer:
             if result == "accepted":
                 conn = self._register(psock, ip, addr[1])
             elif result == "queued":
-                self._waiting.append(_Waiter(psock, ip, addr[1], now,
-                                             self._is_known_good(ip, now)))  # fmt: skip
+                self._waiting.append(_Waiter(psock, ip, addr[1], now, self._is_known_good(ip, now)))
         metrics.SFTP_CONNECTIONS.labels(result).inc()
         if result == "queued":
             displaced = details.get("displaced")
@@ -551,14 +574,19 @@ class SftpServer:
             self._promote()  # a slot may have freed meanwhile
             return
         if result != "accepted":
-            self.flood.log_event("warning", "sftp.connection_limit", ip, remote_ip=ip,
-                                 **details)  # fmt: skip
+            self.flood.log_event("warning", "sftp.connection_limit", ip, remote_ip=ip, **details)
             psock.close()
             return
         if victim is not None:
             metrics.SFTP_CONNECTIONS.labels("evicted").inc()
-            self.flood_log("warning", "sftp.evicted", victim, for_ip=ip, **details,
-                           seconds=round(now - victim.started, 3))  # fmt: skip
+            self.flood_log(
+                "warning",
+                "sftp.evicted",
+                victim,
+                for_ip=ip,
+                **details,
+                seconds=round(now - victim.started, 3),
+            )
         self._start(conn)
 
     def _register(self, sock: _PreAuthSocket, ip: str, port: int) -> Connection:
@@ -586,15 +614,17 @@ class SftpServer:
         from_ip = sum(1 for c in sessions if c.remote_ip == ip)
         # Cheapest first: an address whose share of sessions is full cannot log in anyway.
         if len(sessions) >= cfg.max_connections or from_ip >= cfg.max_connections_per_ip:
-            return "limit", None, {"pool": "sessions", "total": len(sessions),
-                                   "from_ip": from_ip}  # fmt: skip
+            return "limit", None, {"pool": "sessions", "total": len(sessions), "from_ip": from_ip}
         own = [c for c in pending if c.remote_ip == ip]
         if len(own) < cfg.max_unauthenticated_per_ip and len(pending) < cfg.max_unauthenticated:
             return "accepted", None, {}
         share_full = len(own) >= cfg.max_unauthenticated_per_ip
         result = "limit_unauthenticated_per_ip" if share_full else "limit_unauthenticated"
-        details: dict[str, Any] = {"pool": result.removeprefix("limit_"),
-                                   "total": len(pending), "from_ip": len(own)}  # fmt: skip
+        details: dict[str, Any] = {
+            "pool": result.removeprefix("limit_"),
+            "total": len(pending),
+            "from_ip": len(own),
+        }
         if self._is_known_good(ip, now):
             victim = self._evict_for(ip, now, pending)
             if victim is not None:
@@ -628,8 +658,9 @@ class SftpServer:
         own = [c for c in pending if c.remote_ip == ip]
         share_full = len(own) >= self.cfg.max_unauthenticated_per_ip
         held = Counter(c.remote_ip for c in pending)
-        candidates = [c for c in (own if share_full else pending)
-                      if now - c.started >= EVICTABLE_AFTER]  # fmt: skip
+        candidates = [
+            c for c in (own if share_full else pending) if now - c.started >= EVICTABLE_AFTER
+        ]
         if not candidates:
             return None
         victim = max(candidates, key=lambda c: (held[c.remote_ip], now - c.started))
@@ -644,9 +675,15 @@ class SftpServer:
 
     def _refuse_waiter(self, w: _Waiter, now: float, **details: Any) -> None:
         metrics.SFTP_CONNECTIONS.labels("limit_unauthenticated").inc()
-        self.flood.log_event("warning", "sftp.connection_limit", w.remote_ip,
-                             remote_ip=w.remote_ip, pool="unauthenticated",
-                             waited=round(now - w.since, 3), **details)  # fmt: skip
+        self.flood.log_event(
+            "warning",
+            "sftp.connection_limit",
+            w.remote_ip,
+            remote_ip=w.remote_ip,
+            pool="unauthenticated",
+            waited=round(now - w.since, 3),
+            **details,
+        )
         w.sock.close()
 
     def _promote(self) -> None:
@@ -687,8 +724,9 @@ class SftpServer:
             self._refuse_waiter(w, now)
         for victim, ip in evicted:
             metrics.SFTP_CONNECTIONS.labels("evicted").inc()
-            self.flood_log("warning", "sftp.evicted", victim, for_ip=ip,
-                           seconds=round(now - victim.started, 3))  # fmt: skip
+            self.flood_log(
+                "warning", "sftp.evicted", victim, for_ip=ip, seconds=round(now - victim.started, 3)
+            )
         for conn in started:
             self._start(conn)
 
@@ -704,8 +742,10 @@ class SftpServer:
                 return False
             sessions, _pending = self._pools()
             from_ip = sum(1 for c in sessions if c.remote_ip == conn.remote_ip)
-            full = (len(sessions) >= self.cfg.max_connections
-                    or from_ip >= self.cfg.max_connections_per_ip)  # fmt: skip
+            full = (
+                len(sessions) >= self.cfg.max_connections
+                or from_ip >= self.cfg.max_connections_per_ip
+            )
             if not full:
                 conn.in_session = True
                 self._known_good[conn.remote_ip] = time.monotonic()
@@ -715,8 +755,15 @@ class SftpServer:
         self._promote()  # its unauthenticated slot is free now (or it is being closed)
         if full:
             metrics.SFTP_CONNECTIONS.labels("limit").inc()
-            self.flood_log("warning", "sftp.connection_limit", conn, pool="sessions",
-                           total=len(sessions), from_ip=from_ip, stage="login")  # fmt: skip
+            self.flood_log(
+                "warning",
+                "sftp.connection_limit",
+                conn,
+                pool="sessions",
+                total=len(sessions),
+                from_ip=from_ip,
+                stage="login",
+            )
         return not full
 
     # -- one connection --------------------------------------------------------------------
@@ -751,8 +798,13 @@ class SftpServer:
             sock.budget = None
             agreed = negotiated(transport)
             conn.legacy = uses_legacy(agreed)
-            self.flood_log("info", "sftp.connected", conn,
-                           client=_safe(str(transport.remote_version)), **agreed)  # fmt: skip
+            self.flood_log(
+                "info",
+                "sftp.connected",
+                conn,
+                client=_safe(str(transport.remote_version)),
+                **agreed,
+            )
             if conn.legacy:
                 self.flood_log("warning", "sftp.legacy_algorithms", conn, algorithms=conn.legacy)
             reason = self._wait_for_login(transport, conn, policy)
@@ -772,12 +824,24 @@ class SftpServer:
             seconds = round(time.monotonic() - conn.started, 3)
             if session is None:
                 # Never logged in: anyone can make these, as fast as they can connect.
-                self.flood_log("info", "sftp.disconnected", conn, reason=reason,
-                               seconds=seconds, uploads=0, bytes=0)  # fmt: skip
+                self.flood_log(
+                    "info",
+                    "sftp.disconnected",
+                    conn,
+                    reason=reason,
+                    seconds=seconds,
+                    uploads=0,
+                    bytes=0,
+                )
             else:
-                log.info("sftp.disconnected", reason=reason, seconds=seconds,
-                         account=session.account.username, uploads=session.uploads,
-                         bytes=session.upload_bytes)  # fmt: skip
+                log.info(
+                    "sftp.disconnected",
+                    reason=reason,
+                    seconds=seconds,
+                    account=session.account.username,
+                    uploads=session.uploads,
+                    bytes=session.upload_bytes,
+                )
 
     def _handshake(
         self, transport: paramiko.Transport, conn: Connection, policy: _ServerPolicy
@@ -803,13 +867,19 @@ class SftpServer:
                 detail = f"no SSH banner and key exchange within {self.cfg.handshake_timeout:g} s"
                 return self._handshake_failed(transport, conn, detail, timeout=True)
 
-    def _handshake_failed(self, transport: paramiko.Transport, conn: Connection, detail: str,
-                          *, timeout: bool) -> str:  # fmt: skip
+    def _handshake_failed(
+        self, transport: paramiko.Transport, conn: Connection, detail: str, *, timeout: bool
+    ) -> str:
         result = "handshake_timeout" if timeout else "handshake_failed"
         metrics.SFTP_CONNECTIONS.labels(result).inc()
-        self.flood_log("warning", "sftp.handshake_failed", conn, detail=_safe(detail),
-                       timeout=timeout,
-                       client=_safe(str(transport.remote_version or "")))  # fmt: skip
+        self.flood_log(
+            "warning",
+            "sftp.handshake_failed",
+            conn,
+            detail=_safe(detail),
+            timeout=timeout,
+            client=_safe(str(transport.remote_version or "")),
+        )
         return "handshake_failed"
 
     def _wait_for_login(
@@ -828,8 +898,7 @@ class SftpServer:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 metrics.SFTP_CONNECTIONS.labels("auth_timeout").inc()
-                self.flood_log("warning", "sftp.auth_timeout", conn,
-                               seconds=self.cfg.auth_timeout)  # fmt: skip
+                self.flood_log("warning", "sftp.auth_timeout", conn, seconds=self.cfg.auth_timeout)
                 return "auth_timeout"
             conn.authenticated.wait(min(remaining, 0.1))
         return "ok"
@@ -842,8 +911,12 @@ class SftpServer:
             session = conn.session
             last = session.last_activity if session is not None else since
             if time.monotonic() - last > self.cfg.idle_timeout:
-                self.log.info("sftp.idle_timeout", conn=conn.id, remote_ip=conn.remote_ip,
-                              seconds=self.cfg.idle_timeout)  # fmt: skip
+                self.log.info(
+                    "sftp.idle_timeout",
+                    conn=conn.id,
+                    remote_ip=conn.remote_ip,
+                    seconds=self.cfg.idle_timeout,
+                )
                 return "idle_timeout"
         return "client_closed"
 

@@ -58,8 +58,18 @@ class Entry:
     claimed: bool = field(default=False, compare=False)
     reported: set[str] = field(default_factory=set, compare=False)
 
-    _PERSISTED = ("id", "account", "tenant", "filename", "subdir", "size", "mtime",
-                  "received_at", "remote_ip", "tags")  # fmt: skip
+    _PERSISTED = (
+        "id",
+        "account",
+        "tenant",
+        "filename",
+        "subdir",
+        "size",
+        "mtime",
+        "received_at",
+        "remote_ip",
+        "tags",
+    )
 
     def to_json(self) -> bytes:
         data = {k: v for k, v in asdict(self).items() if k in self._PERSISTED}

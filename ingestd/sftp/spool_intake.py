@@ -83,13 +83,23 @@ class SpoolIntake:
                     subdir = "" if subdir == "." else subdir
                     failed = self.failed_root / tenant / "sftp" / account
                     note = quarantine(
-                        path, failed, subdir=subdir, tenant=tenant, reason="abandoned_upload",
+                        path,
+                        failed,
+                        subdir=subdir,
+                        tenant=tenant,
+                        reason="abandoned_upload",
                         detail=f"temp-named upload not renamed within {int(max_age)} s",
-                    )  # fmt: skip
+                    )
                     self.spool.release(account, st.st_size)
                     metrics.SPOOL_QUARANTINED.labels(tenant, "abandoned_upload").inc()
-                    self.log.warning("spool.abandoned_upload", account=account, tenant=tenant,
-                                     filename=name, subdir=subdir, note=str(note))  # fmt: skip
+                    self.log.warning(
+                        "spool.abandoned_upload",
+                        account=account,
+                        tenant=tenant,
+                        filename=name,
+                        subdir=subdir,
+                        note=str(note),
+                    )
                     moved += 1
         return moved
 
@@ -117,8 +127,13 @@ class SpoolIntake:
 
     def _ingest(self, entry: Entry) -> None:
         # The spool id is the upload's correlation id: intake and every job carry it.
-        log = self.log.bind(tenant=entry.tenant, account=entry.account, filename=entry.filename,
-                            spool_id=entry.id, trace=entry.id)  # fmt: skip
+        log = self.log.bind(
+            tenant=entry.tenant,
+            account=entry.account,
+            filename=entry.filename,
+            spool_id=entry.id,
+            trace=entry.id,
+        )
         cause: retry.Cause | None = None
         try:
             item = IntakeItem(
@@ -146,11 +161,19 @@ class SpoolIntake:
                 metrics.SPOOL_QUARANTINED.labels(entry.tenant, str(result.reason)).inc()
                 log.warning("spool.quarantined", reason=str(result.reason), note=str(note))
                 if self.events is not None:
-                    self.events.emit("file.quarantined", "warning", entry.tenant, {
-                        "filename": entry.filename, "source": item.source,
-                        "reason": str(result.reason), "detail": result.detail,
-                        "moved_to": str(note).removesuffix(ERROR_SUFFIX),
-                    }, trace_id=entry.id)  # fmt: skip
+                    self.events.emit(
+                        "file.quarantined",
+                        "warning",
+                        entry.tenant,
+                        {
+                            "filename": entry.filename,
+                            "source": item.source,
+                            "reason": str(result.reason),
+                            "detail": result.detail,
+                            "moved_to": str(note).removesuffix(ERROR_SUFFIX),
+                        },
+                        trace_id=entry.id,
+                    )
             self.spool.finish(entry)
         except FileNotFoundError:
             # The data file is gone: intake finished it before a crash, or an admin moved it.
@@ -169,12 +192,12 @@ class SpoolIntake:
                 log.exception("spool.intake_error")
             else:
                 detail = exc.message if isinstance(exc, IngestdError) else str(exc)
-                log.warning("spool.retry", cause=str(cause), attempt=entry.attempts + 1,
-                            detail=detail)  # fmt: skip
+                log.warning(
+                    "spool.retry", cause=str(cause), attempt=entry.attempts + 1, detail=detail
+                )
         finally:
             if cause is not None:
-                self.spool.unclaim(entry, retry.delay(entry.attempts, self.retry_max_delay,
-                                                      cause))  # fmt: skip
+                self.spool.unclaim(entry, retry.delay(entry.attempts, self.retry_max_delay, cause))
                 metrics.SPOOL_RETRIED.labels(entry.tenant, str(cause)).inc()
             with self._lock:
                 self._inflight -= 1

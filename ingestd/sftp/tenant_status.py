@@ -69,14 +69,16 @@ class TenantStatusCache:
             since, self._failing_since = self._failing_since, None
             self.failures = 0
         if since is not None:
-            self.log.info("sftp.tenant_status_restored",
-                          outage_seconds=round(time.monotonic() - since, 1))  # fmt: skip
+            self.log.info(
+                "sftp.tenant_status_restored", outage_seconds=round(time.monotonic() - since, 1)
+            )
         if previous is not None:
             for tenant in sorted(previous.keys() | statuses.keys()):
                 old, new = previous.get(tenant, MISSING), statuses.get(tenant, MISSING)
                 if old != new:
-                    self.log.info("sftp.tenant_status_changed", tenant=tenant,
-                                  old_status=old, new_status=new)  # fmt: skip
+                    self.log.info(
+                        "sftp.tenant_status_changed", tenant=tenant, old_status=old, new_status=new
+                    )
         return True
 
     def _failed(self, detail: str, *, exc_info: bool = False) -> None:
@@ -101,8 +103,7 @@ class TenantStatusCache:
         if self._thread is not None:
             return
         self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name="sftp-tenant-status",
-                                        daemon=True)  # fmt: skip
+        self._thread = threading.Thread(target=self._run, name="sftp-tenant-status", daemon=True)
         self._thread.start()
 
     def stop(self, timeout: float = 10.0) -> None:

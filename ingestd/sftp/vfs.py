@@ -82,15 +82,18 @@ _NO_SPACE = {errno.ENOSPC: "no space left on device", errno.EDQUOT: "disk quota 
 OPERATOR_REASONS = frozenset({"bad_type", "empty", "too_large", "quota_exceeded", "spool_full"})
 
 
-def storage_refusal(exc: OSError, reason: str,
-                    outcome: str = "the upload was not stored") -> SftpRefusal:  # fmt: skip
+def storage_refusal(
+    exc: OSError, reason: str, outcome: str = "the upload was not stored"
+) -> SftpRefusal:
     """What the client reads when the spool's filesystem fails us. A full disk is said as
     such: the scanner's operator cannot fix it, but must know to call the admin, not retry."""
     if exc.errno in _NO_SPACE:
-        return _refuse("spool_full", f"the server's spool is full ({_NO_SPACE[exc.errno]}); "
-                                     f"{outcome}", SFTP_FAILURE)  # fmt: skip
-    return _refuse(reason, f"cannot store the data: {exc.strerror or exc}; {outcome}",
-                   SFTP_FAILURE)  # fmt: skip
+        return _refuse(
+            "spool_full",
+            f"the server's spool is full ({_NO_SPACE[exc.errno]}); {outcome}",
+            SFTP_FAILURE,
+        )
+    return _refuse(reason, f"cannot store the data: {exc.strerror or exc}; {outcome}", SFTP_FAILURE)
 
 
 def content_refusal(header: bytes, size: int, allowed: frozenset[str]) -> SftpRefusal | None:
@@ -104,8 +107,12 @@ def content_refusal(header: bytes, size: int, allowed: frozenset[str]) -> SftpRe
         return _refuse(str(Reason.empty), "refused: file is empty", SFTP_FAILURE)
     ftype = filetypes.detect(header)
     if ftype is None or ftype.name not in allowed:
-        return _refuse(str(Reason.bad_type), f"refused: content is {filetypes.describe(header)}; "
-                       f"allowed types: {', '.join(sorted(allowed))}", SFTP_FAILURE)  # fmt: skip
+        return _refuse(
+            str(Reason.bad_type),
+            f"refused: content is {filetypes.describe(header)}; "
+            f"allowed types: {', '.join(sorted(allowed))}",
+            SFTP_FAILURE,
+        )
     return None
 
 
@@ -236,14 +243,22 @@ class Session:
         """Reserve a handle for an OPEN/OPENDIR, or say why not (the client reads it)."""
         with self.lock:
             if self.handles >= self.max_handles:
-                return _refuse("too_many_handles", f"too many open files: this session has "
-                               f"{self.handles} open, the limit is {self.max_handles} per "
-                               f"session; close some first", SFTP_FAILURE)  # fmt: skip
+                return _refuse(
+                    "too_many_handles",
+                    f"too many open files: this session has "
+                    f"{self.handles} open, the limit is {self.max_handles} per "
+                    f"session; close some first",
+                    SFTP_FAILURE,
+                )
             budget = self.handle_budget
             if budget is not None and not budget.take():
-                return _refuse("handles_exhausted", f"too many open files on the server "
-                               f"(all sessions together hold its limit of {budget.limit}); "
-                               f"close some or try again later", SFTP_FAILURE)  # fmt: skip
+                return _refuse(
+                    "handles_exhausted",
+                    f"too many open files on the server "
+                    f"(all sessions together hold its limit of {budget.limit}); "
+                    f"close some or try again later",
+                    SFTP_FAILURE,
+                )
             self.handles += 1
         return None
 
@@ -415,8 +430,9 @@ class UploadHandle(paramiko.SFTPHandle):
             if self.check_content:
                 # Read back, not from what the writes said: a short file, writes with holes
                 # or a header rewritten after the early check are all decided here.
-                refusal = content_refusal(read_header(self.partial), st.st_size,
-                                          self.session.allowed_types)  # fmt: skip
+                refusal = content_refusal(
+                    read_header(self.partial), st.st_size, self.session.allowed_types
+                )
                 if refusal is not None:
                     raise refusal
             os.fsync(self.fd)
@@ -476,11 +492,19 @@ class InboxSFTP(paramiko.SFTPServerInterface):
             path = parts if isinstance(parts, str) else vpath_of(parts)
             # One event per account and reason in a while: a scanner retrying a refused
             # upload every minute must not send a mail every minute.
-            events.emit("file.refused", "error" if exc.reason == "spool_full" else "warning",
-                        acct.tenant, {"filename": path, "source": f"sftp:{acct.username}",
-                                      "reason": exc.reason, "detail": exc.message,
-                                      "remote_ip": self.session.remote_ip},
-                        dedupe=f"sftp:{acct.username}:{exc.reason}")  # fmt: skip
+            events.emit(
+                "file.refused",
+                "error" if exc.reason == "spool_full" else "warning",
+                acct.tenant,
+                {
+                    "filename": path,
+                    "source": f"sftp:{acct.username}",
+                    "reason": exc.reason,
+                    "detail": exc.message,
+                    "remote_ip": self.session.remote_ip,
+                },
+                dedupe=f"sftp:{acct.username}:{exc.reason}",
+            )
 
     def _log_refusal(self, op: str, parts: tuple[str, ...] | str, exc: SftpRefusal) -> None:
         path = parts if isinstance(parts, str) else vpath_of(parts)
@@ -490,10 +514,19 @@ class InboxSFTP(paramiko.SFTPServerInterface):
         session = self.session
         if exc.reason in FLOOD_REASONS and session.flood is not None:
             acct = self.account
-            session.flood.log_event("warning", "sftp.refused", session.remote_ip,
-                                    conn=session.conn_id, remote_ip=session.remote_ip,
-                                    account=acct.username, tenant=acct.tenant, op=op,
-                                    path=path, reason=exc.reason, detail=exc.message)  # fmt: skip
+            session.flood.log_event(
+                "warning",
+                "sftp.refused",
+                session.remote_ip,
+                conn=session.conn_id,
+                remote_ip=session.remote_ip,
+                account=acct.username,
+                tenant=acct.tenant,
+                op=op,
+                path=path,
+                reason=exc.reason,
+                detail=exc.message,
+            )
             return
         emit = session.log.error if server_fault else session.log.warning
         emit("sftp.refused", op=op, path=path, reason=exc.reason, detail=exc.message)
@@ -545,8 +578,11 @@ class InboxSFTP(paramiko.SFTPServerInterface):
         if status is None or status == "active":
             return
         reason = "tenant_unknown" if status == MISSING else f"tenant_{status}"
-        raise _refuse(reason, f"tenant {self.account.tenant} does not accept uploads "
-                              f"({'deleted' if status == MISSING else status})")  # fmt: skip
+        raise _refuse(
+            reason,
+            f"tenant {self.account.tenant} does not accept uploads "
+            f"({'deleted' if status == MISSING else status})",
+        )
 
     def check_setstat(self, attr: paramiko.SFTPAttributes) -> None:
         # Clients send times after an upload (`put -p`, scp -p, lftp); accepted, not applied:
@@ -585,8 +621,9 @@ class InboxSFTP(paramiko.SFTPServerInterface):
         self.session.log.debug("sftp.open", path=vpath_of(parts))
         return handle
 
-    def complete_upload(self, partial: Path, parts: tuple[str, ...], size: int,
-                        mtime: float) -> None:  # fmt: skip
+    def complete_upload(
+        self, partial: Path, parts: tuple[str, ...], size: int, mtime: float
+    ) -> None:
         """The upload under ``partial`` is CLOSEd and fsynced: publish it."""
         name = parts[-1]
         vpath = vpath_of(parts)
@@ -626,8 +663,13 @@ class InboxSFTP(paramiko.SFTPServerInterface):
         metrics.SFTP_UPLOADS.labels(acct.tenant).inc()
         metrics.SFTP_UPLOAD_BYTES.labels(acct.tenant).inc(size)
         # The spool id is the upload's correlation id (trace): intake and its jobs carry it.
-        self.session.log.info("sftp.upload_complete", path=vpath_of(parts), size=size,
-                              spool_id=entry.id, trace=entry.id)  # fmt: skip
+        self.session.log.info(
+            "sftp.upload_complete",
+            path=vpath_of(parts),
+            size=size,
+            spool_id=entry.id,
+            trace=entry.id,
+        )
 
     def list_folder(self, path: str) -> Any:
         parts = resolve(path)
@@ -642,8 +684,9 @@ class InboxSFTP(paramiko.SFTPServerInterface):
                 est = entry.stat(follow_symlinks=False)
                 if stat.S_ISDIR(est.st_mode) or stat.S_ISREG(est.st_mode):
                     out.append(_attrs(est, entry.name))
-        out.extend(_entry_attrs(e) for e in self.spool.pending(self.account.username,
-                                                                 "/".join(parts)))  # fmt: skip
+        out.extend(
+            _entry_attrs(e) for e in self.spool.pending(self.account.username, "/".join(parts))
+        )
         return out
 
     def stat(self, path: str) -> Any:
@@ -710,8 +753,9 @@ class InboxSFTP(paramiko.SFTPServerInterface):
                 # The scanner's "upload as x.tmp, rename to x.pdf": now it is complete, and
                 # its content is checked as a final-named upload's is at CLOSE. Refused, it
                 # keeps its temp name (and its quota) until the client removes it.
-                refusal = content_refusal(read_header(real_old), st.st_size,
-                                          self.session.allowed_types)  # fmt: skip
+                refusal = content_refusal(
+                    read_header(real_old), st.st_size, self.session.allowed_types
+                )
                 if refusal is not None:
                     raise refusal
                 if target is not None:
@@ -724,8 +768,9 @@ class InboxSFTP(paramiko.SFTPServerInterface):
                 except OSError as exc:
                     if exc.errno not in _NO_SPACE:
                         raise
-                    raise storage_refusal(exc, "store_error",
-                                          "the file keeps its temp name") from None  # fmt: skip
+                    raise storage_refusal(
+                        exc, "store_error", "the file keeps its temp name"
+                    ) from None
                 fsync_dir(real_old.parent)
                 self.session.remember(vpath_of(new), st.st_size, st.st_mtime)
                 return SFTP_OK
@@ -739,8 +784,9 @@ class InboxSFTP(paramiko.SFTPServerInterface):
         if entry is None:
             return SFTP_NO_SUCH_FILE
         if self.spool.is_temp_name(new[-1]):
-            raise _refuse("rename_to_temp", "a completed upload cannot get a temp name",
-                          SFTP_FAILURE)  # fmt: skip
+            raise _refuse(
+                "rename_to_temp", "a completed upload cannot get a temp name", SFTP_FAILURE
+            )
         if not self.spool.rename(entry, self._subdir(new), new[-1]):
             raise _refuse("being_ingested", "the file is already being archived", SFTP_FAILURE)
         self.session.log.info("sftp.renamed_pending", old=vpath_of(old), new=vpath_of(new))
@@ -770,8 +816,9 @@ class InboxSFTP(paramiko.SFTPServerInterface):
         if not stat.S_ISDIR(st.st_mode):
             raise _refuse("not_directory", "not a folder", SFTP_FAILURE)
         if self.spool.pending_under(self.account.username, "/".join(parts)):
-            raise _refuse("not_empty", "the folder holds files waiting to be archived",
-                          SFTP_FAILURE)  # fmt: skip
+            raise _refuse(
+                "not_empty", "the folder holds files waiting to be archived", SFTP_FAILURE
+            )
         try:
             os.rmdir(self._real(parts))
         except OSError:
@@ -889,8 +936,9 @@ class IngestSFTPServer(paramiko.SFTPServer):
             # The filesystem said no (disk full, name too long, permissions): one status
             # and one log line, never a traceback into paramiko's generic handler.
             code = _ERRNO_STATUS.get(exc.errno or 0, SFTP_FAILURE)
-            err = _refuse(f"os_{errno.errorcode.get(exc.errno or 0, 'error')}",
-                          exc.strerror or str(exc), code)  # fmt: skip
+            err = _refuse(
+                f"os_{errno.errorcode.get(exc.errno or 0, 'error')}", exc.strerror or str(exc), code
+            )
             if exc.errno in _NO_SPACE:
                 err = storage_refusal(exc, err.reason, "nothing was changed")
             self._refused(t, msg, start, err)
@@ -912,8 +960,7 @@ class IngestSFTPServer(paramiko.SFTPServer):
                 if two_paths:
                     fields.append(msg.get_string())  # both ends: either may be the attack
                 path = " -> ".join(
-                    f.decode("utf-8", "backslashreplace").replace("\x00", "\\x00")
-                    for f in fields
+                    f.decode("utf-8", "backslashreplace").replace("\x00", "\\x00") for f in fields
                 )
         self.server.refused(op, path, exc)
 

@@ -26,8 +26,13 @@ SMALL = {
 @pytest.mark.parametrize("bench", sorted(SMALL))
 def test_bench_small_mode_prints_its_table(bench: str) -> None:
     """bench/<name>.py in its small mode exits 0 with a table comparing to a baseline."""
-    proc = subprocess.run([sys.executable, str(REPO / "bench" / f"{bench}.py"), *SMALL[bench]],
-                          capture_output=True, text=True, timeout=900, cwd=REPO)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "bench" / f"{bench}.py"), *SMALL[bench]],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=REPO,
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     table = [line for line in proc.stdout.splitlines() if line.startswith("|")]
     assert len(table) >= 3, proc.stdout[-2000:]

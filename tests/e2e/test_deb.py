@@ -42,9 +42,13 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 def _run(*argv: str | Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [str(a) for a in argv], capture_output=True, text=True, timeout=timeout,
-        env=CLEAN_ENV, stdin=subprocess.DEVNULL,
-    )  # fmt: skip
+        [str(a) for a in argv],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=CLEAN_ENV,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def _dpkg(*args: str) -> subprocess.CompletedProcess[str]:
@@ -145,8 +149,10 @@ def test_deb_installs_ingests_and_removes_without_touching_data(
 
     install = _dpkg("--install", str(debs[0]))
     if install.returncode != 0:
-        pytest.fail(f"dpkg -i failed (missing Depends? `make deps` installs them):\n"
-                    f"{install.stdout}{install.stderr}")  # fmt: skip
+        pytest.fail(
+            f"dpkg -i failed (missing Depends? `make deps` installs them):\n"
+            f"{install.stdout}{install.stderr}"
+        )
     assert "nothing has been started or enabled" in install.stdout
 
     # The relocated venv runs from its final path, also through /usr/bin.
@@ -157,29 +163,44 @@ def test_deb_installs_ingests_and_removes_without_touching_data(
     assert check.returncode == 0 and "/etc/ingestd/ingestd.toml: OK" in check.stdout, check
     config = ETC / "ingestd.toml"
     assert (config.stat().st_mode & 0o777, config.stat().st_gid) == (
-        0o640, pwd.getpwnam("ingestd").pw_gid)  # fmt: skip
+        0o640,
+        pwd.getpwnam("ingestd").pw_gid,
+    )
     for state in (STATE, SPOOL):
         assert (state.stat().st_mode & 0o777, state.stat().st_uid) == (
-            0o750, pwd.getpwnam("ingestd").pw_uid)  # fmt: skip
+            0o750,
+            pwd.getpwnam("ingestd").pw_uid,
+        )
 
     # The installed program against the test database, as the test's user.
     port = _free_port()
     cfg = tmp_path / "ingestd.toml"
     archive = tmp_path / "archive"
-    write_config(cfg, {
-        "database": {"url": db_url},
-        "paths": {"state_dir": str(tmp_path / "state"), "spool": str(tmp_path / "spool"),
-                  "archive": str(archive), "derived": str(tmp_path / "derived")},
-        "log": {"format": "json"},
-        "metrics": {"enabled": False},
-        "sftp": {"listen": f"127.0.0.1:{port}", "retry_max_delay": 1},
-        "sftp.accounts": [{"username": "scan1", "tenant": "acme",
-                           "password_hash": hash_password("pw-deb-1", rounds=4)}],
-    })  # fmt: skip
+    write_config(
+        cfg,
+        {
+            "database": {"url": db_url},
+            "paths": {
+                "state_dir": str(tmp_path / "state"),
+                "spool": str(tmp_path / "spool"),
+                "archive": str(archive),
+                "derived": str(tmp_path / "derived"),
+            },
+            "log": {"format": "json"},
+            "metrics": {"enabled": False},
+            "sftp": {"listen": f"127.0.0.1:{port}", "retry_max_delay": 1},
+            "sftp.accounts": [
+                {
+                    "username": "scan1",
+                    "tenant": "acme",
+                    "password_hash": hash_password("pw-deb-1", rounds=4),
+                }
+            ],
+        },
+    )
 
     def ingestd(command: str, *args: str, timeout: float = 120) -> None:
-        result = _run(PREFIX / "bin" / "ingestd", command, "--config", cfg, *args,
-                      timeout=timeout)  # fmt: skip
+        result = _run(PREFIX / "bin" / "ingestd", command, "--config", cfg, *args, timeout=timeout)
         assert result.returncode == 0, result.stdout + result.stderr
 
     ingestd("tenant", "create", "acme")
@@ -187,9 +208,12 @@ def test_deb_installs_ingests_and_removes_without_touching_data(
     log_path = tmp_path / "serve.log"
     with open(log_path, "ab") as log:
         serve = subprocess.Popen(
-            [str(PREFIX / "bin" / "ingestd"), "serve", "--config", str(cfg)], stdout=log,
-            stderr=subprocess.STDOUT, env=CLEAN_ENV, stdin=subprocess.DEVNULL,
-        )  # fmt: skip
+            [str(PREFIX / "bin" / "ingestd"), "serve", "--config", str(cfg)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=CLEAN_ENV,
+            stdin=subprocess.DEVNULL,
+        )
         try:
             wait_until(lambda: read_events(log_path, "daemon.ready"), timeout=60)
             scan = pdf_bytes("Rechnung deb", pad_to=30_000, seed=4711)

@@ -50,19 +50,33 @@ def _config(tmp_path: Path, db_url: str, metrics_port: int) -> Path:
     cfg = tmp_path / "ingestd.toml"
     hot = tmp_path / "hot"
     hot.mkdir(exist_ok=True)
-    write_config(cfg, {
-        "database": {"url": db_url, "connect_timeout": 2},
-        "paths": {"state_dir": str(tmp_path / "state"), "spool": str(tmp_path / "spool"),
-                  "archive": str(tmp_path / "archive"), "derived": str(tmp_path / "derived")},
-        "log": {"format": "json"},
-        "hotfolders": {"stable_seconds": 0.3, "retry_max_delay": 1},
-        "metrics": {"listen": f"127.0.0.1:{metrics_port}",
-                    "worker_listen": f"127.0.0.1:{metrics_port + 1}"},
-        "sftp": {"listen": f"127.0.0.1:{_free_port()}", "retry_max_delay": 1},
-        "sftp.accounts": [{"username": "scan1", "tenant": "acme",
-                           "password_hash": hash_password("pw-1", rounds=4)}],
-        "watch": [{"path": str(hot), "tenant": "acme", "failed": str(tmp_path / "failed")}],
-    })  # fmt: skip
+    write_config(
+        cfg,
+        {
+            "database": {"url": db_url, "connect_timeout": 2},
+            "paths": {
+                "state_dir": str(tmp_path / "state"),
+                "spool": str(tmp_path / "spool"),
+                "archive": str(tmp_path / "archive"),
+                "derived": str(tmp_path / "derived"),
+            },
+            "log": {"format": "json"},
+            "hotfolders": {"stable_seconds": 0.3, "retry_max_delay": 1},
+            "metrics": {
+                "listen": f"127.0.0.1:{metrics_port}",
+                "worker_listen": f"127.0.0.1:{metrics_port + 1}",
+            },
+            "sftp": {"listen": f"127.0.0.1:{_free_port()}", "retry_max_delay": 1},
+            "sftp.accounts": [
+                {
+                    "username": "scan1",
+                    "tenant": "acme",
+                    "password_hash": hash_password("pw-1", rounds=4),
+                }
+            ],
+            "watch": [{"path": str(hot), "tenant": "acme", "failed": str(tmp_path / "failed")}],
+        },
+    )
     return cfg
 
 
@@ -87,8 +101,11 @@ def test_readyz_follows_the_database_and_healthz_stays_up(
         wait_until(lambda: probe(port, "/readyz")[0] == 200, timeout=30, interval=0.3)
         status, ready = probe(port, "/readyz")
         assert ready["status"] == "ok"
-        assert {n for n, c in ready["checks"].items() if c["ok"]} == {"database", "spool",
-                                                                      "archive"}
+        assert {n for n, c in ready["checks"].items() if c["ok"]} == {
+            "database",
+            "spool",
+            "archive",
+        }
         status, live = probe(port, "/healthz")
         assert status == 200 and live["status"] == "ok", live
         assert set(live["checks"]) == LOOPS  # SFTP is on: its accept loop counts
@@ -142,22 +159,28 @@ def test_other_paths_are_404(tmp_path: Path, db_url: str) -> None:
     try:
         status, text = get(port, "/metrics")
         assert status == 200 and b"ingestd_queue_up" in text
-        for path in ("/", "/health", "/metrics/extra", "/healthz/x", "/readyz.json",
-                     "/favicon.ico"):
+        for path in (
+            "/",
+            "/health",
+            "/metrics/extra",
+            "/healthz/x",
+            "/readyz.json",
+            "/favicon.ico",
+        ):
             assert get(port, path)[0] == 404, path
     finally:
         assert serve.wait() == 0
 
 
-def test_healthz_503_names_a_stuck_settle_loop(make_env: Any, tmp_path: Path,
-                                               tenant: str) -> None:  # fmt: skip
+def test_healthz_503_names_a_stuck_settle_loop(make_env: Any, tmp_path: Path, tenant: str) -> None:
     """/healthz is 503 naming watch.settle while the real settle loop cannot turn."""
     hot_dir = tmp_path / "hot"
     hot_dir.mkdir()
     env: Env = make_env(watch=[{"path": str(hot_dir), "tenant": tenant}])
     db = Database(env.db_url, max_size=2).open()
-    hot = HotFolders(env.config, make_intake(env.config, db),
-                     events=EventLog(db, env.config.paths.state_dir))  # fmt: skip
+    hot = HotFolders(
+        env.config, make_intake(env.config, db), events=EventLog(db, env.config.paths.state_dir)
+    )
     # The daemon's Health, with a 1 s floor instead of 30 s so the test is quick.
     endpoint = MetricsEndpoint("127.0.0.1:0", health=Health([Loop("watch.settle")], floor=1.0))
     port = endpoint.address[1]
@@ -184,9 +207,20 @@ def test_worker_healthz_and_readyz(tmp_path: Path, db_url: str) -> None:
     port = _free_port()
     cfg = _config(tmp_path, db_url, port - 1)  # worker_listen = port - 1 + 1; offset 0
     log = open(tmp_path / "worker.log", "ab")  # noqa: SIM115 - closed below
-    worker = subprocess.Popen([sys.executable, "-m", "ingestd.cli", "worker", "--config",
-                               str(cfg), "--metrics-offset", "0"],
-                              stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
+    worker = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "ingestd.cli",
+            "worker",
+            "--config",
+            str(cfg),
+            "--metrics-offset",
+            "0",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     try:
         wait_until(lambda: _answers(port), timeout=60, interval=0.3)
         wait_until(lambda: probe(port, "/healthz")[0] == 200, timeout=30, interval=0.3)

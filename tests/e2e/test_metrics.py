@@ -59,21 +59,35 @@ def test_serve_and_worker_metrics(tmp_path: Path, db_url: str) -> None:
     hot = tmp_path / "hot"
     hot.mkdir()
     cfg = tmp_path / "ingestd.toml"
-    write_config(cfg, {
-        "database": {"url": db_url},
-        "paths": {"state_dir": str(tmp_path / "state"), "spool": str(tmp_path / "spool"),
-                  "archive": str(tmp_path / "archive"), "derived": str(tmp_path / "derived")},
-        "log": {"format": "json"},
-        "hotfolders": {"stable_seconds": 0.3, "poll_interval": 0.3, "retry_max_delay": 1},
-        "metrics": {"listen": f"127.0.0.1:{serve_metrics}",
-                    "worker_listen": f"127.0.0.1:{worker_metrics - 1}"},
-        "worker": {"poll_interval": 0.2},
-        "analysis": {"jobs": 1},
-        "sftp": {"listen": f"127.0.0.1:{sftp_port}", "retry_max_delay": 1},
-        "sftp.accounts": [{"username": "scan1", "tenant": "acme",
-                           "password_hash": hash_password("pw-1", rounds=4)}],
-        "watch": [{"path": str(hot), "tenant": "acme", "failed": str(tmp_path / "failed")}],
-    })  # fmt: skip
+    write_config(
+        cfg,
+        {
+            "database": {"url": db_url},
+            "paths": {
+                "state_dir": str(tmp_path / "state"),
+                "spool": str(tmp_path / "spool"),
+                "archive": str(tmp_path / "archive"),
+                "derived": str(tmp_path / "derived"),
+            },
+            "log": {"format": "json"},
+            "hotfolders": {"stable_seconds": 0.3, "poll_interval": 0.3, "retry_max_delay": 1},
+            "metrics": {
+                "listen": f"127.0.0.1:{serve_metrics}",
+                "worker_listen": f"127.0.0.1:{worker_metrics - 1}",
+            },
+            "worker": {"poll_interval": 0.2},
+            "analysis": {"jobs": 1},
+            "sftp": {"listen": f"127.0.0.1:{sftp_port}", "retry_max_delay": 1},
+            "sftp.accounts": [
+                {
+                    "username": "scan1",
+                    "tenant": "acme",
+                    "password_hash": hash_password("pw-1", rounds=4),
+                }
+            ],
+            "watch": [{"path": str(hot), "tenant": "acme", "failed": str(tmp_path / "failed")}],
+        },
+    )
     env = Env(tmp_path, cfg, None, db_url)  # type: ignore[arg-type]
     assert run_cli(env, "tenant", "create", "acme").returncode == 0
     assert run_cli(env, "worker", "--drain").returncode == 0  # provision: active
@@ -90,17 +104,42 @@ def test_serve_and_worker_metrics(tmp_path: Path, db_url: str) -> None:
 
         def serve_counts() -> bool:
             text = _scrape(serve_metrics)
-            return _value(text, "ingestd_intake_files_total", outcome="ingested") >= 2 and \
-                _value(text, "ingestd_intake_refused_total") >= 1
+            return (
+                _value(text, "ingestd_intake_files_total", outcome="ingested") >= 2
+                and _value(text, "ingestd_intake_refused_total") >= 1
+            )
+
         wait_until(serve_counts, timeout=60, interval=0.3)
         text = _scrape(serve_metrics)
-        assert _value(text, "ingestd_intake_files_total", tenant="acme", source="sftp",
-                      outcome="ingested") == 1  # fmt: skip
-        assert _value(text, "ingestd_intake_files_total", tenant="acme", source="watch",
-                      outcome="ingested") == 1  # fmt: skip
+        assert (
+            _value(
+                text, "ingestd_intake_files_total", tenant="acme", source="sftp", outcome="ingested"
+            )
+            == 1
+        )
+        assert (
+            _value(
+                text,
+                "ingestd_intake_files_total",
+                tenant="acme",
+                source="watch",
+                outcome="ingested",
+            )
+            == 1
+        )
         assert _value(text, "ingestd_intake_refused_total", tenant="acme", source="watch") == 1
-        wait_until(lambda: _value(_scrape(serve_metrics), "ingestd_watch_quarantined_total",
-                                  tenant="acme", reason="bad_type") == 1, 30)  # fmt: skip
+        wait_until(
+            lambda: (
+                _value(
+                    _scrape(serve_metrics),
+                    "ingestd_watch_quarantined_total",
+                    tenant="acme",
+                    reason="bad_type",
+                )
+                == 1
+            ),
+            30,
+        )
         assert _value(text, "ingestd_intake_bytes_total", tenant="acme") > 0
         assert _value(text, "ingestd_sftp_logins_total", tenant="acme", method="password") == 1
         assert _value(text, "ingestd_sftp_auth_failures_total") >= 1
@@ -113,15 +152,35 @@ def test_serve_and_worker_metrics(tmp_path: Path, db_url: str) -> None:
         # A long-running worker (as ingestd-worker@1) with its own endpoint.
         worker_log = open(tmp_path / "worker.log", "ab")  # noqa: SIM115 - closed below
         worker = subprocess.Popen(
-            [sys.executable, "-m", "ingestd.cli", "worker", "--config", str(cfg),
-             "--metrics-offset", "1"], stdout=worker_log, stderr=subprocess.STDOUT)  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "ingestd.cli",
+                "worker",
+                "--config",
+                str(cfg),
+                "--metrics-offset",
+                "1",
+            ],
+            stdout=worker_log,
+            stderr=subprocess.STDOUT,
+        )
         wait_until(lambda: len(read_events(tmp_path / "worker.log", "job.done")) >= 2, 120)
         wtext = _scrape(worker_metrics)
-        assert _value(wtext, "ingestd_job_duration_seconds_count", kind="analyze-document",
-                      outcome="done") == 2  # fmt: skip
+        assert (
+            _value(
+                wtext, "ingestd_job_duration_seconds_count", kind="analyze-document", outcome="done"
+            )
+            == 2
+        )
         assert _value(wtext, "ingestd_ocr_pages_total", tenant="acme") == 2
-        wait_until(lambda: _value(_scrape(serve_metrics), "ingestd_queue_jobs", tenant="acme",
-                                  state="ready") == 0, 30)  # fmt: skip
+        wait_until(
+            lambda: (
+                _value(_scrape(serve_metrics), "ingestd_queue_jobs", tenant="acme", state="ready")
+                == 0
+            ),
+            30,
+        )
         for scraped in (_scrape(serve_metrics), _scrape(worker_metrics)):
             assert _class_names(scraped) == set()
     finally:
@@ -134,23 +193,33 @@ def test_serve_and_worker_metrics(tmp_path: Path, db_url: str) -> None:
 
 def _class_names(text: str) -> set[str]:
     """Label values that look like Python class names (PermissionError, OSError, ...)."""
-    values = re.findall(r'="([^"]*)"', "\n".join(ln for ln in text.splitlines()
-                                                  if not ln.startswith("#")))  # fmt: skip
+    values = re.findall(
+        r'="([^"]*)"', "\n".join(ln for ln in text.splitlines() if not ln.startswith("#"))
+    )
     return {v for v in values if re.fullmatch(r"[A-Z]\w*(Error|Exception|Warning)", v)}
 
 
 def _serve_config(tmp_path: Path, db_url: str, metrics_port: int, **extra: Any) -> Path:
     cfg = tmp_path / "ingestd.toml"
-    write_config(cfg, {
-        "database": {"url": db_url, "connect_timeout": 2},
-        "paths": {"state_dir": str(tmp_path / "state"), "spool": str(tmp_path / "spool"),
-                  "archive": str(tmp_path / "archive"), "derived": str(tmp_path / "derived")},
-        "log": {"format": "json"},
-        "metrics": {"listen": f"127.0.0.1:{metrics_port}",
-                    "worker_listen": f"127.0.0.1:{metrics_port + 1}"},
-        "worker": {"poll_interval": 0.2, "max_retries": 0},
-        **extra,
-    })  # fmt: skip
+    write_config(
+        cfg,
+        {
+            "database": {"url": db_url, "connect_timeout": 2},
+            "paths": {
+                "state_dir": str(tmp_path / "state"),
+                "spool": str(tmp_path / "spool"),
+                "archive": str(tmp_path / "archive"),
+                "derived": str(tmp_path / "derived"),
+            },
+            "log": {"format": "json"},
+            "metrics": {
+                "listen": f"127.0.0.1:{metrics_port}",
+                "worker_listen": f"127.0.0.1:{metrics_port + 1}",
+            },
+            "worker": {"poll_interval": 0.2, "max_retries": 0},
+            **extra,
+        },
+    )
     return cfg
 
 
@@ -160,8 +229,13 @@ def test_no_created_series_build_info_and_no_windowed_state(tmp_path: Path, db_u
     port = _free_port()
     hot = tmp_path / "hot"
     hot.mkdir()
-    cfg = _serve_config(tmp_path, db_url, port, hotfolders={"stable_seconds": 0.3},
-                        watch=[{"path": str(hot), "tenant": "acme"}])  # fmt: skip
+    cfg = _serve_config(
+        tmp_path,
+        db_url,
+        port,
+        hotfolders={"stable_seconds": 0.3},
+        watch=[{"path": str(hot), "tenant": "acme"}],
+    )
     env = Env(tmp_path, cfg, None, db_url)  # type: ignore[arg-type]
     assert run_cli(env, "tenant", "create", "acme").returncode == 0
     assert run_cli(env, "worker", "--drain").returncode == 0
@@ -170,16 +244,19 @@ def test_no_created_series_build_info_and_no_windowed_state(tmp_path: Path, db_u
     try:
         # Labelled counters have children (and so had *_created samples) only once used.
         (hot / "Rechnung.pdf").write_bytes(pdf_bytes("Rechnung", seed=3))
-        wait_until(lambda: _value(_scrape(port), "ingestd_intake_files_total",
-                                  outcome="ingested") == 1, 60)  # fmt: skip
+        wait_until(
+            lambda: _value(_scrape(port), "ingestd_intake_files_total", outcome="ingested") == 1, 60
+        )
         text = _scrape(port)
         assert "ingestd_intake_bytes_total{" in text and "ingestd_sftp_bans_total" in text
         assert "_created" not in text
         build = [ln for ln in text.splitlines() if ln.startswith("ingestd_build_info{")]
         assert len(build) == 1 and build[0].endswith(" 1.0"), build
-        for key, want in (("version", ingestd.__version__),
-                          ("python", platform.python_version()),
-                          ("paramiko", version("paramiko"))):  # fmt: skip
+        for key, want in (
+            ("version", ingestd.__version__),
+            ("python", platform.python_version()),
+            ("paramiko", version("paramiko")),
+        ):
             assert f'{key}="{want}"' in build[0], build
         assert 'ocrmypdf="' in build[0]
         assert "failed_last_hour" not in text
@@ -245,11 +322,21 @@ def test_spool_backlog_gauge_counts_uploads_waiting_for_the_database(
     """ingestd_spool_pending_uploads/_bytes count uploads spooled while Postgres is down,
     and fall to 0 once they are ingested."""
     port, sftp_port = _free_port(), _free_port()
-    cfg = _serve_config(tmp_path, own_cluster.conninfo, port, **{
-        "sftp": {"listen": f"127.0.0.1:{sftp_port}", "retry_max_delay": 1},
-        "sftp.accounts": [{"username": "scan1", "tenant": "acme",
-                           "password_hash": hash_password("pw-1", rounds=4)}],
-    })  # fmt: skip
+    cfg = _serve_config(
+        tmp_path,
+        own_cluster.conninfo,
+        port,
+        **{
+            "sftp": {"listen": f"127.0.0.1:{sftp_port}", "retry_max_delay": 1},
+            "sftp.accounts": [
+                {
+                    "username": "scan1",
+                    "tenant": "acme",
+                    "password_hash": hash_password("pw-1", rounds=4),
+                }
+            ],
+        },
+    )
     serve = Serve(tmp_path, cfg)
     serve.start()
     try:
@@ -262,8 +349,11 @@ def test_spool_backlog_gauge_counts_uploads_waiting_for_the_database(
         assert _value(text, "ingestd_spool_pending_uploads") == 2
         assert _value(text, "ingestd_spool_pending_bytes") == sum(len(d) for d in scans)
         own_cluster.start()
-        wait_until(lambda: _value(_scrape(port), "ingestd_spool_pending_uploads") == 0,
-                   timeout=90, interval=0.5)  # fmt: skip
+        wait_until(
+            lambda: _value(_scrape(port), "ingestd_spool_pending_uploads") == 0,
+            timeout=90,
+            interval=0.5,
+        )
         assert _value(_scrape(port), "ingestd_spool_pending_bytes") == 0
     finally:
         assert serve.wait() == 0
@@ -277,16 +367,32 @@ def test_jobs_failed_counter_by_tenant_and_kind(tmp_path: Path, db_url: str) -> 
     with Database(db_url) as db:
         make_jobs(db, "acme", 1, kind="test-permanent")
     log = open(tmp_path / "worker.log", "ab")  # noqa: SIM115 - closed below
-    worker = subprocess.Popen([sys.executable, "-m", "ingestd.cli", "worker", "--config",
-                               str(cfg), "--metrics-offset", "0", "--plugin", PLUGIN],
-                              stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
+    worker = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "ingestd.cli",
+            "worker",
+            "--config",
+            str(cfg),
+            "--metrics-offset",
+            "0",
+            "--plugin",
+            PLUGIN,
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     try:
         wait_until(lambda: read_events(tmp_path / "worker.log", "job.failed"), 60)
         text = _scrape(port)
-        assert _value(text, "ingestd_jobs_failed_total", tenant="acme",
-                      kind="test-permanent") == 1  # fmt: skip
-        assert _value(text, "ingestd_job_duration_seconds_count", kind="test-permanent",
-                      outcome="failed") == 1  # fmt: skip
+        assert _value(text, "ingestd_jobs_failed_total", tenant="acme", kind="test-permanent") == 1
+        assert (
+            _value(
+                text, "ingestd_job_duration_seconds_count", kind="test-permanent", outcome="failed"
+            )
+            == 1
+        )
         assert "_created" not in text
     finally:
         worker.terminate()
@@ -305,17 +411,32 @@ def test_job_failed_by_a_rescue_is_counted_and_the_rescuer_lives_on(
         (job_id,) = make_jobs(db, "acme", 1, kind="test-record")
         assert Queue(db, WorkerConfig(), "dead").claim() is not None  # it never comes back
         with db.transaction() as tx:
-            tx.raw("UPDATE processing_jobs SET lease_expires_at = now() - interval '1 s' "
-                   "WHERE id = %(id)s", {"id": job_id})  # fmt: skip
+            tx.raw(
+                "UPDATE processing_jobs SET lease_expires_at = now() - interval '1 s' "
+                "WHERE id = %(id)s",
+                {"id": job_id},
+            )
     log = open(tmp_path / "worker.log", "ab")  # noqa: SIM115 - closed below
-    worker = subprocess.Popen([sys.executable, "-m", "ingestd.cli", "worker", "--config",
-                               str(cfg), "--metrics-offset", "0", "--plugin", PLUGIN],
-                              stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
+    worker = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "ingestd.cli",
+            "worker",
+            "--config",
+            str(cfg),
+            "--metrics-offset",
+            "0",
+            "--plugin",
+            PLUGIN,
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     try:
         wait_until(lambda: read_events(tmp_path / "worker.log", "worker.rescued"), 60)
         text = _scrape(port)
-        assert _value(text, "ingestd_jobs_failed_total", tenant="acme",
-                      kind="test-record") == 1  # fmt: skip
+        assert _value(text, "ingestd_jobs_failed_total", tenant="acme", kind="test-record") == 1
         assert worker.poll() is None
     finally:
         worker.terminate()

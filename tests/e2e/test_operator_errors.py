@@ -32,8 +32,9 @@ CLI = [sys.executable, "-m", "ingestd.cli"]
 
 
 def _run(*args: str, timeout: float = 120, **kwargs: Any) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=timeout,
-                          check=False, **kwargs)  # fmt: skip
+    return subprocess.run(
+        [*CLI, *args], capture_output=True, text=True, timeout=timeout, check=False, **kwargs
+    )
 
 
 def _json_lines(text: str) -> list[dict[str, Any]]:
@@ -50,13 +51,16 @@ def _the_error(stderr: str) -> str:
 
 def _config(path: Path, url: str, **sections: Any) -> Path:
     root = path.parent
-    write_config(path, {
-        "database": {"url": url, "connect_timeout": 30},
-        "paths": {"state_dir": str(root / "state"), "spool": str(root / "spool")},
-        "log": {"format": "json"},
-        "metrics": {"enabled": False},
-        **sections,
-    })  # fmt: skip
+    write_config(
+        path,
+        {
+            "database": {"url": url, "connect_timeout": 30},
+            "paths": {"state_dir": str(root / "state"), "spool": str(root / "spool")},
+            "log": {"format": "json"},
+            "metrics": {"enabled": False},
+            **sections,
+        },
+    )
     path.chmod(0o644)
     return path
 
@@ -136,12 +140,15 @@ def test_serve_with_the_database_down_logs_json_only(tmp_path: Path) -> None:
     cfg = _config(tmp_path / "c.toml", f"host={tmp_path} port=1 dbname=ingestd user=ingestd")
     log_path = tmp_path / "serve.log"
     with open(log_path, "wb") as out:
-        proc = subprocess.Popen([*CLI, "serve", "--config", str(cfg)], stdout=out,
-                                stderr=subprocess.STDOUT)  # fmt: skip
+        proc = subprocess.Popen(
+            [*CLI, "serve", "--config", str(cfg)], stdout=out, stderr=subprocess.STDOUT
+        )
         try:
             wait_until(lambda: read_events(log_path, "daemon.ready"), timeout=60)
-            wait_until(lambda: any(e.get("logger") == "psycopg.pool"
-                                   for e in read_events(log_path)), timeout=60)  # fmt: skip
+            wait_until(
+                lambda: any(e.get("logger") == "psycopg.pool" for e in read_events(log_path)),
+                timeout=60,
+            )
         finally:
             proc.send_signal(signal.SIGTERM)
             assert proc.wait(timeout=60) == 0
@@ -175,13 +182,18 @@ def test_check_config_refuses_true_as_a_file_size(tmp_path: Path) -> None:
     cfg.write_text("[intake]\nmax_file_size = true\n")
     proc = _run("check-config", str(cfg))
     assert proc.returncode == 3
-    assert ("intake.max_file_size: must be a size (e.g. 512MiB) or a number of bytes, "
-            "not true/false (got True)") in proc.stdout  # fmt: skip
+    assert (
+        "intake.max_file_size: must be a size (e.g. 512MiB) or a number of bytes, "
+        "not true/false (got True)"
+    ) in proc.stdout
 
 
 def _webhook_config(root: Path, hook: dict[str, str], *, in_rules_file: bool = False) -> Path:
-    workflow = {"tenant": "acme", "name": "erp",
-                "then": {"webhook": {"url": "https://erp.example/hook", **hook}}}  # fmt: skip
+    workflow = {
+        "tenant": "acme",
+        "name": "erp",
+        "then": {"webhook": {"url": "https://erp.example/hook", **hook}},
+    }
     cfg = root / "c.toml"
     paths = {"paths": {"state_dir": str(root / "state"), "spool": str(root / "spool")}}
     if in_rules_file:
@@ -202,8 +214,10 @@ def test_check_config_reads_webhook_secret_files_as_the_worker_will(tmp_path: Pa
     assert f"workflows[0].then.webhook.secret_file: {secret}: no such file" in missing.stdout
     secret.write_text("s3cr3t\n")
     secret.chmod(0o644)
-    for config in (cfg, _webhook_config(tmp_path, {"secret_file": str(secret)},
-                                        in_rules_file=True)):  # fmt: skip
+    for config in (
+        cfg,
+        _webhook_config(tmp_path, {"secret_file": str(secret)}, in_rules_file=True),
+    ):
         loose = _run("check-config", str(config))
         assert loose.returncode == 3
         assert f"workflows[0].then.webhook.secret_file: {secret}: mode 0644 is too open" in (
@@ -222,8 +236,10 @@ def test_check_config_wants_the_secret_env_set(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "INGESTD_TEST_HOOK_SECRET"}
     unset = _run("check-config", str(cfg), env=env)
     assert unset.returncode == 3
-    assert "workflows[0].then.webhook.secret_env: environment variable " \
-           "INGESTD_TEST_HOOK_SECRET is not set" in unset.stdout  # fmt: skip
+    assert (
+        "workflows[0].then.webhook.secret_env: environment variable "
+        "INGESTD_TEST_HOOK_SECRET is not set" in unset.stdout
+    )
     assert "systemctl edit ingestd-worker@.service" in unset.stdout
     set_ = _run("check-config", str(cfg), env={**env, "INGESTD_TEST_HOOK_SECRET": "k"})
     assert set_.returncode == 0, set_.stdout
@@ -237,8 +253,13 @@ def _nobody_cannot_run_ingestd() -> str:
         return "needs root to switch to nobody"
     if shutil.which("setpriv") is None:
         return "setpriv (util-linux) is not installed"
-    probe = subprocess.run([*_as_nobody(), sys.executable, "-c", "import ingestd.cli, psycopg"],
-                           capture_output=True, text=True, cwd="/", check=False)  # fmt: skip
+    probe = subprocess.run(
+        [*_as_nobody(), sys.executable, "-c", "import ingestd.cli, psycopg"],
+        capture_output=True,
+        text=True,
+        cwd="/",
+        check=False,
+    )
     return "" if probe.returncode == 0 else f"the venv is not usable by nobody: {probe.stderr}"
 
 
@@ -261,10 +282,17 @@ def _nobody_install(root: Path) -> Path:
     for d in ("state", "spool"):
         (root / d).mkdir()
         os.chown(root / d, NOBODY, NOBODY)
-    account = {"username": "scan1", "tenant": "acme",
-               "password_hash": hash_password("pw-1", rounds=4)}  # fmt: skip
-    return _config(root / "c.toml", f"host={root} port=1 dbname=ingestd user=ingestd",
-                   sftp={"listen": "127.0.0.1:0"}, **{"sftp.accounts": [account]})  # fmt: skip
+    account = {
+        "username": "scan1",
+        "tenant": "acme",
+        "password_hash": hash_password("pw-1", rounds=4),
+    }
+    return _config(
+        root / "c.toml",
+        f"host={root} port=1 dbname=ingestd user=ingestd",
+        sftp={"listen": "127.0.0.1:0"},
+        **{"sftp.accounts": [account]},
+    )
 
 
 def test_root_commands_leave_the_state_dir_to_its_owner(shared_root: Path) -> None:
@@ -286,16 +314,29 @@ def test_root_commands_leave_the_state_dir_to_its_owner(shared_root: Path) -> No
         pytest.skip(why)
     # The ban the request lifts, as the server (running as nobody) wrote it.
     bans = state / "sftp-bans.json"
-    bans.write_text(json.dumps({"version": 1, "ips": {"192.0.2.7": {
-        "until": time.time() + 3600, "bans": 1, "last_ban": time.time()}}}))  # fmt: skip
+    bans.write_text(
+        json.dumps(
+            {
+                "version": 1,
+                "ips": {
+                    "192.0.2.7": {"until": time.time() + 3600, "bans": 1, "last_ban": time.time()}
+                },
+            }
+        )
+    )
     os.chown(bans, NOBODY, NOBODY)
     log_path = shared_root / "serve.log"
     with open(log_path, "wb") as out:
-        proc = subprocess.Popen([*_as_nobody(), *CLI, "serve", "--config", str(cfg)],
-                                stdout=out, stderr=subprocess.STDOUT, cwd=shared_root)  # fmt: skip
+        proc = subprocess.Popen(
+            [*_as_nobody(), *CLI, "serve", "--config", str(cfg)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=shared_root,
+        )
         try:
-            wait_until(lambda: read_events(log_path, "daemon.ready") or proc.poll() is not None,
-                       timeout=60)  # fmt: skip
+            wait_until(
+                lambda: read_events(log_path, "daemon.ready") or proc.poll() is not None, timeout=60
+            )
             assert proc.poll() is None, log_path.read_text()
             [unbanned] = read_events(log_path, "sftp.unbanned")
             assert unbanned["remote_ip"] == "192.0.2.7" and unbanned["was_banned"] is True
@@ -312,9 +353,14 @@ def test_a_daemon_that_cannot_use_its_state_dir_exits_10_in_one_line(shared_root
         pytest.skip(why)
     cfg = _nobody_install(shared_root)
     (shared_root / "state" / "hostkeys").mkdir(mode=0o700)  # as root: root's
-    proc = subprocess.run([*_as_nobody(), *CLI, "serve", "--config", str(cfg)],
-                          capture_output=True, text=True, cwd=shared_root, timeout=60,
-                          check=False)  # fmt: skip
+    proc = subprocess.run(
+        [*_as_nobody(), *CLI, "serve", "--config", str(cfg)],
+        capture_output=True,
+        text=True,
+        cwd=shared_root,
+        timeout=60,
+        check=False,
+    )
     assert proc.returncode == 10, proc.stdout + proc.stderr
     assert "Traceback" not in proc.stdout + proc.stderr
     error = _the_error(proc.stdout + proc.stderr)
@@ -322,9 +368,7 @@ def test_a_daemon_that_cannot_use_its_state_dir_exits_10_in_one_line(shared_root
     assert "owner root:root, mode 0700" in error and "chown -R nobody:nogroup" in error
 
 
-def test_check_config_as_root_checks_the_service_user_can_read_secrets(
-    shared_root: Path,
-) -> None:
+def test_check_config_as_root_checks_the_service_user_can_read_secrets(shared_root: Path) -> None:
     """Root can read a 0600 root:root secret, the workers (the state dir's owner) cannot:
     check-config as root says so; root:<their group> 0640 is OK."""
     if os.geteuid() != 0:
@@ -350,13 +394,21 @@ def test_a_closed_stdout_ends_a_command_quietly(env: Env) -> None:
     """`ingestd jobs list | head -1`, `ingestd status --json | head -c 10`: nothing on
     stderr; with the reader gone before the first write, exit 141 like SIGPIPE."""
     cfg = str(env.config_path)
-    for pipeline in (f"jobs list --config {cfg} | head -1",
-                     f"status --json --config {cfg} | head -c 10"):  # fmt: skip
-        proc = subprocess.run(["sh", "-c", f"{sys.executable} -m ingestd.cli {pipeline}"],
-                              capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    for pipeline in (
+        f"jobs list --config {cfg} | head -1",
+        f"status --json --config {cfg} | head -c 10",
+    ):
+        proc = subprocess.run(
+            ["sh", "-c", f"{sys.executable} -m ingestd.cli {pipeline}"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
         assert proc.stderr == "", (pipeline, proc.stderr)
-    reader_gone = subprocess.Popen([*CLI, "jobs", "list", "--config", cfg],
-                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    reader_gone = subprocess.Popen(
+        [*CLI, "jobs", "list", "--config", cfg], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
     assert reader_gone.stdout is not None and reader_gone.stderr is not None
     reader_gone.stdout.close()
     stderr = reader_gone.stderr.read()
@@ -380,8 +432,13 @@ def test_ingest_as_root_leaves_archive_files_the_service_user_can_read(
     state.mkdir()
     os.chown(state, nobody.pw_uid, nobody.pw_gid)
     cfg = tmp_path / "ingestd.toml"
-    write_config(cfg, {"database": {"url": db_url},
-                       "paths": {"state_dir": str(state), "spool": str(tmp_path / "spool")}})
+    write_config(
+        cfg,
+        {
+            "database": {"url": db_url},
+            "paths": {"state_dir": str(state), "spool": str(tmp_path / "spool")},
+        },
+    )
     env = Env(tmp_path, cfg, None, db_url)  # type: ignore[arg-type]
     with Database(db_url) as db, db.transaction() as tx:
         tx.one("tenant_insert", {"name": "acme", "status": "active"})
@@ -391,4 +448,5 @@ def test_ingest_as_root_leaves_archive_files_the_service_user_can_read(
     assert proc.returncode == 0, proc.stderr
     made = [p for p in (state / "archive").rglob("*")]
     assert made and all(p.stat().st_uid == nobody.pw_uid for p in made), [
-        (str(p), p.stat().st_uid) for p in made]  # fmt: skip
+        (str(p), p.stat().st_uid) for p in made
+    ]

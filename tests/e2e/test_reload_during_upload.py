@@ -37,15 +37,23 @@ def test_sighup_adds_account_and_hot_folder_during_an_upload(tmp_path: Path, db_
     hot.mkdir()
     base: dict[str, Any] = {
         "database": {"url": db_url},
-        "paths": {"state_dir": str(tmp_path / "state"), "spool": str(tmp_path / "spool"),
-                  "archive": str(tmp_path / "archive")},
+        "paths": {
+            "state_dir": str(tmp_path / "state"),
+            "spool": str(tmp_path / "spool"),
+            "archive": str(tmp_path / "archive"),
+        },
         "log": {"format": "json"},
         "metrics": {"enabled": False},
         "hotfolders": {"stable_seconds": 0.3, "poll_interval": 0.3},
         "sftp": {"listen": f"127.0.0.1:{port}", "retry_max_delay": 1},
-        "sftp.accounts": [{"username": "scan1", "tenant": "acme",
-                           "password_hash": hash_password("pw-1", rounds=4)}],
-    }  # fmt: skip
+        "sftp.accounts": [
+            {
+                "username": "scan1",
+                "tenant": "acme",
+                "password_hash": hash_password("pw-1", rounds=4),
+            }
+        ],
+    }
     write_config(cfg, base)
     env = Env(tmp_path, cfg, None, db_url)  # type: ignore[arg-type]
     assert run_cli(env, "tenant", "create", "acme").returncode == 0
@@ -65,7 +73,7 @@ def test_sighup_adds_account_and_hot_folder_during_an_upload(tmp_path: Path, db_
             assert sftp is not None
             with sftp.open("Long.pdf", "wb") as f:
                 for i in range(0, len(big), CHUNK):
-                    f.write(big[i:i + CHUNK])
+                    f.write(big[i : i + CHUNK])
                     if i >= len(big) // 2 and not half.is_set():
                         half.set()
                         assert resume.wait(60)
@@ -78,14 +86,21 @@ def test_sighup_adds_account_and_hot_folder_during_an_upload(tmp_path: Path, db_
     uploader.start()
     try:
         assert half.wait(60)
-        write_config(cfg, {
-            **base,
-            "sftp.accounts": [*base["sftp.accounts"],
-                              {"username": "scan2", "tenant": "acme",
-                               "password_hash": hash_password("pw-2", rounds=4)}],
-            "watch": [{"path": str(hot), "tenant": "acme",
-                       "failed": str(tmp_path / "failed")}],
-        })  # fmt: skip
+        write_config(
+            cfg,
+            {
+                **base,
+                "sftp.accounts": [
+                    *base["sftp.accounts"],
+                    {
+                        "username": "scan2",
+                        "tenant": "acme",
+                        "password_hash": hash_password("pw-2", rounds=4),
+                    },
+                ],
+                "watch": [{"path": str(hot), "tenant": "acme", "failed": str(tmp_path / "failed")}],
+            },
+        )
         os.kill(serve.proc.pid, signal.SIGHUP)
         wait_until(lambda: serve.events("daemon.reloaded"), timeout=30)
         resume.set()

@@ -165,8 +165,10 @@ def test_status_with_the_database_down_shows_what_waits(
         for i in range(3):
             write(hot / f"scan-{i}.pdf", pdf_bytes(seed=40 + i))
         state_dir = tmp_path / "state"
-        wait_until(lambda: ((read_state(state_dir) or {}).get("database") or {}).get("up")
-                   is False, timeout=60)  # fmt: skip
+        wait_until(
+            lambda: ((read_state(state_dir) or {}).get("database") or {}).get("up") is False,
+            timeout=60,
+        )
         argv = [sys.executable, "-m", "ingestd.cli", "status", "--config", str(daemon.config)]
         proc = subprocess.run([*argv, "--json"], capture_output=True, text=True, timeout=120)
         assert proc.returncode == 9, proc.stderr

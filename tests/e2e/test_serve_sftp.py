@@ -15,8 +15,18 @@ from ingestd.sftp.accounts import hash_password
 from tests.conftest import Env, private_cluster, read_events, run_cli, wait_until, write_config
 from tests.fixtures.files import pdf_bytes
 
-SSH = ["-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
-       "-o", "LogLevel=ERROR", "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes"]  # fmt: skip
+SSH = [
+    "-o",
+    "StrictHostKeyChecking=no",
+    "-o",
+    "UserKnownHostsFile=/dev/null",
+    "-o",
+    "LogLevel=ERROR",
+    "-o",
+    "BatchMode=yes",
+    "-o",
+    "IdentitiesOnly=yes",
+]
 
 
 def _free_port() -> int:
@@ -36,8 +46,9 @@ class Serve:
         self.log = open(self.log_path, "ab")  # noqa: SIM115 - closed in wait()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "ingestd.cli", "serve", "--config", str(self.config)],
-            stdout=self.log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
         wait_until(lambda: self.events("daemon.ready"), timeout=60)
 
     def events(self, name: str) -> list[dict[str, Any]]:
@@ -59,16 +70,27 @@ def test_sigkill_after_close_loses_nothing(tmp_path: Path, db_url: str) -> None:
     cfg = tmp_path / "ingestd.toml"
 
     def config(url: str) -> None:
-        write_config(cfg, {
-            "database": {"url": url, "connect_timeout": 1},
-            "paths": {"state_dir": str(tmp_path / "state"), "spool": str(tmp_path / "spool"),
-                      "archive": str(tmp_path / "archive")},
-            "log": {"format": "json"},
-            "sftp": {"listen": f"127.0.0.1:{port}", "retry_max_delay": 1},
-            "sftp.accounts": [{"username": "scan1", "tenant": "acme",
-                               "password_hash": hash_password("pw-1", rounds=4),
-                               "authorized_keys": [key.with_suffix(".pub").read_text().strip()]}],
-        })  # fmt: skip
+        write_config(
+            cfg,
+            {
+                "database": {"url": url, "connect_timeout": 1},
+                "paths": {
+                    "state_dir": str(tmp_path / "state"),
+                    "spool": str(tmp_path / "spool"),
+                    "archive": str(tmp_path / "archive"),
+                },
+                "log": {"format": "json"},
+                "sftp": {"listen": f"127.0.0.1:{port}", "retry_max_delay": 1},
+                "sftp.accounts": [
+                    {
+                        "username": "scan1",
+                        "tenant": "acme",
+                        "password_hash": hash_password("pw-1", rounds=4),
+                        "authorized_keys": [key.with_suffix(".pub").read_text().strip()],
+                    }
+                ],
+            },
+        )
 
     config(db_url)
     env = Env(tmp_path, cfg, None, db_url)  # type: ignore[arg-type]
@@ -86,8 +108,12 @@ def test_sigkill_after_close_loses_nothing(tmp_path: Path, db_url: str) -> None:
     batch.write_text("".join(f"put k{i}.pdf\n" for i in range(5)))
     result = subprocess.run(
         ["sftp", "-b", str(batch), "-P", str(port), "-i", str(key), *SSH, "scan1@127.0.0.1"],
-        capture_output=True, text=True, timeout=60, cwd=up, stdin=subprocess.DEVNULL,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=up,
+        stdin=subprocess.DEVNULL,
+    )
     assert result.returncode == 0, result.stderr
     assert serve.wait(signal.SIGKILL) == -signal.SIGKILL
 
@@ -97,6 +123,7 @@ def test_sigkill_after_close_loses_nothing(tmp_path: Path, db_url: str) -> None:
     assert json.loads(status.stdout)["spool"]["pending"] == 5
     serve.start()
     try:
+
         def count() -> int:
             with Database(db_url) as db, db.transaction() as tx:
                 return int(tx.raw("SELECT count(*) AS n FROM documents")[0]["n"])
@@ -104,10 +131,19 @@ def test_sigkill_after_close_loses_nothing(tmp_path: Path, db_url: str) -> None:
         wait_until(lambda: count() == 5, timeout=60)
         # The host key is the one made at first start; hostkeys prints what clients see.
         keys = json.loads(run_cli(env, "hostkeys", "--json").stdout)
-        scan = subprocess.run(["ssh-keyscan", "-p", str(port), "-t", "ed25519", "127.0.0.1"],
-                              capture_output=True, text=True, timeout=30)  # fmt: skip
-        listed = subprocess.run(["ssh-keygen", "-lf", "-"], input=scan.stdout,
-                                capture_output=True, text=True, check=True)  # fmt: skip
+        scan = subprocess.run(
+            ["ssh-keyscan", "-p", str(port), "-t", "ed25519", "127.0.0.1"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        listed = subprocess.run(
+            ["ssh-keygen", "-lf", "-"],
+            input=scan.stdout,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         assert keys[0]["sha256"] in listed.stdout
         assert oct(os.stat(keys[0]["path"]).st_mode & 0o777) == "0o600"
     finally:
@@ -120,19 +156,29 @@ def test_serve_starts_with_postgres_down(tmp_path: Path) -> None:
     with private_cluster(5435) as cluster:
         cluster.stop("fast")  # initialised and empty, and down
         key = tmp_path / "id_ed25519"
-        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)],
-                       check=True)  # fmt: skip
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
         port = _free_port()
         cfg = tmp_path / "ingestd.toml"
-        write_config(cfg, {
-            "database": {"url": cluster.conninfo, "connect_timeout": 1},
-            "paths": {"state_dir": str(tmp_path / "state"), "spool": str(tmp_path / "spool"),
-                      "archive": str(tmp_path / "archive")},
-            "log": {"format": "json"},
-            "sftp": {"listen": f"127.0.0.1:{port}", "retry_max_delay": 1},
-            "sftp.accounts": [{"username": "scan1", "tenant": "acme",
-                               "authorized_keys": [key.with_suffix(".pub").read_text().strip()]}],
-        })  # fmt: skip
+        write_config(
+            cfg,
+            {
+                "database": {"url": cluster.conninfo, "connect_timeout": 1},
+                "paths": {
+                    "state_dir": str(tmp_path / "state"),
+                    "spool": str(tmp_path / "spool"),
+                    "archive": str(tmp_path / "archive"),
+                },
+                "log": {"format": "json"},
+                "sftp": {"listen": f"127.0.0.1:{port}", "retry_max_delay": 1},
+                "sftp.accounts": [
+                    {
+                        "username": "scan1",
+                        "tenant": "acme",
+                        "authorized_keys": [key.with_suffix(".pub").read_text().strip()],
+                    }
+                ],
+            },
+        )
         serve = Serve(tmp_path, cfg)
         serve.start()
         try:
@@ -143,10 +189,23 @@ def test_serve_starts_with_postgres_down(tmp_path: Path) -> None:
             batch = tmp_path / "batch"
             batch.write_text("put early.pdf\n")
             result = subprocess.run(
-                ["sftp", "-b", str(batch), "-P", str(port), "-i", str(key), *SSH,
-                 "scan1@127.0.0.1"],
-                capture_output=True, text=True, timeout=60, cwd=up, stdin=subprocess.DEVNULL,
-            )  # fmt: skip
+                [
+                    "sftp",
+                    "-b",
+                    str(batch),
+                    "-P",
+                    str(port),
+                    "-i",
+                    str(key),
+                    *SSH,
+                    "scan1@127.0.0.1",
+                ],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                cwd=up,
+                stdin=subprocess.DEVNULL,
+            )
             assert result.returncode == 0, result.stderr
             cluster.start()
             env = Env(tmp_path, cfg, None, cluster.conninfo)  # type: ignore[arg-type]
@@ -162,27 +221,36 @@ def test_serve_starts_with_postgres_down(tmp_path: Path) -> None:
             assert serve.wait() == 0
 
 
-def test_one_id_follows_an_upload_from_arrival_to_its_last_job(
-    tmp_path: Path, db_url: str
-) -> None:
+def test_one_id_follows_an_upload_from_arrival_to_its_last_job(tmp_path: Path, db_url: str) -> None:
     """The upload's spool id is its trace: `grep ID` finds sftp.upload_complete, the spool
     and intake lines of the daemon and every job line of the worker, and the document."""
     key = tmp_path / "id_ed25519"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
     port = _free_port()
     cfg = tmp_path / "ingestd.toml"
-    write_config(cfg, {
-        "database": {"url": db_url, "connect_timeout": 2},
-        "paths": {"state_dir": str(tmp_path / "state"), "spool": str(tmp_path / "spool"),
-                  "archive": str(tmp_path / "archive")},
-        "log": {"format": "json"},
-        "worker": {"poll_interval": 0.2},
-        "analysis": {"jobs": 1},
-        "sftp": {"listen": f"127.0.0.1:{port}", "retry_max_delay": 1},
-        "sftp.accounts": [{"username": "scan1", "tenant": "acme",
-                           "password_hash": hash_password("pw-1", rounds=4),
-                           "authorized_keys": [key.with_suffix(".pub").read_text().strip()]}],
-    })  # fmt: skip
+    write_config(
+        cfg,
+        {
+            "database": {"url": db_url, "connect_timeout": 2},
+            "paths": {
+                "state_dir": str(tmp_path / "state"),
+                "spool": str(tmp_path / "spool"),
+                "archive": str(tmp_path / "archive"),
+            },
+            "log": {"format": "json"},
+            "worker": {"poll_interval": 0.2},
+            "analysis": {"jobs": 1},
+            "sftp": {"listen": f"127.0.0.1:{port}", "retry_max_delay": 1},
+            "sftp.accounts": [
+                {
+                    "username": "scan1",
+                    "tenant": "acme",
+                    "password_hash": hash_password("pw-1", rounds=4),
+                    "authorized_keys": [key.with_suffix(".pub").read_text().strip()],
+                }
+            ],
+        },
+    )
     env = Env(tmp_path, cfg, None, db_url)  # type: ignore[arg-type]
     assert run_cli(env, "tenant", "create", "acme").returncode == 0
     assert run_cli(env, "worker", "--drain").returncode == 0  # provision-tenant: active
@@ -196,8 +264,12 @@ def test_one_id_follows_an_upload_from_arrival_to_its_last_job(
         batch.write_text("put Scan_0001.pdf\n")
         result = subprocess.run(
             ["sftp", "-b", str(batch), "-P", str(port), "-i", str(key), *SSH, "scan1@127.0.0.1"],
-            capture_output=True, text=True, timeout=60, cwd=up, stdin=subprocess.DEVNULL,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=up,
+            stdin=subprocess.DEVNULL,
+        )
         assert result.returncode == 0, result.stderr
         wait_until(lambda: serve.events("intake.ingested"), timeout=60)
     finally:

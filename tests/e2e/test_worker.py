@@ -47,8 +47,9 @@ def workers(tmp_path: Path) -> Iterator[list[WorkerProc]]:
             w.kill()
 
 
-def start(workers: list[WorkerProc], env: Env, name: str, *args: str,
-          ready: bool = True, **kw: Any) -> WorkerProc:  # fmt: skip
+def start(
+    workers: list[WorkerProc], env: Env, name: str, *args: str, ready: bool = True, **kw: Any
+) -> WorkerProc:
     w = WorkerProc(env.config_path, env.root / f"{name}.log", "--worker-id", name, *args, **kw)
     workers.append(w)
     if ready:
@@ -106,15 +107,19 @@ def fair_scenario(
         wait_until(lambda: len(file_runs(runs_file)) >= 150, timeout=60)
         before = len(file_runs(runs_file))
         (k_job,) = make_jobs(qdb, "k", 1, kind="test-record", payload=record)
-    small_done = ("SELECT count(*) AS n FROM processing_jobs j JOIN tenants t "
-                  "ON t.id = j.tenant_id WHERE t.name <> 'a' AND j.status = 'done'")  # fmt: skip
+    small_done = (
+        "SELECT count(*) AS n FROM processing_jobs j JOIN tenants t "
+        "ON t.id = j.tenant_id WHERE t.name <> 'a' AND j.status = 'done'"
+    )
     wait_until(lambda: count(qdb, small_done) == 450 + newcomer, timeout=240)
     assert [w.stop() for w in procs] == [0, 0, 0, 0]
     assert count(qdb, "SELECT count(*) AS n FROM processing_jobs WHERE status = 'processing'") == 0
     with qdb.transaction() as tx:
-        claims = tx.raw("SELECT j.id AS job_id, t.name AS tenant, j.created_at, j.started_at "
-                        "FROM processing_jobs j JOIN tenants t ON t.id = j.tenant_id "
-                        "WHERE j.started_at IS NOT NULL ORDER BY j.started_at, j.id")  # fmt: skip
+        claims = tx.raw(
+            "SELECT j.id AS job_id, t.name AS tenant, j.created_at, j.started_at "
+            "FROM processing_jobs j JOIN tenants t ON t.id = j.tenant_id "
+            "WHERE j.started_at IS NOT NULL ORDER BY j.started_at, j.id"
+        )
     if k_job is not None:
         # Claims before k's job existed (its INSERT's timestamp), not the runs seen then.
         k_created = next(c["created_at"] for c in claims if c["job_id"] == k_job)
@@ -154,8 +159,10 @@ def test_no_tenant_runs_twice_per_round(
     # The claim order (started_at is set by the claim), not the order the children got
     # going: that also depends on which worker process the OS ran first.
     with qdb.transaction() as tx:
-        rows = tx.raw("SELECT t.name FROM processing_jobs j JOIN tenants t ON t.id = j.tenant_id "
-                      "ORDER BY j.started_at, j.id LIMIT 400")  # fmt: skip
+        rows = tx.raw(
+            "SELECT t.name FROM processing_jobs j JOIN tenants t ON t.id = j.tenant_id "
+            "ORDER BY j.started_at, j.id LIMIT 400"
+        )
     order = [r["name"] for r in rows]
     slack = 4
     nth: dict[str, int] = dict.fromkeys(ALL_TEN, 0)
@@ -174,8 +181,9 @@ def test_killed_worker_job_is_rescued_and_completes_once(
     """SIGKILLed worker: its job is rescued by another after the lease, finishes once."""
     env = make_env(worker=FAST)
     w1, w2 = start(workers, env, "w1"), start(workers, env, "w2")
-    (job_id,) = make_jobs(qdb, "acme", 1, kind="test-record",
-                          payload={"first_attempt_seconds": 300})  # fmt: skip
+    (job_id,) = make_jobs(
+        qdb, "acme", 1, kind="test-record", payload={"first_attempt_seconds": 300}
+    )
     wait_until(lambda: len(runs(qdb)) == 1)
     holder = job_row(qdb, job_id)["worker_id"]
     victim, survivor = (w1, w2) if holder == "w1" else (w2, w1)
@@ -233,8 +241,10 @@ def test_job_that_kills_its_worker_ends_failed(
         if job_row(qdb, job_id)["status"] == "failed":
             break
         w = start(workers, env, f"w{i}", ready=False)  # it may die before we see it ready
-        wait_until(lambda w=w: w.proc.poll() is not None
-                   or job_row(qdb, job_id)["status"] == "failed", timeout=60)  # fmt: skip
+        wait_until(
+            lambda w=w: w.proc.poll() is not None or job_row(qdb, job_id)["status"] == "failed",
+            timeout=60,
+        )
         if w.proc.poll() is None:
             w.wait_ready()  # a SIGTERM before its handlers are in place is not the point here
         codes.append(w.stop())
@@ -319,9 +329,15 @@ def test_drain_on_an_empty_queue_exits_0(
     """The `ingestd` script's worker --drain, empty queue: READY, STOPPING, exit 0."""
     env = make_env(worker=FAST)
     with notify_socket() as (sock, address):
-        w = start(workers, env, "w1", "--drain", ready=False,
-                  extra_env={"NOTIFY_SOCKET": address, "PYTHONPATH": str(REPO)},
-                  script=True)  # fmt: skip
+        w = start(
+            workers,
+            env,
+            "w1",
+            "--drain",
+            ready=False,
+            extra_env={"NOTIFY_SOCKET": address, "PYTHONPATH": str(REPO)},
+            script=True,
+        )
         assert w.wait() == 0
         sock.setblocking(False)
         got = []

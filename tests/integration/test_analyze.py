@@ -30,21 +30,40 @@ WORKER = {"poll_interval": 0.1, "lease_seconds": 30, "retry_base": 0.05, "max_re
 ANALYSIS = {"jobs": 1, "thumbnail_width": 200}
 
 LETTER = [
-    ["Telekom Deutschland GmbH", "Bonn, den 03.11.2026", "Betreff: Kündigung Mobilfunkvertrag",
-     "Sehr geehrte Damen und Herren"],
+    [
+        "Telekom Deutschland GmbH",
+        "Bonn, den 03.11.2026",
+        "Betreff: Kündigung Mobilfunkvertrag",
+        "Sehr geehrte Damen und Herren",
+    ],
     ["Ihre Vertragsnummer lautet 4711", "Die Kündigung wird bestätigt"],
     ["Die Rufnummernmitnahme beantragen Sie bitte", "Mit freundlichen Grüßen"],
-]  # fmt: skip
+]
 
 TAXONOMY = [
-    {"tenant": "acme", "kind": "tag", "name": "Telefon", "match": "mobilfunkvertrag rufnummer",
-     "algorithm": "any"},
-    {"tenant": "acme", "kind": "correspondent", "name": "Telekom",
-     "match": "Telekom Deutschland", "algorithm": "exact"},
-    {"tenant": "acme", "kind": "document_type", "name": "Kündigung", "match": "kuendigung",
-     "algorithm": "any"},
+    {
+        "tenant": "acme",
+        "kind": "tag",
+        "name": "Telefon",
+        "match": "mobilfunkvertrag rufnummer",
+        "algorithm": "any",
+    },
+    {
+        "tenant": "acme",
+        "kind": "correspondent",
+        "name": "Telekom",
+        "match": "Telekom Deutschland",
+        "algorithm": "exact",
+    },
+    {
+        "tenant": "acme",
+        "kind": "document_type",
+        "name": "Kündigung",
+        "match": "kuendigung",
+        "algorithm": "any",
+    },
     {"tenant": "other", "kind": "tag", "name": "Fremd", "match": "telekom"},
-]  # fmt: skip
+]
 
 
 def _one(db: Database, sql: str, params: dict[str, Any] | None = None) -> Any:
@@ -62,8 +81,14 @@ def _drain(env: Env, db: Database) -> None:
     """Run the worker loop here until no job is queued (--drain stops while a retry waits
     for its time, so drain again; bounded)."""
     for _ in range(10):
-        runner = Runner(env.config, db, config_path=env.config_path, worker_id="w-analyze",
-                        drain=True, notifier=Notifier({}))  # fmt: skip
+        runner = Runner(
+            env.config,
+            db,
+            config_path=env.config_path,
+            worker_id="w-analyze",
+            drain=True,
+            notifier=Notifier({}),
+        )
         assert runner.run(install_signals=False) == 0
         if not _one(db, "SELECT 1 AS q FROM processing_jobs WHERE status = 'queued'"):
             return
@@ -85,7 +110,9 @@ def _ingest(env: Env, db: Database, path: Path, tenant: str = "acme", **kw: Any)
 
 
 def _doc(db: Database, doc_id: int) -> dict[str, Any]:
-    row = _one(db, """
+    row = _one(
+        db,
+        """
         SELECT d.*, c.page_count, c.pages, c.searchable_pdf, c.thumbnail, c.languages,
                j.status AS job_status, j.retry_count, j.error_message,
                (SELECT name FROM correspondents WHERE id = d.correspondent_id) AS correspondent,
@@ -98,7 +125,9 @@ def _doc(db: Database, doc_id: int) -> dict[str, Any]:
         JOIN LATERAL (SELECT * FROM processing_jobs
                       WHERE document_id = d.id AND kind = 'analyze-document'
                       ORDER BY id DESC LIMIT 1) j ON true
-        WHERE d.id = %(id)s""", {"id": doc_id})  # fmt: skip
+        WHERE d.id = %(id)s""",
+        {"id": doc_id},
+    )
     assert row is not None
     return dict(row)
 
@@ -156,8 +185,7 @@ def test_meaningful_filename_keeps_its_title_and_date(analysis_env: Env, db: Dat
     """`2026-11-03 Rechnung Telekom.pdf` keeps its title and date whatever the text says."""
     env = analysis_env
     pages = [["Betreff: Mahnung zur Zahlung", "Datum: 15.01.2025"]]
-    doc_id = _ingest(env, db, image_pdf(env.root / "in" / "2026-11-03 Rechnung Telekom.pdf",
-                                        pages))  # fmt: skip
+    doc_id = _ingest(env, db, image_pdf(env.root / "in" / "2026-11-03 Rechnung Telekom.pdf", pages))
     _drain(env, db)
     doc = _doc(db, doc_id)
     assert doc["job_status"] == "done", doc["error_message"]
@@ -195,8 +223,10 @@ def test_forced_reanalysis_replaces_its_own_title_and_date_not_a_persons(
 
     # What an older release might have derived, recorded as analysis's own.
     with db.transaction() as tx:
-        tx.raw("UPDATE documents SET title = 'Bonn den', issued_date = '2020-01-01' "
-               "WHERE id = %(id)s", {"id": doc_id})  # fmt: skip
+        tx.raw(
+            "UPDATE documents SET title = 'Bonn den', issued_date = '2020-01-01' WHERE id = %(id)s",
+            {"id": doc_id},
+        )
         tx.raw(
             "UPDATE document_content SET derived_title = 'Bonn den', "
             "derived_issued_date = '2020-01-01' WHERE document_id = %(id)s",
@@ -208,8 +238,11 @@ def test_forced_reanalysis_replaces_its_own_title_and_date_not_a_persons(
     assert [r["id"] for r in json.loads(hit.stdout)] == [doc_id]
 
     with db.transaction() as tx:
-        tx.raw("UPDATE documents SET title = 'Mein Vertrag', issued_date = '2026-12-01' "
-               "WHERE id = %(id)s", {"id": doc_id})  # fmt: skip
+        tx.raw(
+            "UPDATE documents SET title = 'Mein Vertrag', issued_date = '2026-12-01' "
+            "WHERE id = %(id)s",
+            {"id": doc_id},
+        )
     doc = force()
     assert (doc["title"], str(doc["issued_date"])) == ("Mein Vertrag", "2026-12-01")
 
@@ -225,13 +258,18 @@ def test_unreadable_pdf_fails_at_once_with_a_clear_message(
     _drain(env, db)
     doc = _doc(db, doc_id)
     assert (doc["job_status"], doc["processing_status"], doc["retry_count"]) == (
-        "failed", "attention", 0)  # fmt: skip
+        "failed",
+        "attention",
+        0,
+    )
     word = "encrypted" if make is encrypted_pdf else "PDF"
     assert word in doc["error_message"], doc["error_message"]
     assert doc["attention_reason"] == doc["error_message"]
     assert doc["page_count"] is None
-    events = _rows(db, "SELECT type, tenant, detail, trace_id FROM operator_events "
-                       "WHERE type LIKE 'document.%%'")  # fmt: skip
+    events = _rows(
+        db,
+        "SELECT type, tenant, detail, trace_id FROM operator_events WHERE type LIKE 'document.%%'",
+    )
     assert [(e["type"], e["tenant"]) for e in events] == [("document.needs_attention", "acme")]
     assert events[0]["detail"]["document_id"] == doc_id
     assert events[0]["trace_id"] == doc["trace_id"]
@@ -267,17 +305,25 @@ def webhook() -> Iterator[tuple[str, list[dict[str, Any]], type[_Hook]]]:
 
 def _deliveries(db: Database, doc_id: int) -> list[dict[str, Any]]:
     with db.transaction() as tx:
-        return tx.raw("SELECT status, retry_count, error_message, payload FROM processing_jobs "
-                      "WHERE document_id = %(d)s AND kind = 'deliver-webhook' ORDER BY id",
-                      {"d": doc_id})  # fmt: skip
+        return tx.raw(
+            "SELECT status, retry_count, error_message, payload FROM processing_jobs "
+            "WHERE document_id = %(d)s AND kind = 'deliver-webhook' ORDER BY id",
+            {"d": doc_id},
+        )
 
 
 def _workflow(tenant: str, url: str, secret: Path, **when: Any) -> dict[str, Any]:
     secret.write_text("s3cret-for-test\n")
     secret.chmod(0o600)
-    return {"tenant": tenant, "name": "buchhaltung", "when": when,
-            "then": {"add_tags": ["Buchhaltung"],
-                     "webhook": {"url": url, "secret_file": str(secret), "timeout": 5}}}
+    return {
+        "tenant": tenant,
+        "name": "buchhaltung",
+        "when": when,
+        "then": {
+            "add_tags": ["Buchhaltung"],
+            "webhook": {"url": url, "secret_file": str(secret), "timeout": 5},
+        },
+    }
 
 
 def test_hot_folder_workflow_tags_and_calls_webhook_once(
@@ -289,16 +335,19 @@ def test_hot_folder_workflow_tags_and_calls_webhook_once(
     nothing again."""
     url, calls, handler = webhook
     handler.fail_first = 1  # the first POST fails: the delivery job is retried
-    flow = _workflow(tenant, url, tmp_path / "hook.secret", sources=["watch:*"],
-                     subfolder="Buchhaltung")  # fmt: skip
+    flow = _workflow(
+        tenant, url, tmp_path / "hook.secret", sources=["watch:*"], subfolder="Buchhaltung"
+    )
     folder = tmp_path / "hot"
     (folder / "Buchhaltung").mkdir(parents=True)
     env: Env = make_env(
-        worker=WORKER, analysis=ANALYSIS, workflows=[flow],
+        worker=WORKER,
+        analysis=ANALYSIS,
+        workflows=[flow],
         deliveries={"retry_base": 0.05, "retry_jitter": 0},
         watch=[{"path": str(folder), "tenant": tenant, "failed": str(tmp_path / "failed")}],
         hotfolders={"stable_seconds": 0.5, "poll_interval": 0.3, "retry_max_delay": 2},
-    )  # fmt: skip
+    )
     hot_db = Database(env.db_url, max_size=2).open()
     hot = HotFolders(env.config, make_intake(env.config, hot_db))
     hot.start()
@@ -320,8 +369,12 @@ def test_hot_folder_workflow_tags_and_calls_webhook_once(
     assert len(calls) == 2  # one failed POST (retried with its job), one delivered
     call = calls[-1]
     headers = {k.lower(): v for k, v in call["headers"].items()}
-    assert verify_signature(b"s3cret-for-test", headers["x-ingestd-timestamp"], call["body"],
-                            headers["x-ingestd-signature"])  # fmt: skip
+    assert verify_signature(
+        b"s3cret-for-test",
+        headers["x-ingestd-timestamp"],
+        call["body"],
+        headers["x-ingestd-signature"],
+    )
     event = json.loads(call["body"])
     assert event["workflow"] == "buchhaltung" and event["document"]["id"] == doc_id
     assert "Buchhaltung" in event["document"]["tags"]
@@ -331,8 +384,13 @@ def test_hot_folder_workflow_tags_and_calls_webhook_once(
 
     # Analyzed again: derived data replaced in place, the workflow does not run twice.
     with db.transaction() as tx:
-        enqueue(tx, tenant_id=doc["tenant_id"], document_id=doc_id, kind="analyze-document",
-                payload={"document_id": doc_id, "force": True})  # fmt: skip
+        enqueue(
+            tx,
+            tenant_id=doc["tenant_id"],
+            document_id=doc_id,
+            kind="analyze-document",
+            payload={"document_id": doc_id, "force": True},
+        )
     _drain(env, db)
     again = _doc(db, doc_id)
     assert again["job_status"] == "done", again["error_message"]
@@ -350,8 +408,12 @@ def test_receiver_down_does_not_fail_the_analysis(
     url, calls, handler = webhook
     handler.fail_first = 10**6
     flow = _workflow(tenant, url, tmp_path / "hook.secret")
-    env: Env = make_env(worker=WORKER, analysis=ANALYSIS, workflows=[flow],
-                        deliveries={"retry_base": 0.05, "retry_jitter": 0, "max_retries": 2})
+    env: Env = make_env(
+        worker=WORKER,
+        analysis=ANALYSIS,
+        workflows=[flow],
+        deliveries={"retry_base": 0.05, "retry_jitter": 0, "max_retries": 2},
+    )
     doc_id = _ingest(env, db, image_pdf(env.root / "in" / "Scan_0001.pdf", LETTER), tenant)
     _drain(env, db)
 
@@ -438,7 +500,10 @@ def test_a_giant_page_needs_attention_before_any_ocr(analysis_env: Env, db: Data
     _drain(env, db)
     doc = _doc(db, giant)
     assert (doc["job_status"], doc["processing_status"], doc["retry_count"]) == (
-        "failed", "attention", 0)  # fmt: skip
+        "failed",
+        "attention",
+        0,
+    )
     assert "page 1 is 200.0 x 200.0 inches, 3,600 megapixels at 300 dpi" in doc["attention_reason"]
     assert "analysis.max_page_megapixels (300 megapixels)" in doc["attention_reason"]
     assert _doc(db, after)["processing_status"] == "done"
@@ -450,8 +515,10 @@ def test_the_memory_limit_stops_a_page_that_does_not_fit(
     """With the pixel limit lifted, the giant page fails inside the OCR run under its
     address-space limit (MemoryError, not the OOM killer) and needs attention naming
     analysis.memory_limit; it is not retried."""
-    env: Env = make_env(worker=WORKER, analysis={**ANALYSIS, "max_page_megapixels": 100_000,
-                                                 "memory_limit": "1 GiB"})  # fmt: skip
+    env: Env = make_env(
+        worker=WORKER,
+        analysis={**ANALYSIS, "max_page_megapixels": 100_000, "memory_limit": "1 GiB"},
+    )
     doc_id = _ingest(env, db, _huge_page_pdf(env.root / "in" / "Plan.pdf"), tenant)
     _drain(env, db)
     doc = _doc(db, doc_id)
@@ -469,8 +536,7 @@ def test_too_many_pages_need_attention_not_hours_of_timeouts(
     _drain(env, db)
     doc = _doc(db, doc_id)
     assert (doc["processing_status"], doc["retry_count"]) == ("attention", 0)
-    assert "the file has 5000 pages, more than analysis.max_pages (2000)" in doc[
-        "attention_reason"]  # fmt: skip
+    assert "the file has 5000 pages, more than analysis.max_pages (2000)" in doc["attention_reason"]
 
 
 def test_an_ocr_timeout_is_retried_once_then_needs_attention(
@@ -478,8 +544,9 @@ def test_an_ocr_timeout_is_retried_once_then_needs_attention(
 ) -> None:
     """OCR that runs past analysis.ocr_timeout is retried once (a busy machine), and the
     second time the document needs attention naming the limit: not max_retries times."""
-    env: Env = make_env(worker={**WORKER, "max_retries": 5},
-                        analysis={**ANALYSIS, "ocr_timeout": 0.2})  # fmt: skip
+    env: Env = make_env(
+        worker={**WORKER, "max_retries": 5}, analysis={**ANALYSIS, "ocr_timeout": 0.2}
+    )
     doc_id = _ingest(env, db, image_pdf(env.root / "in" / "Scan_0001.pdf", LETTER), tenant)
     _drain(env, db)
     doc = _doc(db, doc_id)

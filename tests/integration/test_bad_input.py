@@ -103,8 +103,9 @@ def test_polyglots_with_a_pdf_header_are_refused_with_their_real_type(
     pdf = pdf_bytes(seed=21)
     zip_polyglot = write(inbox / "Scan_0001.pdf", b"PK\x03\x04" + bytes(60) + pdf)
     elf_polyglot = write(inbox / "Scan_0002.pdf", b"\x7fELF\x02\x01\x01" + bytes(100) + pdf)
-    proc = run_cli(env, "ingest", "--tenant", tenant, "--json",
-                   str(zip_polyglot), str(elf_polyglot))  # fmt: skip
+    proc = run_cli(
+        env, "ingest", "--tenant", tenant, "--json", str(zip_polyglot), str(elf_polyglot)
+    )
     assert proc.returncode == 1, proc.stderr
     report = json.loads(proc.stdout)
     assert [r["reason"] for r in report] == ["bad_type", "bad_type"]

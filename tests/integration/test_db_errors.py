@@ -16,12 +16,7 @@ import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from ingestd.db import Database, connect_once, conninfo_with
-from ingestd.errors import (
-    DatabaseRefused,
-    DatabaseUnavailable,
-    ExitCode,
-    SchemaMissing,
-)
+from ingestd.errors import DatabaseRefused, DatabaseUnavailable, ExitCode, SchemaMissing
 from ingestd.pgcluster import EmbeddedPostgres
 from ingestd.schema import migrate
 from tests.conftest import PgServer, private_cluster, wait_until
@@ -179,9 +174,13 @@ def hba_cluster() -> Iterator[EmbeddedPostgres]:
     ],
 )
 def test_authentication_failures_are_refusals(
-    hba_cluster: EmbeddedPostgres, tmp_path: Path,
-    user: str, password: str | None, said: str, hint: str,
-) -> None:  # fmt: skip
+    hba_cluster: EmbeddedPostgres,
+    tmp_path: Path,
+    user: str,
+    password: str | None,
+    said: str,
+    hint: str,
+) -> None:
     """Missing or wrong password, no pg_hba.conf line, a reject line, a NOLOGIN role: each
     is DatabaseRefused with the server's words and what to change, never "unavailable"."""
     passfile = tmp_path / "pgpass"

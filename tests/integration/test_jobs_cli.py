@@ -32,9 +32,13 @@ def test_list_show_retry_cancel(env: Env, db: Database) -> None:
     assert run_cli(env, "jobs", "show", "999999").returncode == 7
 
     with db.transaction() as tx:
-        rows = {r["id"]: r for r in tx.raw(
-            "SELECT j.id, j.status, j.retry_count, j.error_message, d.processing_status "
-            "FROM processing_jobs j JOIN documents d ON d.id = j.document_id")}  # fmt: skip
+        rows = {
+            r["id"]: r
+            for r in tx.raw(
+                "SELECT j.id, j.status, j.retry_count, j.error_message, d.processing_status "
+                "FROM processing_jobs j JOIN documents d ON d.id = j.document_id"
+            )
+        }
     assert (rows[ids[0]]["status"], rows[ids[0]]["retry_count"]) == ("queued", 0)
     assert rows[ids[0]]["processing_status"] == "queued"
     assert rows[ids[1]]["status"] == "failed"

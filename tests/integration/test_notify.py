@@ -115,8 +115,9 @@ class Inbox:
         self.data_reply: str | None = None
         self.logins: list[tuple[str, str]] = []
 
-    async def handle_RCPT(self, server: Any, session: Any, envelope: Any, address: str,
-                          rcpt_options: Any) -> str:  # fmt: skip
+    async def handle_RCPT(
+        self, server: Any, session: Any, envelope: Any, address: str, rcpt_options: Any
+    ) -> str:
         if address in self.rcpt_replies:
             return self.rcpt_replies[address]
         envelope.rcpt_tos.append(address)
@@ -132,8 +133,9 @@ class Inbox:
         self.mails.append(Mail(str(envelope.mail_from), list(envelope.rcpt_tos), msg, raw))
         return "250 Message accepted for delivery"
 
-    def authenticate(self, server: Any, session: Any, envelope: Any, mechanism: str,
-                     auth_data: Any) -> AuthResult:  # fmt: skip
+    def authenticate(
+        self, server: Any, session: Any, envelope: Any, mechanism: str, auth_data: Any
+    ) -> AuthResult:
         # handled=False: aiosmtpd answers 535 itself.
         if not isinstance(auth_data, LoginPassword):
             return AuthResult(success=False, handled=False)
@@ -155,8 +157,9 @@ class Smtpd(Controller):
 
 
 def _start_smtpd(inbox: Inbox, **kwargs: Any) -> Smtpd:
-    controller = Smtpd(inbox, hostname="127.0.0.1", port=0, server_hostname="smtp.test",
-                       ready_timeout=30, **kwargs)  # fmt: skip
+    controller = Smtpd(
+        inbox, hostname="127.0.0.1", port=0, server_hostname="smtp.test", ready_timeout=30, **kwargs
+    )
     controller.start()
     return controller
 
@@ -187,39 +190,65 @@ def tls(tmp_path_factory: pytest.TempPathFactory) -> Tls:
     now = datetime.datetime.now(datetime.UTC)
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "ingestd test CA")])
-    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name)
-          .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
-          .not_valid_before(now - datetime.timedelta(hours=1))
-          .not_valid_after(now + datetime.timedelta(days=2))
-          .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-          .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
-                                       content_commitment=False, key_encipherment=False,
-                                       data_encipherment=False, key_agreement=False,
-                                       encipher_only=False, decipher_only=False), critical=True)
-          .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()),
-                         critical=False)
-          .sign(ca_key, hashes.SHA256()))  # fmt: skip
+    ca = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(hours=1))
+        .not_valid_after(now + datetime.timedelta(days=2))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                key_cert_sign=True,
+                crl_sign=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(
+            x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
     key = ec.generate_private_key(ec.SECP256R1())
-    cert = (x509.CertificateBuilder()
-            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")]))
-            .issuer_name(ca_name).public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(hours=1))
-            .not_valid_after(now + datetime.timedelta(days=2))
-            .add_extension(x509.SubjectAlternativeName([
-                x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]),
-                critical=False)
-            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]),
-                           critical=False)
-            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(
-                ca_key.public_key()), critical=False)
-            .sign(ca_key, hashes.SHA256()))  # fmt: skip
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")]))
+        .issuer_name(ca_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(hours=1))
+        .not_valid_after(now + datetime.timedelta(days=2))
+        .add_extension(
+            x509.SubjectAlternativeName(
+                [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]
+            ),
+            critical=False,
+        )
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
     tls = Tls(base / "ca.pem", base / "server.pem", base / "server.key")
     tls.ca_file.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
     tls.cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    tls.key_file.write_bytes(key.private_bytes(serialization.Encoding.PEM,
-                                               serialization.PrivateFormat.PKCS8,
-                                               serialization.NoEncryption()))  # fmt: skip
+    tls.key_file.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
     return tls
 
 
@@ -284,8 +313,14 @@ def _rows(db: Database, sql: str, params: dict[str, Any] | None = None) -> list[
 def _run_once(env: Env, db: Database) -> None:
     """One `ingestd worker --drain` in this process: runs what is ready, then stops (a
     retry that is not due yet stays queued)."""
-    runner = Runner(env.config, db, config_path=env.config_path, worker_id="w-notify",
-                    drain=True, notifier=Notifier({}))  # fmt: skip
+    runner = Runner(
+        env.config,
+        db,
+        config_path=env.config_path,
+        worker_id="w-notify",
+        drain=True,
+        notifier=Notifier({}),
+    )
     assert runner.run(install_signals=False) == 0
 
 
@@ -305,20 +340,37 @@ def _drain(env: Env, db: Database) -> None:
 
 def _notify_jobs(db: Database) -> dict[str, list[dict[str, Any]]]:
     out: dict[str, list[dict[str, Any]]] = collections.defaultdict(list)
-    for r in _rows(db, "SELECT id, status, retry_count, error_message, payload "
-                       "FROM processing_jobs WHERE kind = 'notify' ORDER BY id"):  # fmt: skip
+    for r in _rows(
+        db,
+        "SELECT id, status, retry_count, error_message, payload "
+        "FROM processing_jobs WHERE kind = 'notify' ORDER BY id",
+    ):
         out[r["payload"]["sink"]].append(dict(r))
     return out
 
 
-def _insert_event(db: Database, type_: str, severity: str, tenant: str | None,
-                  detail: dict[str, Any], trace_id: str | None = None) -> str:  # fmt: skip
+def _insert_event(
+    db: Database,
+    type_: str,
+    severity: str,
+    tenant: str | None,
+    detail: dict[str, Any],
+    trace_id: str | None = None,
+) -> str:
     event_id = str(uuid.uuid4())
     with db.transaction() as tx:
-        tx.run("operator_event_insert", {
-            "event_id": event_id, "type": type_, "severity": severity, "tenant": tenant,
-            "detail": jsonb(detail), "trace_id": trace_id,
-            "created_at": datetime.datetime.now(datetime.UTC)})  # fmt: skip
+        tx.run(
+            "operator_event_insert",
+            {
+                "event_id": event_id,
+                "type": type_,
+                "severity": severity,
+                "tenant": tenant,
+                "detail": jsonb(detail),
+                "trace_id": trace_id,
+                "created_at": datetime.datetime.now(datetime.UTC),
+            },
+        )
     return event_id
 
 
@@ -332,49 +384,95 @@ def _closed_port() -> int:
 
 
 def test_each_sink_gets_the_events_it_wants(
-    make_env: Any, db: Database, tenant: str, receiver: Receiver, inbox: tuple[Inbox, int],
+    make_env: Any,
+    db: Database,
+    tenant: str,
+    receiver: Receiver,
+    inbox: tuple[Inbox, int],
     hook_secret: Path,
-) -> None:  # fmt: skip
+) -> None:
     """Global sinks get every event (the appliance's too), a tenant sink only its tenant's;
     min_severity and globs filter; each once; signed webhooks and readable mails."""
     box, smtp_port = inbox
     with db.transaction() as tx:
         tx.one("tenant_insert", {"name": "other", "status": "active"})
     hook = _hook(receiver, hook_secret)
-    env: Env = make_env(worker=WORKER, deliveries=DELIVERIES, smtp=_smtp(smtp_port), notify=[
-        {"name": "ops-mail", "email": ["ops@example.org"], "min_severity": "info"},
-        {"name": "ops-hook", "webhook": hook},
-        {"name": "acme-mail", "tenant": "acme", "email": ["it@acme.example"],
-         "min_severity": "info"},
-        {"name": "docs-hook", "webhook": hook, "events": ["document.*"], "min_severity": "error"},
-    ])  # fmt: skip
+    env: Env = make_env(
+        worker=WORKER,
+        deliveries=DELIVERIES,
+        smtp=_smtp(smtp_port),
+        notify=[
+            {"name": "ops-mail", "email": ["ops@example.org"], "min_severity": "info"},
+            {"name": "ops-hook", "webhook": hook},
+            {
+                "name": "acme-mail",
+                "tenant": "acme",
+                "email": ["it@acme.example"],
+                "min_severity": "info",
+            },
+            {
+                "name": "docs-hook",
+                "webhook": hook,
+                "events": ["document.*"],
+                "min_severity": "error",
+            },
+        ],
+    )
     for command in ("suspend", "activate"):
         proc = run_cli(env, "tenant", command, "acme")
         assert proc.returncode == 0, proc.stderr
     EventLog(db, env.config.paths.state_dir).emit(
-        "sftp.banned", "warning", None, {"remote_ip": "203.0.113.9", "seconds": 1800,
-                                         "ban_count": 1})  # fmt: skip
-    _insert_event(db, "document.needs_attention", "error", "other",
-                  {"job_id": 1, "kind": "analyze-document", "document_id": 42, "attempts": 1,
-                   "error": "the PDF is encrypted"}, trace_id="tr-42")  # fmt: skip
+        "sftp.banned",
+        "warning",
+        None,
+        {"remote_ip": "203.0.113.9", "seconds": 1800, "ban_count": 1},
+    )
+    _insert_event(
+        db,
+        "document.needs_attention",
+        "error",
+        "other",
+        {
+            "job_id": 1,
+            "kind": "analyze-document",
+            "document_id": 42,
+            "attempts": 1,
+            "error": "the PDF is encrypted",
+        },
+        trace_id="tr-42",
+    )
     _drain(env, db)
 
     def mails(address: str) -> list[tuple[str, str | None]]:
-        got = [(m.message["X-Ingestd-Event"], m.message.get("X-Ingestd-Tenant"))
-               for m in box.to(address)]  # fmt: skip
+        got = [
+            (m.message["X-Ingestd-Event"], m.message.get("X-Ingestd-Tenant"))
+            for m in box.to(address)
+        ]
         return sorted(got, key=str)
 
     def hooks(sink: str) -> list[tuple[str, str | None]]:
         bodies = [json.loads(r["body"]) for r in receiver.by_sink()[sink]]
         return sorted([(b["event"], b["tenant"]) for b in bodies], key=str)
 
-    assert mails("ops@example.org") == sorted([
-        ("tenant.created", "acme"), ("tenant.created", "other"), ("tenant.suspended", "acme"),
-        ("tenant.active", "acme"), ("sftp.banned", None), ("document.needs_attention", "other"),
-    ], key=str)  # fmt: skip
-    assert hooks("ops-hook") == sorted([
-        ("tenant.suspended", "acme"), ("sftp.banned", None),
-        ("document.needs_attention", "other")], key=str)  # fmt: skip
+    assert mails("ops@example.org") == sorted(
+        [
+            ("tenant.created", "acme"),
+            ("tenant.created", "other"),
+            ("tenant.suspended", "acme"),
+            ("tenant.active", "acme"),
+            ("sftp.banned", None),
+            ("document.needs_attention", "other"),
+        ],
+        key=str,
+    )
+    assert hooks("ops-hook") == sorted(
+        [
+            ("tenant.suspended", "acme"),
+            ("sftp.banned", None),
+            ("document.needs_attention", "other"),
+        ],
+        key=str,
+    )
     assert mails("it@acme.example") == sorted(
         [("tenant.created", "acme"), ("tenant.suspended", "acme"), ("tenant.active", "acme")],
         key=str,
@@ -392,28 +490,43 @@ def test_each_sink_gets_the_events_it_wants(
     # The webhook: signed like workflow webhooks, deduplicable per event and sink.
     (request,) = receiver.by_sink()["docs-hook"]
     headers, body = request["headers"], request["body"]
-    assert verify_signature(SECRET, headers["X-Ingestd-Timestamp"], body,
-                            headers["X-Ingestd-Signature"], max_age=300)  # fmt: skip
-    assert not verify_signature(b"wrong", headers["X-Ingestd-Timestamp"], body,
-                                headers["X-Ingestd-Signature"])  # fmt: skip
+    assert verify_signature(
+        SECRET, headers["X-Ingestd-Timestamp"], body, headers["X-Ingestd-Signature"], max_age=300
+    )
+    assert not verify_signature(
+        b"wrong", headers["X-Ingestd-Timestamp"], body, headers["X-Ingestd-Signature"]
+    )
     payload = json.loads(body)
-    assert set(payload) == {"event", "event_id", "severity", "tenant", "detail", "trace_id",
-                            "created_at", "text"}  # fmt: skip
+    assert set(payload) == {
+        "event",
+        "event_id",
+        "severity",
+        "tenant",
+        "detail",
+        "trace_id",
+        "created_at",
+        "text",
+    }
     assert headers["X-Ingestd-Event-Id"] == f"{payload['event_id']}:docs-hook"
     assert (payload["severity"], payload["trace_id"], payload["detail"]["document_id"]) == (
-        "error", "tr-42", 42)  # fmt: skip
+        "error",
+        "tr-42",
+        42,
+    )
     assert payload["text"] == "[ingestd] other: document 42 needs attention: the PDF is encrypted"
     assert headers["Content-Type"] == "application/json"
 
     # A mail: subject, From, To, the envelope, dates and ids, and a body that says what to do.
-    (mail,) = [m for m in box.to("it@acme.example")
-               if m.message["X-Ingestd-Event"] == "tenant.suspended"]  # fmt: skip
+    (mail,) = [
+        m for m in box.to("it@acme.example") if m.message["X-Ingestd-Event"] == "tenant.suspended"
+    ]
     msg = mail.message
     assert msg["Subject"] == "[ingestd] tenant acme suspended"
     assert (msg["From"], msg["To"]) == (FROM, "it@acme.example")
     assert (mail.mail_from, mail.rcpt_tos) == ("ingestd@example.org", ["it@acme.example"])
-    event = _one(db, "SELECT event_id, created_at FROM operator_events "
-                     "WHERE type = 'tenant.suspended'")  # fmt: skip
+    event = _one(
+        db, "SELECT event_id, created_at FROM operator_events WHERE type = 'tenant.suspended'"
+    )
     assert msg["Message-ID"] == f"<{event['event_id']}.acme-mail@example.org>"
     assert msg["X-Ingestd-Event-Id"] == f"{event['event_id']}:acme-mail"
     sent = parsedate_to_datetime(msg["Date"])
@@ -431,8 +544,7 @@ def test_each_sink_gets_the_events_it_wants(
         event["created_at"].astimezone(datetime.UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
     ):
         assert part in body_text, (part, body_text)
-    (ban,) = [m for m in box.to("ops@example.org")
-              if m.message["X-Ingestd-Event"] == "sftp.banned"]  # fmt: skip
+    (ban,) = [m for m in box.to("ops@example.org") if m.message["X-Ingestd-Event"] == "sftp.banned"]
     assert ban.message["Subject"] == (
         "[ingestd] SFTP: 203.0.113.9 banned for 30 min after failed logins"
     )
@@ -445,15 +557,22 @@ def test_encrypted_pdf_tells_the_operator_what_to_do(
     """An encrypted PDF ingested and analysed: one mail saying which document, why, its
     trace id and the commands to deal with it."""
     box, smtp_port = inbox
-    env: Env = make_env(worker=WORKER, deliveries=DELIVERIES, smtp=_smtp(smtp_port),
-                        analysis={"jobs": 1, "thumbnail_width": 200},
-                        notify=[{"name": "ops", "email": ["ops@example.org"]}])  # fmt: skip
+    env: Env = make_env(
+        worker=WORKER,
+        deliveries=DELIVERIES,
+        smtp=_smtp(smtp_port),
+        analysis={"jobs": 1, "thumbnail_width": 200},
+        notify=[{"name": "ops", "email": ["ops@example.org"]}],
+    )
     src = encrypted_pdf(env.root / "in" / "Rechnung.pdf")
     res = make_intake(env.config, db).ingest(IntakeItem(path=src, tenant="acme"))
     assert res.outcome is Outcome.ingested and res.document_id is not None
     _drain(env, db)
-    doc = _one(db, "SELECT id, trace_id, attention_reason FROM documents WHERE id = %(id)s",
-               {"id": res.document_id})  # fmt: skip
+    doc = _one(
+        db,
+        "SELECT id, trace_id, attention_reason FROM documents WHERE id = %(id)s",
+        {"id": res.document_id},
+    )
     assert doc["attention_reason"] and "encrypted" in doc["attention_reason"]
     (mail,) = box.mails  # tenant.created is "info": below the default min_severity
     reason = doc["attention_reason"].splitlines()[0]
@@ -472,17 +591,21 @@ def test_encrypted_pdf_tells_the_operator_what_to_do(
 
 
 def test_a_receiver_that_is_down_delays_only_its_own_notification(
-    make_env: Any, db: Database, receiver: Receiver, inbox: tuple[Inbox, int],
-    hook_secret: Path,
-) -> None:  # fmt: skip
+    make_env: Any, db: Database, receiver: Receiver, inbox: tuple[Inbox, int], hook_secret: Path
+) -> None:
     """The webhook receiver down: only its notify job retries, the mail goes out once; back
     up, the receiver gets the event exactly once."""
     box, smtp_port = inbox
     receiver.stop()
-    env: Env = make_env(worker=WORKER, deliveries=DELIVERIES, smtp=_smtp(smtp_port), notify=[
-        {"name": "mail", "email": ["ops@example.org"]},
-        {"name": "hook", "webhook": _hook(receiver, hook_secret)},
-    ])  # fmt: skip
+    env: Env = make_env(
+        worker=WORKER,
+        deliveries=DELIVERIES,
+        smtp=_smtp(smtp_port),
+        notify=[
+            {"name": "mail", "email": ["ops@example.org"]},
+            {"name": "hook", "webhook": _hook(receiver, hook_secret)},
+        ],
+    )
     event_id = EventLog(db, env.config.paths.state_dir).emit(
         "sftp.banned", "warning", None, {"remote_ip": "198.51.100.7", "seconds": 60}
     )
@@ -508,27 +631,33 @@ def test_a_receiver_that_is_down_delays_only_its_own_notification(
 
 
 def test_a_sink_removed_from_the_config_is_done_with_a_note(
-    make_env: Any, db: Database, receiver: Receiver, inbox: tuple[Inbox, int],
-    hook_secret: Path, worker_log: Path,
-) -> None:  # fmt: skip
+    make_env: Any,
+    db: Database,
+    receiver: Receiver,
+    inbox: tuple[Inbox, int],
+    hook_secret: Path,
+    worker_log: Path,
+) -> None:
     """A notify job whose sink is gone from the config by the time it runs: done, not
     failed, with a note in its log line; the other sink still gets the event."""
     box, smtp_port = inbox
-    sinks = [{"name": "gone", "webhook": _hook(receiver, hook_secret)},
-             {"name": "stays", "email": ["ops@example.org"]}]  # fmt: skip
-    env: Env = make_env(worker=WORKER, deliveries=DELIVERIES, smtp=_smtp(smtp_port),
-                        notify=sinks)  # fmt: skip
-    _insert_event(db, "job.failed", "error", None, {"job_id": 9, "kind": "analyze-document",
-                                                    "error": "boom"})  # fmt: skip
+    sinks = [
+        {"name": "gone", "webhook": _hook(receiver, hook_secret)},
+        {"name": "stays", "email": ["ops@example.org"]},
+    ]
+    env: Env = make_env(worker=WORKER, deliveries=DELIVERIES, smtp=_smtp(smtp_port), notify=sinks)
+    _insert_event(
+        db, "job.failed", "error", None, {"job_id": 9, "kind": "analyze-document", "error": "boom"}
+    )
     assert notify.relay(db, env.config) == 1
-    env = make_env(worker=WORKER, deliveries=DELIVERIES, smtp=_smtp(smtp_port),
-                   notify=sinks[1:])  # fmt: skip
+    env = make_env(worker=WORKER, deliveries=DELIVERIES, smtp=_smtp(smtp_port), notify=sinks[1:])
     _drain(env, db)
     jobs = _notify_jobs(db)
     assert [j["status"] for j in jobs["gone"]] == [j["status"] for j in jobs["stays"]] == ["done"]
     assert receiver.requests == [] and len(box.mails) == 1
-    (done,) = [e for e in read_events(worker_log, "job.done")
-               if e["job_id"] == jobs["gone"][0]["id"]]  # fmt: skip
+    (done,) = [
+        e for e in read_events(worker_log, "job.done") if e["job_id"] == jobs["gone"][0]["id"]
+    ]
     assert done["result"]["note"] == "sink 'gone' is no longer in the config; not sent"
 
 
@@ -538,10 +667,15 @@ def test_relay_refusals_retry_or_fail_for_good(
     """451 from the relay: the job retries, then delivers once; 550 for the recipient: failed
     at once, one job.failed line naming the sink, and no operator event about itself."""
     box, smtp_port = inbox
-    env: Env = make_env(worker=WORKER, deliveries=DELIVERIES, smtp=_smtp(smtp_port), notify=[
-        {"name": "mail", "email": ["ops@example.org"], "events": ["sftp.*"]},
-        {"name": "typo", "email": ["nobody@example.org"], "events": ["file.*"]},
-    ])  # fmt: skip
+    env: Env = make_env(
+        worker=WORKER,
+        deliveries=DELIVERIES,
+        smtp=_smtp(smtp_port),
+        notify=[
+            {"name": "mail", "email": ["ops@example.org"], "events": ["sftp.*"]},
+            {"name": "typo", "email": ["nobody@example.org"], "events": ["file.*"]},
+        ],
+    )
     box.data_reply = "451 4.3.0 try later"
     _insert_event(db, "sftp.banned", "warning", None, {"remote_ip": "192.0.2.1"})
     _run_once(env, db)
@@ -567,8 +701,14 @@ def test_relay_refusals_retry_or_fail_for_good(
     failed = [e for e in read_events(worker_log, "job.failed") if e["job_id"] == job["id"]]
     assert len(failed) == 1 and failed[0]["permanent"] is True
     assert "notify sink 'typo'" in failed[0]["error"]
-    assert _one(db, "SELECT count(*) AS n FROM operator_events WHERE type IN "
-                    "('job.failed', 'delivery.failed')")["n"] == 0  # fmt: skip
+    assert (
+        _one(
+            db,
+            "SELECT count(*) AS n FROM operator_events WHERE type IN "
+            "('job.failed', 'delivery.failed')",
+        )["n"]
+        == 0
+    )
     assert len(box.mails) == 1
 
 
@@ -600,11 +740,21 @@ def test_starttls_with_auth_delivers_utf8(tls: Tls, password_file: Path) -> None
     """STARTTLS verified against ca_file, AUTH with the password file, UTF-8 subject and
     body arrive intact."""
     box = Inbox()
-    controller = _start_smtpd(box, tls_context=tls.server_context(), require_starttls=True,
-                              authenticator=box.authenticate, auth_require_tls=True)  # fmt: skip
+    controller = _start_smtpd(
+        box,
+        tls_context=tls.server_context(),
+        require_starttls=True,
+        authenticator=box.authenticate,
+        auth_require_tls=True,
+    )
     try:
-        smtp = _smtp_config(controller.port, security="starttls", ca_file=str(tls.ca_file),
-                            username="ingestd", password_file=str(password_file))  # fmt: skip
+        smtp = _smtp_config(
+            controller.port,
+            security="starttls",
+            ca_file=str(tls.ca_file),
+            username="ingestd",
+            password_file=str(password_file),
+        )
         assert send_mail(smtp, ["ops@example.org"], _message()) == {}
         (mail,) = box.mails
         assert box.logins == [("ingestd", "pässwort")]
@@ -634,8 +784,7 @@ def test_implicit_tls_and_a_relay_without_starttls(tls: Tls) -> None:
         assert send_mail(smtp, ["ops@example.org"], _message()) == {}
         assert len(box.mails) == 1
         with pytest.raises(SmtpError, match="does not offer STARTTLS"):
-            send_mail(_smtp_config(plain.port, security="starttls"), ["a@example.org"],
-                      _message())  # fmt: skip
+            send_mail(_smtp_config(plain.port, security="starttls"), ["a@example.org"], _message())
         assert len(box.mails) == 1
     finally:
         controller.stop()
@@ -655,15 +804,18 @@ def test_smtp_answers_map_to_retry_or_permanent(inbox: tuple[Inbox, int]) -> Non
     with pytest.raises(SmtpRefused, match=r"message refused: 554 5\.6\.0 message refused"):
         send_mail(smtp, ["ops@example.org"], _message())
     box.data_reply = None
-    box.rcpt_replies = {"a@example.org": "550 5.1.1 no such user",
-                        "b@example.org": "450 4.2.1 mailbox busy"}  # fmt: skip
+    box.rcpt_replies = {
+        "a@example.org": "550 5.1.1 no such user",
+        "b@example.org": "450 4.2.1 mailbox busy",
+    }
     with pytest.raises(SmtpRefused) as refused:
         send_mail(smtp, ["a@example.org"], _message())
     assert isinstance(refused.value, PermanentError)
     with pytest.raises(SmtpError, match=r"recipients not taken: .*450 4\.2\.1 mailbox busy"):
         send_mail(smtp, ["a@example.org", "b@example.org"], _message())
     assert send_mail(smtp, ["a@example.org", "ops@example.org"], _message()) == {
-        "a@example.org": "550 5.1.1 no such user"}  # fmt: skip
+        "a@example.org": "550 5.1.1 no such user"
+    }
     assert [m.rcpt_tos for m in box.mails] == [["ops@example.org"]]
     with pytest.raises(SmtpError) as down:
         send_mail(_smtp_config(_closed_port()), ["ops@example.org"], _message())
@@ -710,13 +862,22 @@ def test_event_log_buffers_while_postgres_is_down_and_inserts_once(
     """With Postgres unreachable, events go to <state_dir>/events as whole files; flush()
     inserts them in order once it is back, exactly once, even if a file comes back."""
     state = tmp_path / "state"
-    with Database(f"host=127.0.0.1 port={_closed_port()} dbname=nope user=nope",
-                  connect_timeout=1) as down:  # fmt: skip
+    with Database(
+        f"host=127.0.0.1 port={_closed_port()} dbname=nope user=nope", connect_timeout=1
+    ) as down:
         events = EventLog(down, state)
-        first = events.emit("file.quarantined", "warning", "acme",
-                            {"filename": "Scan_0001.pdf", "reason": "unsupported type",
-                             "size": 12, "when": datetime.date(2026, 11, 3)},
-                            trace_id="tr-1")  # fmt: skip
+        first = events.emit(
+            "file.quarantined",
+            "warning",
+            "acme",
+            {
+                "filename": "Scan_0001.pdf",
+                "reason": "unsupported type",
+                "size": 12,
+                "when": datetime.date(2026, 11, 3),
+            },
+            trace_id="tr-1",
+        )
         t0 = time.monotonic()
         second = events.emit("sftp.banned", "warning", None, {"remote_ip": "203.0.113.9"})
         # Buffering already: the second does not wait for the database again.
@@ -733,23 +894,35 @@ def test_event_log_buffers_while_postgres_is_down_and_inserts_once(
     shutil.copy(files[0], saved)
     up = EventLog(db, state)
     assert up.flush() == 2 and up.pending() == 0
-    rows = _rows(db, "SELECT event_id::text AS id, type, tenant, detail, trace_id "
-                     "FROM operator_events WHERE type IN ('file.quarantined', 'sftp.banned') "
-                     "ORDER BY operator_events.id")  # fmt: skip
+    rows = _rows(
+        db,
+        "SELECT event_id::text AS id, type, tenant, detail, trace_id "
+        "FROM operator_events WHERE type IN ('file.quarantined', 'sftp.banned') "
+        "ORDER BY operator_events.id",
+    )
     assert [r["id"] for r in rows] == [first, second]
     assert (rows[0]["tenant"], rows[0]["trace_id"], rows[0]["detail"]["when"]) == (
-        "acme", "tr-1", "2026-11-03")  # fmt: skip
+        "acme",
+        "tr-1",
+        "2026-11-03",
+    )
     assert rows[1]["tenant"] is None
     # A crash between the COMMIT and the delete: the file is there again; nothing doubles.
     shutil.copy(saved, state / "events" / files[0].name)
     assert up.flush() == 0 and up.pending() == 0
-    assert len(_rows(db, "SELECT 1 FROM operator_events WHERE event_id = %(id)s::uuid",
-                     {"id": first})) == 1  # fmt: skip
+    assert (
+        len(_rows(db, "SELECT 1 FROM operator_events WHERE event_id = %(id)s::uuid", {"id": first}))
+        == 1
+    )
     # Back up: straight into the table.
     third = up.emit("file.refused", "warning", "acme", {"filename": "a.docx"})
     assert up.pending() == 0
-    assert _one(db, "SELECT type FROM operator_events WHERE event_id = %(id)s::uuid",
-                {"id": third})["type"] == "file.refused"  # fmt: skip
+    assert (
+        _one(db, "SELECT type FROM operator_events WHERE event_id = %(id)s::uuid", {"id": third})[
+            "type"
+        ]
+        == "file.refused"
+    )
 
 
 def test_event_log_is_bounded_and_its_thread_flushes(
@@ -758,11 +931,14 @@ def test_event_log_is_bounded_and_its_thread_flushes(
     """Past max_files the oldest buffered events are dropped with one warning line; the
     background thread inserts the rest once the database is reachable."""
     state = tmp_path / "state"
-    with Database(f"host=127.0.0.1 port={_closed_port()} dbname=nope user=nope",
-                  connect_timeout=1) as down:  # fmt: skip
+    with Database(
+        f"host=127.0.0.1 port={_closed_port()} dbname=nope user=nope", connect_timeout=1
+    ) as down:
         events = EventLog(down, state, max_files=3)
-        ids = [events.emit("sftp.banned", "warning", None, {"remote_ip": f"192.0.2.{i}"})
-               for i in range(6)]  # fmt: skip
+        ids = [
+            events.emit("sftp.banned", "warning", None, {"remote_ip": f"192.0.2.{i}"})
+            for i in range(6)
+        ]
         assert events.pending() == 3
     assert len(read_events(worker_log, "events.buffer_full")) == 1
     with pytest.raises(ValueError, match="severity"):
@@ -776,8 +952,11 @@ def test_event_log_is_bounded_and_its_thread_flushes(
         wait_until(lambda: up.pending() == 0, timeout=30)
     finally:
         up.stop()
-    rows = _rows(db, "SELECT event_id::text AS id FROM operator_events "
-                     "WHERE type = 'sftp.banned' ORDER BY operator_events.id")  # fmt: skip
+    rows = _rows(
+        db,
+        "SELECT event_id::text AS id FROM operator_events "
+        "WHERE type = 'sftp.banned' ORDER BY operator_events.id",
+    )
     assert [r["id"] for r in rows] == ids[3:]
     flushed = read_events(worker_log, "events.flushed")
     assert flushed and flushed[-1]["inserted"] == 3

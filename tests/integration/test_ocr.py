@@ -51,8 +51,11 @@ def archived(path: Path) -> Path:
 
 def fingerprint(path: Path) -> tuple[str, int, list[str]]:
     """SHA-256, mtime (ns) and the names in its directory."""
-    return (hashlib.sha256(path.read_bytes()).hexdigest(), path.stat().st_mtime_ns,
-            sorted(os.listdir(path.parent)))  # fmt: skip
+    return (
+        hashlib.sha256(path.read_bytes()).hexdigest(),
+        path.stat().st_mtime_ns,
+        sorted(os.listdir(path.parent)),
+    )
 
 
 def pdf_text(path: Path) -> list[str]:
@@ -152,8 +155,11 @@ def test_rerun_replaces_outputs_and_removes_debris(src_dir: Path, tmp_path: Path
 
 def test_rotated_pages_are_read_upright(src_dir: Path, tmp_path: Path) -> None:
     """Pages fed sideways (90°, 270°) or upside down (180°) are turned and their words read."""
-    src = archived(scans.image_pdf(src_dir / "rotated.pdf", LETTER,
-                                   rotate={1: 90, 2: 180, 3: 270}, size=scans.A6))  # fmt: skip
+    src = archived(
+        scans.image_pdf(
+            src_dir / "rotated.pdf", LETTER, rotate={1: 90, 2: 180, 3: 270}, size=scans.A6
+        )
+    )
     res = run(src, PDF, tmp_path / "out")
     for n, text in enumerate(res.pages, 1):
         assert {"Stadtwerke", "Musterstadt", "Rechnung", "Straßenreinigung"} <= words(text), n
@@ -169,8 +175,9 @@ def test_rotated_pages_are_read_upright(src_dir: Path, tmp_path: Path) -> None:
 def test_rotate_threshold_decides_which_pages_are_turned(src_dir: Path, tmp_path: Path) -> None:
     """An upside-down page is turned at the default threshold and left as it is when the
     threshold is above any confidence tesseract reports (the option reaches ocrmypdf)."""
-    src = archived(scans.image_pdf(src_dir / "upside.pdf", LETTER[:1], rotate={0: 180},
-                                   size=scans.A6))  # fmt: skip
+    src = archived(
+        scans.image_pdf(src_dir / "upside.pdf", LETTER[:1], rotate={0: 180}, size=scans.A6)
+    )
     upright = run(src, PDF, tmp_path / "a")
     assert "Musterstadt" in words(upright.pages[0])
     kept = run(src, PDF, tmp_path / "b", rotate_threshold=1000.0)
@@ -180,8 +187,9 @@ def test_rotate_threshold_decides_which_pages_are_turned(src_dir: Path, tmp_path
 def test_born_digital_pdf_keeps_its_text_in_skip_mode(src_dir: Path, tmp_path: Path) -> None:
     """Mode skip: pages with a text layer keep exactly that text (skipped runs of pages
     included), image pages between them are OCRed, all in page order."""
-    born = scans.text_pdf(tmp_path / "born.pdf", [["Vorhandener Text äöü ß", "Zweite Zeile"],
-                                                  ["Noch eine Textseite"]])  # fmt: skip
+    born = scans.text_pdf(
+        tmp_path / "born.pdf", [["Vorhandener Text äöü ß", "Zweite Zeile"], ["Noch eine Textseite"]]
+    )
     scan = scans.image_pdf(tmp_path / "scan.pdf", PAGES[1:2], size=scans.A6)
     tail = scans.text_pdf(tmp_path / "tail.pdf", [["Letzte Seite mit Text"]])
     src = archived(scans.concat_pdfs(src_dir / "mixed.pdf", [born, scan, tail]))
@@ -261,13 +269,12 @@ def test_multipage_tiff_one_page_per_frame(src_dir: Path, tmp_path: Path) -> Non
     ("fmt", "mime", "dpi"),
     [("JPEG", "image/jpeg", None), ("JPEG", "image/jpeg", 300), ("PNG", "image/png", 300)],
 )
-def test_single_images(
-    src_dir: Path, tmp_path: Path, fmt: str, mime: str, dpi: int | None
-) -> None:
+def test_single_images(src_dir: Path, tmp_path: Path, fmt: str, mime: str, dpi: int | None) -> None:
     """A JPEG (with or without resolution metadata) or PNG: one page, its words, a
     searchable PDF at the scan's size and a thumbnail."""
-    src = archived(scans.single_image(src_dir / f"scan.{fmt.lower()}", PAGES[1], fmt,
-                                      size=scans.A6, dpi=dpi))  # fmt: skip
+    src = archived(
+        scans.single_image(src_dir / f"scan.{fmt.lower()}", PAGES[1], fmt, size=scans.A6, dpi=dpi)
+    )
     res = run(src, mime, tmp_path / "out")
     assert res.page_count == 1 and {"Zweite", "Grüße", "Köln"} <= words(res.pages[0])
     doc = pypdfium2.PdfDocument(str(tmp_path / "out" / SEARCHABLE_PDF))
@@ -362,18 +369,24 @@ def test_timeout_kills_ocrmypdf_and_leaves_nothing(src_dir: Path, tmp_path: Path
 def test_program_timeout_kills_the_whole_process_group() -> None:
     """programs.run: at the deadline the program and its background children die."""
     with pytest.raises(programs.ProgramTimeout, match=r"within 0\.5 s"):
-        programs.run(["sh", "-c", "sleep 987.25 & sleep 987.25 & wait"], timeout=0.5,
-                     kill_grace=0.5)  # fmt: skip
+        programs.run(
+            ["sh", "-c", "sleep 987.25 & sleep 987.25 & wait"], timeout=0.5, kill_grace=0.5
+        )
     assert sleepers("987.25") == []
 
 
 def test_program_result_keeps_a_bounded_tail(tmp_path: Path) -> None:
     """programs.run returns the exit code and only the last tail_bytes of each stream."""
     res = programs.run(
-        [sys.executable, "-c", "import sys; print('x' * 100000); print('end', file=sys.stderr);"
-         " sys.exit(3)"],
-        timeout=30, tail_bytes=1000, env={"EXTRA": "1"},
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-c",
+            "import sys; print('x' * 100000); print('end', file=sys.stderr); sys.exit(3)",
+        ],
+        timeout=30,
+        tail_bytes=1000,
+        env={"EXTRA": "1"},
+    )
     assert res.returncode == 3 and not res.ok
     assert res.stdout.startswith("[...]") and len(res.stdout) <= 1006
     assert res.stderr == "end\n"
@@ -381,8 +394,9 @@ def test_program_result_keeps_a_bounded_tail(tmp_path: Path) -> None:
 
 def test_program_env_overrides_and_missing_program() -> None:
     """env adds and removes variables; a missing executable is ProgramNotFound."""
-    res = programs.run(["sh", "-c", 'echo "$A/${HOME:-unset}"'], timeout=10,
-                       env={"A": "1", "HOME": None})  # fmt: skip
+    res = programs.run(
+        ["sh", "-c", 'echo "$A/${HOME:-unset}"'], timeout=10, env={"A": "1", "HOME": None}
+    )
     assert res.stdout == "1/unset\n"
     with pytest.raises(programs.ProgramNotFound, match="no-such-program"):
         programs.run(["no-such-program-ingestd"], timeout=10)

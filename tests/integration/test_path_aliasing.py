@@ -47,8 +47,9 @@ def _ingest_some(env: Env, db: Database, n: int = 2) -> dict[Path, str]:
     inbox = env.root / "inbox"
     intake = make_intake(env.config, db)
     for i in range(n):
-        res = intake.ingest(IntakeItem(path=write(inbox / f"s{i}.pdf", pdf_bytes(seed=i)),
-                                       tenant="acme"))  # fmt: skip
+        res = intake.ingest(
+            IntakeItem(path=write(inbox / f"s{i}.pdf", pdf_bytes(seed=i)), tenant="acme")
+        )
         assert res.outcome is Outcome.ingested
     return _archived(env)
 
@@ -95,8 +96,7 @@ def test_serve_does_not_start_with_an_aliasing_config(make_env: Any, tmp_path: P
     (tmp_path / "spool" / "in").mkdir(parents=True)
     link = tmp_path / "hot"
     link.symlink_to(tmp_path / "spool" / "in")
-    env: Env = make_env(watch=[{"path": str(link), "tenant": "acme"}],
-                        metrics={"enabled": False})  # fmt: skip
+    env: Env = make_env(watch=[{"path": str(link), "tenant": "acme"}], metrics={"enabled": False})
     proc = run_cli(env, "serve")
     assert proc.returncode == 3
     assert "watch[0].path" in proc.stdout + proc.stderr
@@ -249,8 +249,10 @@ def test_daemon_with_hot_folder_swapped_for_a_symlink_into_the_archive(
     daemon.proc.send_signal(signal.SIGHUP)
     wait_until(lambda: daemon.events("daemon.reload_failed"), timeout=60)
     [failed] = daemon.events("daemon.reload_failed")
-    assert any("watch[0].path" in p and "paths.archive" in p and "through a symlink" in p
-               for p in failed["problems"])  # fmt: skip
+    assert any(
+        "watch[0].path" in p and "paths.archive" in p and "through a symlink" in p
+        for p in failed["problems"]
+    )
     wait_until(lambda: _seen_by_rescans(daemon, "watch.escape_refused", stray.name), timeout=60)
     assert not daemon.events("daemon.reloaded")
     assert len(daemon.events("intake.ingested")) == 3 and not daemon.events("intake.duplicate")
@@ -275,8 +277,9 @@ def test_daemon_with_archive_bind_mounted_over_a_hot_folder(
     archived = _archived(env)
     mount = bind(env.config.paths.archive_dir / "acme", hot)
     for path in archived:
-        wait_until(lambda p=path: _seen_by_rescans(daemon, "watch.source_protected", p.name, 1),
-                   timeout=60)  # fmt: skip
+        wait_until(
+            lambda p=path: _seen_by_rescans(daemon, "watch.source_protected", p.name, 1), timeout=60
+        )
     state_dir = env.config.paths.state_dir
 
     def kept() -> set[str]:
@@ -286,8 +289,9 @@ def test_daemon_with_archive_bind_mounted_over_a_hot_folder(
     wait_until(lambda: kept() == {p.name for p in archived}, timeout=60)
     marked = time.time()
     # Several rescans later (one a second), still one line per file: not read again.
-    wait_until(lambda: (read_state(state_dir) or {}).get("updated_epoch", 0) > marked + 3,
-               timeout=60)  # fmt: skip
+    wait_until(
+        lambda: (read_state(state_dir) or {}).get("updated_epoch", 0) > marked + 3, timeout=60
+    )
     for path in archived:
         assert _seen_by_rescans(daemon, "watch.source_protected", path.name, 1)
         assert not _seen_by_rescans(daemon, "watch.source_protected", path.name, 2)

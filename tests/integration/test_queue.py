@@ -14,8 +14,10 @@ from worker.queue import Queue
 
 
 def tenant_of(db: Database, job_id: int) -> str:
-    sql = ("SELECT t.name FROM processing_jobs j JOIN tenants t ON t.id = j.tenant_id "
-           "WHERE j.id = %(id)s")  # fmt: skip
+    sql = (
+        "SELECT t.name FROM processing_jobs j JOIN tenants t ON t.id = j.tenant_id "
+        "WHERE j.id = %(id)s"
+    )
     with db.transaction() as tx:
         return str(tx.raw(sql, {"id": job_id})[0]["name"])
 
@@ -24,7 +26,8 @@ def status(db: Database, job_id: int) -> dict[str, object]:
     with db.transaction() as tx:
         return tx.raw(
             "SELECT j.*, d.processing_status AS doc_status FROM processing_jobs j "
-            "JOIN documents d ON d.id = j.document_id WHERE j.id = %(id)s", {"id": job_id}
+            "JOIN documents d ON d.id = j.document_id WHERE j.id = %(id)s",
+            {"id": job_id},
         )[0]
 
 
@@ -84,15 +87,19 @@ def test_backoff_doubles_then_fails_for_good(db: Database) -> None:
     deltas = []
     for attempt in range(6):
         with db.transaction() as tx:
-            tx.raw("UPDATE processing_jobs SET next_attempt_at = now() WHERE id = %(id)s",
-                   {"id": job_id})  # fmt: skip
+            tx.raw(
+                "UPDATE processing_jobs SET next_attempt_at = now() WHERE id = %(id)s",
+                {"id": job_id},
+            )
         job = q.claim()
         assert job is not None and job.retry_count == attempt
         outcome = q.fail(job, f"boom {attempt}")
         assert outcome is not None
         with db.transaction() as tx:
-            row = tx.raw("SELECT next_attempt_at - updated_at AS d FROM processing_jobs "
-                         "WHERE id = %(id)s", {"id": job_id})[0]  # fmt: skip
+            row = tx.raw(
+                "SELECT next_attempt_at - updated_at AS d FROM processing_jobs WHERE id = %(id)s",
+                {"id": job_id},
+            )[0]
         deltas.append(row["d"])
     assert deltas == [timedelta(seconds=2**n) for n in range(6)]
     row = status(db, job_id)
@@ -109,8 +116,11 @@ def test_jitter_stays_within_its_band(db: Database) -> None:
     assert job is not None
     q.fail(job, "x")
     with db.transaction() as tx:
-        d = tx.raw("SELECT extract(epoch FROM next_attempt_at - updated_at) AS d "
-                   "FROM processing_jobs WHERE id = %(id)s", {"id": job_id})[0]["d"]  # fmt: skip
+        d = tx.raw(
+            "SELECT extract(epoch FROM next_attempt_at - updated_at) AS d "
+            "FROM processing_jobs WHERE id = %(id)s",
+            {"id": job_id},
+        )[0]["d"]
     assert 0.5 <= float(d) <= 1.5
 
 
@@ -131,8 +141,11 @@ def test_expired_lease_is_rescued_as_an_attempt(db: Database) -> None:
     job = dead.claim()
     assert job is not None
     with db.transaction() as tx:
-        tx.raw("UPDATE processing_jobs SET lease_expires_at = now() - interval '1 s' "
-               "WHERE id = %(id)s", {"id": job_id})  # fmt: skip
+        tx.raw(
+            "UPDATE processing_jobs SET lease_expires_at = now() - interval '1 s' "
+            "WHERE id = %(id)s",
+            {"id": job_id},
+        )
     rescued = Queue(db, WorkerConfig(), "other").rescue()
     assert [(r["id"], r["status"]) for r in rescued] == [(job_id, "queued")]
     row = status(db, job_id)
@@ -149,12 +162,16 @@ def test_outcomes_belong_to_the_attempt_not_the_worker_name(db: Database) -> Non
     stale = first.claim()
     assert stale is not None and stale.attempt
     with db.transaction() as tx:
-        tx.raw("UPDATE processing_jobs SET lease_expires_at = now() - interval '1 s' "
-               "WHERE id = %(id)s", {"id": job_id})  # fmt: skip
+        tx.raw(
+            "UPDATE processing_jobs SET lease_expires_at = now() - interval '1 s' "
+            "WHERE id = %(id)s",
+            {"id": job_id},
+        )
     assert [r["id"] for r in first.rescue()] == [job_id]
     with db.transaction() as tx:
-        tx.raw("UPDATE processing_jobs SET next_attempt_at = now() WHERE id = %(id)s",
-               {"id": job_id})  # fmt: skip
+        tx.raw(
+            "UPDATE processing_jobs SET next_attempt_at = now() WHERE id = %(id)s", {"id": job_id}
+        )
     second = Queue(db, WorkerConfig(), "same-name")
     live = second.claim()
     assert live is not None and live.id == job_id and live.attempt != stale.attempt
@@ -164,7 +181,10 @@ def test_outcomes_belong_to_the_attempt_not_the_worker_name(db: Database) -> Non
     assert not first.release(stale)
     row = status(db, job_id)
     assert (row["status"], row["worker_id"], str(row["attempt"])) == (
-        "processing", "same-name", live.attempt)  # fmt: skip
+        "processing",
+        "same-name",
+        live.attempt,
+    )
     assert second.heartbeat(live) and second.done(live)
     assert status(db, job_id)["status"] == "done"
 
@@ -200,9 +220,11 @@ def test_retired_kinds_are_refused_at_enqueue(db: Database) -> None:
     with pytest.raises(JobKindRetired), db.transaction() as tx:
         enqueue(tx, tenant_id=tenant_id, document_id=doc, kind="generate-ocr-text")
     with pytest.raises(DatabaseError, match="is retired"), db.transaction() as tx:
-        tx.raw("INSERT INTO processing_jobs (tenant_id, document_id, kind) "
-               "VALUES (%(t)s, %(d)s, 'generate-thumbnails')",
-               {"t": tenant_id, "d": doc})  # fmt: skip
+        tx.raw(
+            "INSERT INTO processing_jobs (tenant_id, document_id, kind) "
+            "VALUES (%(t)s, %(d)s, 'generate-thumbnails')",
+            {"t": tenant_id, "d": doc},
+        )
 
 
 def test_one_tenant_feeds_several_workers_at_once(db: Database) -> None:

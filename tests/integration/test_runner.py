@@ -57,9 +57,15 @@ def run_worker(
     notifier: Notifier | None = None,
 ) -> int:
     """Run the loop here until drained, or until ``until`` holds (then stop() it)."""
-    runner = Runner(env.config, db, config_path=env.config_path, plugins=[PLUGIN],
-                    worker_id="w-test", drain=drain,
-                    notifier=notifier or Notifier({}))  # fmt: skip
+    runner = Runner(
+        env.config,
+        db,
+        config_path=env.config_path,
+        plugins=[PLUGIN],
+        worker_id="w-test",
+        drain=drain,
+        notifier=notifier or Notifier({}),
+    )
     failure: list[BaseException] = []
 
     def watch() -> None:
@@ -86,8 +92,9 @@ def test_retry_with_backoff_then_failed(make_env: Any, qdb: Database, worker_log
     """test-fail with max_retries 2: retried twice with backoff, then failed with the last error."""
     env = make_env(worker=FAST)
     (job_id,) = make_jobs(qdb, "acme", 1, kind="test-fail")
-    code = run_worker(env, qdb, drain=False,
-                      until=lambda: job_row(qdb, job_id)["status"] == "failed")  # fmt: skip
+    code = run_worker(
+        env, qdb, drain=False, until=lambda: job_row(qdb, job_id)["status"] == "failed"
+    )
     assert code == 0
     row = job_row(qdb, job_id)
     assert (row["retry_count"], row["doc_status"]) == (3, "failed")
@@ -145,15 +152,25 @@ def test_retired_kind_row_is_refused(make_env: Any, qdb: Database, worker_log: P
         # A row from before the kind was retired: the trigger refuses new ones, so it is
         # switched off for this one insert (the state of an upgraded database).
         tx.raw("ALTER TABLE processing_jobs DISABLE TRIGGER processing_jobs_kind_not_retired")
-        retired = int(tx.raw(
-            "INSERT INTO processing_jobs (tenant_id, document_id, kind) SELECT tenant_id, "
-            "document_id, 'generate-thumbnails' FROM processing_jobs WHERE id = %(id)s "
-            "RETURNING id", {"id": first})[0]["id"])  # fmt: skip
+        retired = int(
+            tx.raw(
+                "INSERT INTO processing_jobs (tenant_id, document_id, kind) SELECT tenant_id, "
+                "document_id, 'generate-thumbnails' FROM processing_jobs WHERE id = %(id)s "
+                "RETURNING id",
+                {"id": first},
+            )[0]["id"]
+        )
         tx.raw("ALTER TABLE processing_jobs ENABLE TRIGGER processing_jobs_kind_not_retired")
     (after,) = make_jobs(qdb, "globex", 1, kind="test-record")
-    run_worker(env, qdb, drain=False, timeout=60,
-               until=lambda: job_row(qdb, after)["status"] == "done"
-               and job_row(qdb, retired)["status"] == "failed")  # fmt: skip
+    run_worker(
+        env,
+        qdb,
+        drain=False,
+        timeout=60,
+        until=lambda: (
+            job_row(qdb, after)["status"] == "done" and job_row(qdb, retired)["status"] == "failed"
+        ),
+    )
     row = job_row(qdb, retired)
     assert row["retry_count"] == 0
     assert str(row["error_message"]).startswith("job kind 'generate-thumbnails' is retired")
@@ -191,15 +208,17 @@ def test_child_that_keeps_dying_ends_failed(make_env: Any, qdb: Database, worker
     env = make_env(worker={**FAST, "max_retries": 5})
     (job_id,) = make_jobs(qdb, "acme", 1, kind="test-crash")
     (other,) = make_jobs(qdb, "globex", 1, kind="test-record")
-    run_worker(env, qdb, drain=False,
-               until=lambda: job_row(qdb, job_id)["status"] == "failed")  # fmt: skip
+    run_worker(env, qdb, drain=False, until=lambda: job_row(qdb, job_id)["status"] == "failed")
     row = job_row(qdb, job_id)
     assert row["retry_count"] == 1
-    assert str(row["error_message"]).startswith("worker child died (signal 9); again after a "
-                                                "retry: it exceeds the memory")  # fmt: skip
+    assert str(row["error_message"]).startswith(
+        "worker child died (signal 9); again after a retry: it exceeds the memory"
+    )
     with qdb.transaction() as tx:
-        doc = tx.raw("SELECT processing_status, attention_reason FROM documents "
-                     "WHERE id = %(d)s", {"d": row["document_id"]})[0]  # fmt: skip
+        doc = tx.raw(
+            "SELECT processing_status, attention_reason FROM documents WHERE id = %(d)s",
+            {"d": row["document_id"]},
+        )[0]
     assert doc["processing_status"] == "attention"
     assert doc["attention_reason"] == row["error_message"]
     assert job_row(qdb, other)["status"] == "done"
@@ -240,16 +259,20 @@ def test_heartbeat_keeps_the_lease_of_a_long_job(
 def test_lost_lease_stops_the_attempt(make_env: Any, qdb: Database, worker_log: Path) -> None:
     """A job rescued from under its worker: the next heartbeat notices, the child is killed."""
     env = make_env(worker=FAST)
-    (job_id,) = make_jobs(qdb, "acme", 1, kind="test-record",
-                          payload={"first_attempt_seconds": 300})  # fmt: skip
+    (job_id,) = make_jobs(
+        qdb, "acme", 1, kind="test-record", payload={"first_attempt_seconds": 300}
+    )
     rescuer = Queue(qdb, env.config.worker, "other")
     taken: list[Any] = []
 
     def take_it_away() -> bool:
         if not taken and runs(qdb):
             with qdb.transaction() as tx:
-                tx.raw("UPDATE processing_jobs SET lease_expires_at = now() - interval '1 s' "
-                       "WHERE id = %(id)s", {"id": job_id})  # fmt: skip
+                tx.raw(
+                    "UPDATE processing_jobs SET lease_expires_at = now() - interval '1 s' "
+                    "WHERE id = %(id)s",
+                    {"id": job_id},
+                )
             taken.extend(rescuer.rescue())
         return job_row(qdb, job_id)["status"] == "done"
 
@@ -267,9 +290,12 @@ def test_finished_jobs_are_pruned(make_env: Any, qdb: Database, worker_log: Path
     env = make_env(worker={**FAST, "prune_after": 86400})
     old, recent, queued = make_jobs(qdb, "acme", 3, kind="test-record")
     with qdb.transaction() as tx:
-        tx.raw("UPDATE processing_jobs SET status = 'done', finished_at = now() - "
-               "CASE WHEN id = %(old)s THEN interval '2 days' ELSE interval '1 hour' END "
-               "WHERE id IN (%(old)s, %(recent)s)", {"old": old, "recent": recent})  # fmt: skip
+        tx.raw(
+            "UPDATE processing_jobs SET status = 'done', finished_at = now() - "
+            "CASE WHEN id = %(old)s THEN interval '2 days' ELSE interval '1 hour' END "
+            "WHERE id IN (%(old)s, %(recent)s)",
+            {"old": old, "recent": recent},
+        )
     assert run_worker(env, qdb) == 0
     left = count(qdb, "SELECT count(*) AS n FROM processing_jobs WHERE id = %(id)s", {"id": old})
     assert left == 0
@@ -334,8 +360,12 @@ def test_notifier_sends_datagrams(abstract: bool) -> None:
         assert n.ready("idle") and n.status("job 1 x tenant y") and n.watchdog()
         assert n.stopping()
         n.close()
-        assert received(sock) == ["READY=1\nSTATUS=idle", "STATUS=job 1 x tenant y",
-                                  "WATCHDOG=1", "STOPPING=1"]  # fmt: skip
+        assert received(sock) == [
+            "READY=1\nSTATUS=idle",
+            "STATUS=job 1 x tenant y",
+            "WATCHDOG=1",
+            "STOPPING=1",
+        ]
 
 
 def test_notifier_without_systemd_is_a_no_op() -> None:
@@ -356,8 +386,9 @@ def test_runner_talks_to_systemd(make_env: Any, qdb: Database, worker_log: Path)
 
         def watchdogs_after_idle() -> bool:
             seen.extend(received(sock))
-            return "STATUS=idle" in seen and seen[seen.index("STATUS=idle") :].count(
-                "WATCHDOG=1") >= 3  # fmt: skip
+            return (
+                "STATUS=idle" in seen and seen[seen.index("STATUS=idle") :].count("WATCHDOG=1") >= 3
+            )
 
         run_worker(env, qdb, drain=False, until=watchdogs_after_idle, notifier=notifier)
         seen.extend(received(sock))

@@ -92,9 +92,18 @@ def test_documents_and_tenants_columns(db: Database) -> None:
     """documents and tenants carry the columns intake and the lifecycle need."""
     doc = _columns(db, "documents")
     for col in (
-        "tenant_id", "sha256", "size_bytes", "mime_type", "extension", "original_filename",
-        "source", "archive_path", "title", "issued_date", "created_at",
-    ):  # fmt: skip
+        "tenant_id",
+        "sha256",
+        "size_bytes",
+        "mime_type",
+        "extension",
+        "original_filename",
+        "source",
+        "archive_path",
+        "title",
+        "issued_date",
+        "created_at",
+    ):
         assert col in doc, col
     ten = _columns(db, "tenants")
     assert ten["status"][2] == "'creating'::text"
@@ -158,9 +167,15 @@ def test_document_jobs_still_need_a_document(db: Database) -> None:
 
     with db.transaction() as tx:
         tid = tx.one("tenant_insert", {"name": "acme", "status": "active"})["id"]  # type: ignore[index]
-        tx.raw("INSERT INTO processing_jobs (tenant_id, kind) VALUES (%(t)s, 'provision-tenant')",
-               {"t": tid})  # fmt: skip
-    with pytest.raises(DatabaseError, match="processing_jobs_document_required"), \
-            db.transaction() as tx:
-        tx.raw("INSERT INTO processing_jobs (tenant_id, kind) "
-               "VALUES (%(t)s, 'analyze-document')", {"t": tid})  # fmt: skip
+        tx.raw(
+            "INSERT INTO processing_jobs (tenant_id, kind) VALUES (%(t)s, 'provision-tenant')",
+            {"t": tid},
+        )
+    with (
+        pytest.raises(DatabaseError, match="processing_jobs_document_required"),
+        db.transaction() as tx,
+    ):
+        tx.raw(
+            "INSERT INTO processing_jobs (tenant_id, kind) VALUES (%(t)s, 'analyze-document')",
+            {"t": tid},
+        )

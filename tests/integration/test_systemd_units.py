@@ -89,8 +89,11 @@ def unit_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
         shutil.copy2(unit, etc / unit.name)
     host_units = next((d for d in HOST_UNIT_DIRS if (d / "sysinit.target").exists()), None)
     if host_units is None:
-        pytest.fail("no systemd unit directory with sysinit.target on this host (install "
-                    "the Debian package `systemd`)", pytrace=False)  # fmt: skip
+        pytest.fail(
+            "no systemd unit directory with sysinit.target on this host (install "
+            "the Debian package `systemd`)",
+            pytrace=False,
+        )
     shutil.copytree(host_units, root / "usr" / "lib" / "systemd" / "system", symlinks=True)
     (root / "bin").symlink_to("usr/bin")  # merged /usr, as on Debian 12
     kill = Path("/bin/kill").resolve()
@@ -123,11 +126,13 @@ def test_systemd_analyze_verify_passes(unit_root: Path, name: str) -> None:
     ("edit", "complaint"),
     [
         (("NoNewPrivileges=yes", "NoNewPrivilege=yes"), "Unknown key 'NoNewPrivilege'"),
-        (("/opt/ingestd/bin/ingestd --config", "/opt/ingestd/bin/ingestd-gone --config"),
-         "is not executable"),
+        (
+            ("/opt/ingestd/bin/ingestd --config", "/opt/ingestd/bin/ingestd-gone --config"),
+            "is not executable",
+        ),
     ],
     ids=["misspelled-key", "missing-program"],
-)  # fmt: skip
+)
 def test_verify_would_catch_a_broken_unit(
     unit_root: Path, edit: tuple[str, str], complaint: str
 ) -> None:
@@ -148,16 +153,19 @@ def test_exposure_of_every_service_is_at_most_2_5(unit_root: Path) -> None:
     scores: dict[str, float] = {}
     for name in SERVICES:
         result = systemd_analyze("security", "--offline=true", f"--root={unit_root}", name)
-        found = re.search(rf"Overall exposure level for {re.escape(name)}: (\d+\.\d+)",
-                          result.stdout)  # fmt: skip
+        found = re.search(
+            rf"Overall exposure level for {re.escape(name)}: (\d+\.\d+)", result.stdout
+        )
         assert found, f"{name}: no exposure level in\n{result.stdout}\n{result.stderr}"
         scores[name] = float(found.group(1))
     table = "\n".join(f"{name:<28} exposure {score:.1f}" for name, score in scores.items())
     print(f"\nsystemd-analyze security --offline=true (max {MAX_EXPOSURE}):\n{table}")
     assert set(scores) == {
-        "ingestd.service", "ingestd-worker@1.service", "ingestd-migrate.service",
+        "ingestd.service",
+        "ingestd-worker@1.service",
+        "ingestd-migrate.service",
         "ingestd-verify.service",
-    }  # fmt: skip
+    }
     assert all(score <= MAX_EXPOSURE for score in scores.values()), table
 
 
@@ -195,8 +203,12 @@ def test_sysusers_and_tmpfiles_make_user_and_directories(tmp_path: Path) -> None
     tools = {t: shutil.which(t) for t in ("systemd-sysusers", "systemd-tmpfiles")}
     if not all(tools.values()):
         pytest.fail(f"missing {tools} (apt-get install systemd)", pytrace=False)
-    users = subprocess.run([str(tools["systemd-sysusers"]), f"--root={tmp_path}", "ingestd.conf"],
-                           capture_output=True, text=True, check=False)  # fmt: skip
+    users = subprocess.run(
+        [str(tools["systemd-sysusers"]), f"--root={tmp_path}", "ingestd.conf"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert users.returncode == 0, users.stderr
     passwd = (tmp_path / "etc" / "passwd").read_text().splitlines()
     entry = next(line.split(":") for line in passwd if line.startswith("ingestd:"))
@@ -205,8 +217,10 @@ def test_sysusers_and_tmpfiles_make_user_and_directories(tmp_path: Path) -> None
 
     dirs = subprocess.run(
         [str(tools["systemd-tmpfiles"]), "--create", f"--root={tmp_path}", "ingestd.conf"],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     expected = {
         "var/lib/ingestd": (0o750, uid, gid),
         "var/lib/ingestd/archive": (0o750, uid, gid),
@@ -222,8 +236,10 @@ def test_sysusers_and_tmpfiles_make_user_and_directories(tmp_path: Path) -> None
         assert dirs.returncode == 0, dirs.stderr
         assert seen == expected
     else:  # only root may give the directories away: the modes are checked, chown refused
-        assert all(" failed: Operation not permitted" in line and "fchownat" in line
-                   for line in dirs.stderr.splitlines()), dirs.stderr  # fmt: skip
+        assert all(
+            " failed: Operation not permitted" in line and "fchownat" in line
+            for line in dirs.stderr.splitlines()
+        ), dirs.stderr
         assert {k: v[0] for k, v in seen.items()} == {k: v[0] for k, v in expected.items()}
 
 
@@ -246,8 +262,9 @@ class Serve:
     """`ingestd serve` as a real process with $NOTIFY_SOCKET. Like systemd, a thread reads
     the socket all the time: a full datagram queue would block the daemon's sends."""
 
-    def __init__(self, config: Path, sock: socket.socket, address: str,
-                 watchdog_usec: int | None) -> None:  # fmt: skip
+    def __init__(
+        self, config: Path, sock: socket.socket, address: str, watchdog_usec: int | None
+    ) -> None:
         self.log_path = config.parent / "serve.log"
         env = {k: v for k, v in os.environ.items() if k not in ("WATCHDOG_USEC", "WATCHDOG_PID")}
         env["NOTIFY_SOCKET"] = address
@@ -261,8 +278,10 @@ class Serve:
         self.log = open(self.log_path, "wb")  # noqa: SIM115 - closed in close()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "ingestd.cli", "serve", "--config", str(config)],
-            stdout=self.log, stderr=subprocess.STDOUT, env=env,
-        )  # fmt: skip
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
 
     def _read(self, sock: socket.socket) -> None:
         sock.settimeout(0.1)
@@ -278,14 +297,17 @@ class Serve:
             left = deadline - time.monotonic()
             exited = self.proc.poll() is not None
             if left <= 0:
-                pytest.fail(f"waited for sd_notify messages; got {new!r}, "
-                            f"exit {self.proc.poll()}, log:\n{self.tail()}")  # fmt: skip
+                pytest.fail(
+                    f"waited for sd_notify messages; got {new!r}, "
+                    f"exit {self.proc.poll()}, log:\n{self.tail()}"
+                )
             try:
                 new.append(self._messages.get(timeout=min(left, 0.5)))
             except queue.Empty:
                 if exited:  # and nothing came for 0.5 s after the exit
-                    pytest.fail(f"serve exited ({self.proc.returncode}) after {new!r}; "
-                                f"log:\n{self.tail()}")  # fmt: skip
+                    pytest.fail(
+                        f"serve exited ({self.proc.returncode}) after {new!r}; log:\n{self.tail()}"
+                    )
         self.seen += new
         return new
 
@@ -320,11 +342,18 @@ def _serve_env(make_env: Any, tmp_path: Path, folders: int) -> Any:
         path.mkdir(exist_ok=True)
     return make_env(
         sftp={"listen": "127.0.0.1:0"},
-        **{"sftp.accounts": [{"username": "scan1", "tenant": "acme",
-                              "password_hash": hash_password("pw-1", rounds=4)}]},
+        **{
+            "sftp.accounts": [
+                {
+                    "username": "scan1",
+                    "tenant": "acme",
+                    "password_hash": hash_password("pw-1", rounds=4),
+                }
+            ]
+        },
         watch=[{"path": str(p), "tenant": "acme"} for p in hot],
         metrics={"listen": "127.0.0.1:0"},
-    )  # fmt: skip
+    )
 
 
 STATUS = re.compile(r"STATUS=serving: (\d+) hot folders, sftp on 127\.0\.0\.1:(\d+)")

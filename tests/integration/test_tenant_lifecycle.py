@@ -28,9 +28,20 @@ from worker.sdnotify import Notifier
 WORKER = {"poll_interval": 0.1, "lease_seconds": 30, "retry_base": 0.05, "max_retries": 2}
 ANALYSIS = {"jobs": 1}
 # Tables holding tenant rows (by tenant_id), and those holding document rows.
-TENANT_TABLES = ["documents", "processing_jobs", "tags", "document_tags", "correspondents",
-                 "document_types", "document_content", "document_workflow_runs",
-                 "capability_sets", "tenant_members", "tenant_search", "queue_tenants"]  # fmt: skip
+TENANT_TABLES = [
+    "documents",
+    "processing_jobs",
+    "tags",
+    "document_tags",
+    "correspondents",
+    "document_types",
+    "document_content",
+    "document_workflow_runs",
+    "capability_sets",
+    "tenant_members",
+    "tenant_search",
+    "queue_tenants",
+]
 
 
 def _rows(db: Database, sql: str, params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
@@ -39,8 +50,14 @@ def _rows(db: Database, sql: str, params: dict[str, Any] | None = None) -> list[
 
 
 def _drain(env: Env, db: Database) -> None:
-    runner = Runner(env.config, db, config_path=env.config_path, worker_id="w-life",
-                    drain=True, notifier=Notifier({}))  # fmt: skip
+    runner = Runner(
+        env.config,
+        db,
+        config_path=env.config_path,
+        worker_id="w-life",
+        drain=True,
+        notifier=Notifier({}),
+    )
     assert runner.run(install_signals=False) == 0
 
 
@@ -56,8 +73,10 @@ def _tenant_id(db: Database, name: str) -> int | None:
 
 
 def _ingest(env: Env, db: Database, tenant: str, seed: int) -> int:
-    src = write(env.root / "in" / tenant / f"Rechnung {seed}.pdf",
-                pdf_bytes(f"Rechnung {tenant} Nummer {seed}", seed=seed))  # fmt: skip
+    src = write(
+        env.root / "in" / tenant / f"Rechnung {seed}.pdf",
+        pdf_bytes(f"Rechnung {tenant} Nummer {seed}", seed=seed),
+    )
     res = make_intake(env.config, db).ingest(IntakeItem(path=src, tenant=tenant))
     assert res.outcome is Outcome.ingested and res.document_id is not None
     return res.document_id
@@ -75,8 +94,9 @@ def _created(env: Env, db: Database, name: str, *members: str) -> int:
 def _snapshot(db: Database, tid: int) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for table in ("capability_sets", "tenant_members", "tenant_search"):
-        out[table] = _rows(db, f"SELECT * FROM {table} WHERE tenant_id = %(t)s ORDER BY 1, 2",
-                           {"t": tid})  # fmt: skip
+        out[table] = _rows(
+            db, f"SELECT * FROM {table} WHERE tenant_id = %(t)s ORDER BY 1, 2", {"t": tid}
+        )
     out["tenant"] = _rows(db, "SELECT name, status FROM tenants WHERE id = %(t)s", {"t": tid})
     return out
 
@@ -96,23 +116,33 @@ def test_create_provisions_and_activates_idempotently(life: Env, db: Database) -
     assert tid is not None
     status = _rows(db, "SELECT status FROM tenants WHERE id = %(t)s", {"t": tid})[0]["status"]
     assert status == "creating"
-    refused = run_cli(life, "ingest", "--tenant", "acme",
-                      str(write(life.root / "early.pdf", pdf_bytes(seed=1))))  # fmt: skip
+    refused = run_cli(
+        life, "ingest", "--tenant", "acme", str(write(life.root / "early.pdf", pdf_bytes(seed=1)))
+    )
     assert refused.returncode == 6  # not active yet
     _drain(life, db)
     snap = _snapshot(db, tid)
     assert snap["tenant"] == [{"name": "acme", "status": "active"}]
     assert {r["name"] for r in snap["capability_sets"]} == {"owner", "user", "readonly", "webdav"}
     assert [(r["member"], r["capability_set"]) for r in snap["tenant_members"]] == [
-        ("alice", "owner"), ("bob", "owner")]  # fmt: skip
+        ("alice", "owner"),
+        ("bob", "owner"),
+    ]
     assert str(snap["tenant_search"][0]["config"]) == "german"
     paths = life.config.paths
     assert (paths.archive_dir / "acme").is_dir() and (paths.derived_dir / "acme").is_dir()
 
     with db.transaction() as tx:
-        tx.one("job_insert", {"tenant_id": tid, "document_id": None, "kind": "provision-tenant",
-                              "payload": jsonb({"members": ["alice", "bob"]}),
-                              "derive_title": False})  # fmt: skip
+        tx.one(
+            "job_insert",
+            {
+                "tenant_id": tid,
+                "document_id": None,
+                "kind": "provision-tenant",
+                "payload": jsonb({"members": ["alice", "bob"]}),
+                "derive_title": False,
+            },
+        )
     _drain(life, db)
     assert _snapshot(db, tid) == snap
     jobs = _rows(db, "SELECT status FROM processing_jobs WHERE kind = 'provision-tenant'")
@@ -121,6 +151,7 @@ def test_create_provisions_and_activates_idempotently(life: Env, db: Database) -
 
 def _tampered(base: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Each single field changed after signing, and a forged signature."""
+
     def with_(**kw: Any) -> dict[str, Any]:
         return {**base, **kw}
 
@@ -130,8 +161,11 @@ def _tampered(base: dict[str, Any]) -> dict[str, dict[str, Any]]:
         "action": with_(action="reset"),
         "remove_tenant": with_(remove_tenant=False),
         "nonce": with_(nonce="0" * 32),
-        "issued_at": with_(issued_at=(datetime.datetime.now(datetime.UTC)
-                                      + datetime.timedelta(seconds=5)).isoformat()),
+        "issued_at": with_(
+            issued_at=(
+                datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=5)
+            ).isoformat()
+        ),
         "final_status": with_(final_status="active"),
     }
 
@@ -149,36 +183,61 @@ def test_delete_refusals_delete_nothing(life: Env, db: Database) -> None:
     archived = life.config.paths.archive_dir / path["archive_path"]
     with db.transaction() as tx:  # a tenant that is not deleting: beta stays active
         valid_beta = signing.delete_request(secret, beta, "beta", "delete")
-        tx.one("job_insert", {"tenant_id": beta, "document_id": None, "kind": "delete-tenant",
-                              "payload": jsonb(valid_beta), "derive_title": False})  # fmt: skip
+        tx.one(
+            "job_insert",
+            {
+                "tenant_id": beta,
+                "document_id": None,
+                "kind": "delete-tenant",
+                "payload": jsonb(valid_beta),
+                "derive_title": False,
+            },
+        )
     _rows(db, "UPDATE tenants SET status = 'deleting' WHERE id = %(t)s RETURNING id", {"t": acme})
     base = signing.delete_request(secret, acme, "acme", "delete")
     cases = _tampered(base)
     six_min = datetime.datetime.now(datetime.UTC) - datetime.timedelta(minutes=6)
-    cases["issued 6 minutes ago"] = signing.delete_request(secret, acme, "acme", "delete",
-                                                           now=six_min)  # fmt: skip
+    cases["issued 6 minutes ago"] = signing.delete_request(
+        secret, acme, "acme", "delete", now=six_min
+    )
     replay = signing.delete_request(secret, acme, "acme", "delete")
     cases["replayed nonce"] = replay
-    cases["another tenant's signed request"] = signing.delete_request(secret, beta, "beta",
-                                                                      "delete")  # fmt: skip
-    cases["request naming another tenant"] = signing.delete_request(secret, acme, "beta",
-                                                                     "delete")  # fmt: skip
+    cases["another tenant's signed request"] = signing.delete_request(
+        secret, beta, "beta", "delete"
+    )
+    cases["request naming another tenant"] = signing.delete_request(secret, acme, "beta", "delete")
     with db.transaction() as tx:
-        tx.raw("INSERT INTO tenant_delete_nonces (nonce, job_id, tenant_id, tenant_name, action)"
-               " VALUES (%(n)s, 424242, %(t)s, 'acme', 'delete')",
-               {"n": replay["nonce"], "t": acme})  # fmt: skip
-        ids = {name: tx.one("job_insert", {"tenant_id": acme, "document_id": None,
-                                           "kind": "delete-tenant", "payload": jsonb(p),
-                                           "derive_title": False})["id"]  # type: ignore[index]
-               for name, p in cases.items()}  # fmt: skip
+        tx.raw(
+            "INSERT INTO tenant_delete_nonces (nonce, job_id, tenant_id, tenant_name, action)"
+            " VALUES (%(n)s, 424242, %(t)s, 'acme', 'delete')",
+            {"n": replay["nonce"], "t": acme},
+        )
+        ids = {
+            name: tx.one(
+                "job_insert",
+                {
+                    "tenant_id": acme,
+                    "document_id": None,
+                    "kind": "delete-tenant",
+                    "payload": jsonb(p),
+                    "derive_title": False,
+                },
+            )["id"]  # type: ignore[index]
+            for name, p in cases.items()
+        }
     _drain(life, db)
 
-    jobs = {r["id"]: r for r in _rows(db, "SELECT * FROM processing_jobs "
-                                          "WHERE kind = 'delete-tenant'")}  # fmt: skip
+    jobs = {
+        r["id"]: r for r in _rows(db, "SELECT * FROM processing_jobs WHERE kind = 'delete-tenant'")
+    }
     expect = {
-        "forged signature": "signature does not match", "tenant_name": "signature",
-        "action": "signature", "remove_tenant": "remove_tenant=False does not go with",
-        "nonce": "signature", "issued_at": "signature", "final_status": "signature",
+        "forged signature": "signature does not match",
+        "tenant_name": "signature",
+        "action": "signature",
+        "remove_tenant": "remove_tenant=False does not go with",
+        "nonce": "signature",
+        "issued_at": "signature",
+        "final_status": "signature",
         "issued 6 minutes ago": "s ago (at most 300 s)",
         "replayed nonce": "already used by job 424242",
         "another tenant's signed request": "signature does not match",
@@ -194,18 +253,29 @@ def test_delete_refusals_delete_nothing(life: Env, db: Database) -> None:
     assert "deleting" in beta_job["error_message"]
     # Nothing deleted: the archived file, the rows, the directories.
     assert archived.is_file()
-    assert _rows(db, "SELECT count(*) AS n FROM documents WHERE tenant_id = %(t)s",
-                 {"t": acme})[0]["n"] == 1  # fmt: skip
+    assert (
+        _rows(db, "SELECT count(*) AS n FROM documents WHERE tenant_id = %(t)s", {"t": acme})[0][
+            "n"
+        ]
+        == 1
+    )
     assert _tenant_id(db, "acme") == acme and _tenant_id(db, "beta") == beta
     assert _rows(db, "SELECT count(*) AS n FROM tenant_delete_nonces")[0]["n"] == 1
 
 
 def _archive_hashes(env: Env, db: Database, tenant: str) -> dict[str, str]:
-    rows = _rows(db, "SELECT d.archive_path FROM documents d JOIN tenants t ON t.id = d.tenant_id"
-                     " WHERE t.name = %(n)s", {"n": tenant})  # fmt: skip
-    return {r["archive_path"]: hashlib.sha256(
-        (env.config.paths.archive_dir / r["archive_path"]).read_bytes()).hexdigest()
-        for r in rows}  # fmt: skip
+    rows = _rows(
+        db,
+        "SELECT d.archive_path FROM documents d JOIN tenants t ON t.id = d.tenant_id"
+        " WHERE t.name = %(n)s",
+        {"n": tenant},
+    )
+    return {
+        r["archive_path"]: hashlib.sha256(
+            (env.config.paths.archive_dir / r["archive_path"]).read_bytes()
+        ).hexdigest()
+        for r in rows
+    }
 
 
 def test_valid_delete_removes_everything_of_the_tenant_only(life: Env, db: Database) -> None:
@@ -261,8 +331,10 @@ def test_valid_delete_removes_everything_of_the_tenant_only(life: Env, db: Datab
     after = _archive_hashes(life, db, "beta")
     assert {k: v for k, v in after.items() if k in before} == before
     assert len(after) == len(before) + 6
-    assert _rows(db, "SELECT count(*) AS n FROM documents WHERE processing_status <> 'done'"
-                 )[0]["n"] == 0  # fmt: skip
+    assert (
+        _rows(db, "SELECT count(*) AS n FROM documents WHERE processing_status <> 'done'")[0]["n"]
+        == 0
+    )
     spool_q.joinpath("0002-beta.json").unlink()
     verify = run_cli(life, "verify")
     assert verify.returncode == 0, verify.stdout + verify.stderr
@@ -276,8 +348,9 @@ class _DeleteBeforeStaging(LocalArchive):
         super().__init__(root)
         self.delete = delete
 
-    def stage(self, tenant: str, src_fd: int, *, max_bytes: int,
-              when: datetime.datetime) -> StagedFile:  # fmt: skip
+    def stage(
+        self, tenant: str, src_fd: int, *, max_bytes: int, when: datetime.datetime
+    ) -> StagedFile:
         self.delete()
         return super().stage(tenant, src_fd, max_bytes=max_bytes, when=when)
 
@@ -299,8 +372,12 @@ def test_intake_racing_a_delete_archives_nothing_for_the_tenant(
             _drain(life, db)
 
     archive = _DeleteBeforeStaging(life.config.paths.archive_dir, delete)
-    intake = Intake(life.config.intake, db, archive,
-                    title_rules=TitleRules(life.config.titles.placeholder_patterns))  # fmt: skip
+    intake = Intake(
+        life.config.intake,
+        db,
+        archive,
+        title_rules=TitleRules(life.config.titles.placeholder_patterns),
+    )
     src = write(life.root / "in" / "late.pdf", pdf_bytes("Rechnung late", seed=99))
     with pytest.raises(TenantNotFound if wiped else TenantNotActive):
         intake.ingest(IntakeItem(path=src, tenant="acme"))
@@ -325,7 +402,8 @@ def test_reset_to_active_leaves_an_empty_tenant_that_ingests(life: Env, db: Data
     _cli_ok(life, "tenant", "reset", "acme", "--confirm", "acme", "--final-status", "active")
     _drain(life, db)
     assert _rows(db, "SELECT status FROM tenants WHERE id = %(t)s", {"t": acme}) == [
-        {"status": "active"}]  # fmt: skip
+        {"status": "active"}
+    ]
     for table in ("documents", "document_content", "tags", "tenant_members"):
         n = _rows(db, f"SELECT count(*) AS n FROM {table} WHERE tenant_id = %(t)s", {"t": acme})
         assert n[0]["n"] == 0, table
@@ -334,7 +412,8 @@ def test_reset_to_active_leaves_an_empty_tenant_that_ingests(life: Env, db: Data
     doc = _ingest(life, db, "acme", 1)  # the same file again: not a duplicate any more
     _drain(life, db)
     assert _rows(db, "SELECT processing_status FROM documents WHERE id = %(d)s", {"d": doc}) == [
-        {"processing_status": "done"}]  # fmt: skip
+        {"processing_status": "done"}
+    ]
 
 
 def _purge(env: Env, db: Database, doc: int) -> dict[str, Any]:
@@ -343,8 +422,9 @@ def _purge(env: Env, db: Database, doc: int) -> dict[str, Any]:
     _cli_ok(env, "document", "trash", "--tenant", "acme", str(doc))
     _cli_ok(env, "document", "purge", "--tenant", "acme", str(doc))
     _drain(env, db)
-    jobs = _rows(db, "SELECT * FROM processing_jobs WHERE kind = 'purge-document' "
-                     "ORDER BY id DESC LIMIT 1")  # fmt: skip
+    jobs = _rows(
+        db, "SELECT * FROM processing_jobs WHERE kind = 'purge-document' ORDER BY id DESC LIMIT 1"
+    )
     return jobs[0] if jobs else {}
 
 
@@ -373,13 +453,17 @@ def test_purge_respects_retention_and_shared_originals(make_env: Any, db: Databa
     # A second document on the same archived file (as a copy restored from a backup
     # would be): purging the first keeps the original.
     with db.transaction() as tx:
-        tx.raw("INSERT INTO documents (tenant_id, sha256, size_bytes, mime_type, extension, "
-               "original_filename, source, archive_path, title) SELECT tenant_id, "
-               "repeat('e', 64), size_bytes, mime_type, extension, 'copy.pdf', 'cli', "
-               "archive_path, 'copy' FROM documents WHERE id = %(d)s", {"d": doc})  # fmt: skip
+        tx.raw(
+            "INSERT INTO documents (tenant_id, sha256, size_bytes, mime_type, extension, "
+            "original_filename, source, archive_path, title) SELECT tenant_id, "
+            "repeat('e', 64), size_bytes, mime_type, extension, 'copy.pdf', 'cli', "
+            "archive_path, 'copy' FROM documents WHERE id = %(d)s",
+            {"d": doc},
+        )
     assert _purge(env, db, doc) == {}
     assert _rows(db, "SELECT count(*) AS n FROM documents WHERE id = %(d)s", {"d": doc}) == [
-        {"n": 0}]  # fmt: skip
+        {"n": 0}
+    ]
     assert archived.is_file() and not derived.exists()
     assert _rows(db, "SELECT count(*) AS n FROM document_content")[0]["n"] == 0
 

@@ -50,8 +50,9 @@ def hot_env(make_env: Any, tmp_path: Path, tenant: str) -> Iterator[Any]:
         entry |= watch or {}
         env: Env = make_env(watch=[entry], hotfolders={**FAST, **(hotfolders or {})})
         db = Database(env.db_url, max_size=4).open()
-        hot = cls(env.config, make_intake(env.config, db),
-                  events=EventLog(db, env.config.paths.state_dir))  # as the daemon has them
+        hot = cls(
+            env.config, make_intake(env.config, db), events=EventLog(db, env.config.paths.state_dir)
+        )  # as the daemon has them
         hot._test_db = db  # type: ignore[attr-defined]
         if start:
             hot.start()
@@ -158,9 +159,17 @@ def test_temp_and_system_names_are_never_ingested(hot_env: Any, db: Database) ->
     """Dotfiles, Office locks, browser/WinSCP temp files, Thumbs.db, @eaDir stay untouched."""
     _env, hot, folder = hot_env()
     names = [
-        ".DS_Store", "._scan.pdf", "~$brief.pdf", "x.pdf.filepart", "y.pdf.crdownload",
-        "z.pdf.tmp", "Thumbs.db", "@eaDir/scan.pdf", ".stfolder/a.pdf", "w.PDF.PART",
-    ]  # fmt: skip
+        ".DS_Store",
+        "._scan.pdf",
+        "~$brief.pdf",
+        "x.pdf.filepart",
+        "y.pdf.crdownload",
+        "z.pdf.tmp",
+        "Thumbs.db",
+        "@eaDir/scan.pdf",
+        ".stfolder/a.pdf",
+        "w.PDF.PART",
+    ]
     for i, name in enumerate(names):
         write(folder / name, pdf_bytes(seed=400 + i))
     write(folder / "real.pdf", pdf_bytes(seed=499))
@@ -193,10 +202,15 @@ def test_bad_files_go_to_failed_with_a_reason(hot_env: Any, db: Database, tmp_pa
     assert outside.read_bytes() == pdf_bytes(seed=500)  # the target is untouched
     assert not any(folder.iterdir())
     with db.transaction() as tx:
-        events = tx.raw("SELECT tenant, detail, trace_id FROM operator_events "
-                        "WHERE type = 'file.quarantined'")  # fmt: skip
+        events = tx.raw(
+            "SELECT tenant, detail, trace_id FROM operator_events WHERE type = 'file.quarantined'"
+        )
     assert sorted(e["detail"]["reason"] for e in events) == [
-        "bad_type", "not_regular", "symlink", "symlink"]  # fmt: skip
+        "bad_type",
+        "not_regular",
+        "symlink",
+        "symlink",
+    ]
     assert all(e["tenant"] == "acme" and e["trace_id"] for e in events)
     # The daemon keeps serving: a good file afterwards is ingested.
     write(folder / "good.pdf", pdf_bytes(seed=501))

@@ -24,8 +24,12 @@ from tests.fixtures.files import pdf_bytes, write
 
 # rescan_interval is an hour: only the folder check (or a reload) can find what the
 # observer cannot see.
-FAST = {"stable_seconds": 0.3, "rescan_interval": 3600, "folder_check_interval": 0.3,
-        "retry_max_delay": 1}  # fmt: skip
+FAST = {
+    "stable_seconds": 0.3,
+    "rescan_interval": 3600,
+    "folder_check_interval": 0.3,
+    "retry_max_delay": 1,
+}
 
 
 def _count(db: Database) -> int:
@@ -54,8 +58,9 @@ def hot_env(make_env: Any, tmp_path: Path, tenant: str) -> Iterator[Any]:
         entry = {"path": str(folder), "tenant": tenant, "failed": str(tmp_path / "failed")}
         env: Env = make_env(watch=[entry], hotfolders={**FAST, **(hotfolders or {})})
         db = Database(env.db_url, max_size=6).open()
-        hot = HotFolders(env.config, make_intake(env.config, db),
-                         events=EventLog(db, env.config.paths.state_dir))  # as the daemon has
+        hot = HotFolders(
+            env.config, make_intake(env.config, db), events=EventLog(db, env.config.paths.state_dir)
+        )  # as the daemon has
         started.append((hot, db))
         hot.start()
         return env, hot, folder
@@ -88,10 +93,14 @@ def test_recreated_folder_is_rearmed_and_scanned_without_rescan(
     assert gone["folder"] == back["folder"] == str(folder)
     assert gone["tenant"] == back["tenant"] == tenant
     with db.transaction() as tx:
-        events = tx.raw("SELECT type, tenant, detail FROM operator_events "
-                        "WHERE type LIKE 'folder.%' ORDER BY id")  # fmt: skip
+        events = tx.raw(
+            "SELECT type, tenant, detail FROM operator_events "
+            "WHERE type LIKE 'folder.%' ORDER BY id"
+        )
     assert [(e["type"], e["tenant"], e["detail"]["folder"]) for e in events] == [
-        ("folder.gone", tenant, str(folder)), ("folder.back", tenant, str(folder))]  # fmt: skip
+        ("folder.gone", tenant, str(folder)),
+        ("folder.back", tenant, str(folder)),
+    ]
 
 
 def test_removed_folder_is_logged_once_and_served_when_back(
@@ -107,8 +116,7 @@ def test_removed_folder_is_logged_once_and_served_when_back(
         wait_until(lambda: hot.stats["folder_checks"] >= checks + 5, timeout=30)
         assert not folder.exists()  # an unmounted share must not fill the local disk
         [gone] = _events(logs, "watch.folder_gone")
-        assert (gone["folder"], gone["tenant"], gone["reason"]) == (str(folder), tenant,
-                                                                    "removed")  # fmt: skip
+        assert (gone["folder"], gone["tenant"], gone["reason"]) == (str(folder), tenant, "removed")
         folder.mkdir()
         wait_until(lambda: _events(logs, "watch.folder_back"), timeout=30)
         write(folder / "after.pdf", pdf_bytes(seed=4))
@@ -140,8 +148,9 @@ def bind_mount() -> Iterator[Any]:
     mounted: list[Path] = []
 
     def do(src: Path, dst: Path) -> None:
-        proc = subprocess.run(["mount", "--bind", str(src), str(dst)], capture_output=True,
-                              text=True)  # fmt: skip
+        proc = subprocess.run(
+            ["mount", "--bind", str(src), str(dst)], capture_output=True, text=True
+        )
         if proc.returncode != 0:
             pytest.skip(f"cannot bind-mount here: {proc.stderr.strip()}")
         mounted.append(dst)
@@ -171,8 +180,7 @@ def test_bind_mount_over_folder_and_unmount_are_detected_and_served(
         wait_until(lambda: len(_events(logs, "watch.folder_back")) == 2, timeout=30)
         write(folder / "after-unmount.pdf", pdf_bytes(seed=9))
         wait_until(lambda: _count(db) == 4, timeout=60)
-    assert _names(db) == ["after-unmount.pdf", "dropped-on-share.pdf", "on-share.pdf",
-                          "under.pdf"]  # fmt: skip
+    assert _names(db) == ["after-unmount.pdf", "dropped-on-share.pdf", "on-share.pdf", "under.pdf"]
     assert [e["reason"] for e in _events(logs, "watch.folder_gone")] == ["replaced"] * 2
 
 

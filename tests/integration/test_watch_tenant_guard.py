@@ -66,8 +66,10 @@ def make_hot(make_env: Any, tmp_path: Path, db: Database) -> Iterator[Callable[.
 
 def set_status(db: Database, tenant: str, status: str) -> None:
     with db.transaction() as tx:
-        tx.raw("UPDATE tenants SET status = %(s)s, updated_at = now() WHERE name = %(t)s",
-               {"s": status, "t": tenant})  # fmt: skip
+        tx.raw(
+            "UPDATE tenants SET status = %(s)s, updated_at = now() WHERE name = %(t)s",
+            {"s": status, "t": tenant},
+        )
 
 
 def count_documents(db: Database) -> int:
@@ -88,7 +90,10 @@ def test_suspended_tenant_file_stays_reported_once_then_ingested(
     [report] = hot.reports()
     assert report["level"] == "warning"
     assert (report["tenant"], report["status"], report["reason"]) == (
-        "acme", "suspended", "tenant_suspended")  # fmt: skip
+        "acme",
+        "suspended",
+        "tenant_suspended",
+    )
     assert (report["filename"], report["path"]) == ("waiting.pdf", str(src))
     set_status(db, tenant, "active")
     wait_until(lambda: count_documents(db) == 1, timeout=30)
@@ -110,7 +115,9 @@ def test_status_change_is_reported_again(
     at = hot.attempts(src)
     wait_until(lambda: hot.attempts(src) >= at + 2)
     assert [(r["status"], r["reason"]) for r in hot.reports()] == [
-        ("suspended", "tenant_suspended"), ("deleting", "tenant_deleting")]  # fmt: skip
+        ("suspended", "tenant_suspended"),
+        ("deleting", "tenant_deleting"),
+    ]
     assert src.exists() and count_documents(db) == 0
 
 
@@ -136,5 +143,8 @@ def test_file_for_a_tenant_that_does_not_exist_stays(
     wait_until(lambda: hot.attempts(src) >= 2)
     [report] = hot.reports()
     assert (report["tenant"], report["status"], report["reason"]) == (
-        "ghost", "missing", "tenant_unknown")  # fmt: skip
+        "ghost",
+        "missing",
+        "tenant_unknown",
+    )
     assert src.exists() and count_documents(db) == 0

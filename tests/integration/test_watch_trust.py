@@ -27,8 +27,13 @@ class CountingIntake(Intake):
     """The real intake, counting how often each file is handed to it."""
 
     def __init__(self, inner: Intake) -> None:
-        super().__init__(inner.config, inner.db, inner.archive, title_rules=inner.rules,
-                         protected=inner.protected)  # fmt: skip
+        super().__init__(
+            inner.config,
+            inner.db,
+            inner.archive,
+            title_rules=inner.rules,
+            protected=inner.protected,
+        )
         self.calls: dict[str, int] = {}
 
     def ingest(self, item: IntakeItem, **kw: Any) -> IntakeResult:
@@ -55,7 +60,7 @@ def _retried(tenant: str, cause: str) -> float:
 
 @pytest.mark.parametrize("done_elsewhere", [False, True], ids=["delete", "done-on-other-fs"])
 def test_committed_file_that_cannot_leave_is_taken_once_and_copied_never(
-    make_env: Any, db: Database, tenant: str, tmp_path: Path, done_elsewhere: bool,
+    make_env: Any, db: Database, tenant: str, tmp_path: Path, done_elsewhere: bool
 ) -> None:
     """A file in a sub-folder ingestd cannot remove from: one document, never handed to
     intake again over many rescans, no copies in done/, one log line naming the folder's
@@ -64,8 +69,11 @@ def test_committed_file_that_cannot_leave_is_taken_once_and_copied_never(
     sub.mkdir(parents=True)
     with contextlib.ExitStack() as stack:
         logs = stack.enter_context(capture_logs())
-        watch: dict[str, Any] = {"path": str(folder), "tenant": tenant,
-                                 "failed": str(tmp_path / "failed")}  # fmt: skip
+        watch: dict[str, Any] = {
+            "path": str(folder),
+            "tenant": tenant,
+            "failed": str(tmp_path / "failed"),
+        }
         done = None
         if done_elsewhere:
             done = stack.enter_context(tmpfs(tmp_path / "done-fs", "8m")) / "done"
@@ -143,8 +151,9 @@ def test_descriptors_exhausted_is_transient_not_a_refusal(
     folder = tmp_path / "hot"
     folder.mkdir()
     failed = tmp_path / "failed"
-    env: Env = make_env(watch=[{"path": str(folder), "tenant": tenant, "failed": str(failed)}],
-                        hotfolders=FAST)  # fmt: skip
+    env: Env = make_env(
+        watch=[{"path": str(folder), "tenant": tenant, "failed": str(failed)}], hotfolders=FAST
+    )
     hot, _intake, hot_db = _hot(env)
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     hog: list[int] = []
@@ -154,8 +163,9 @@ def test_descriptors_exhausted_is_transient_not_a_refusal(
     before = sum(_retried(tenant, c) for c in causes)
     try:
         try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + 64,
-                                                        hard))  # fmt: skip
+            resource.setrlimit(
+                resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + 64, hard)
+            )
             write(folder / "Rechnung.pdf", pdf_bytes(seed=303))  # written before the hog
             while True:
                 hog.append(os.open("/dev/null", os.O_RDONLY))

@@ -218,8 +218,11 @@ def test_check_config_names_a_missing_ocr_language(tmp_path: Path) -> None:
     """An OCR language without its tesseract pack: check-config exits 3 naming the package."""
     cfg = tmp_path / "ocr.toml"
     cfg.write_text('[analysis]\nlanguages = ["deu", "xyz"]\n')
-    proc = subprocess.run([sys.executable, "-m", "ingestd.cli", "check-config", str(cfg)],
-                          capture_output=True, text=True)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-m", "ingestd.cli", "check-config", str(cfg)],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 3
     assert "analysis.languages" in proc.stdout and "tesseract-ocr-xyz" in proc.stdout
 

@@ -28,8 +28,13 @@ def test_true_is_not_a_file_size() -> None:
         "not true/false (got True)"
     ]
     # Sizes, numbers and real booleans still load.
-    cfg = parse_config({"intake": {"max_file_size": "1MiB"}, "worker": {"max_retries": 0},
-                        "analysis": {"rotate_pages": False}})  # fmt: skip
+    cfg = parse_config(
+        {
+            "intake": {"max_file_size": "1MiB"},
+            "worker": {"max_retries": 0},
+            "analysis": {"rotate_pages": False},
+        }
+    )
     assert cfg.intake.max_file_size == 1024 * 1024 and cfg.worker.max_retries == 0
     assert cfg.analysis.rotate_pages is False
 
@@ -72,8 +77,16 @@ def test_a_bool_inside_a_table_names_its_sub_key() -> None:
 
 def test_rule_tables_refuse_bools_as_numbers_too() -> None:
     """Taxonomy and webhook numbers (config_rules models) refuse true/false as well."""
-    taxonomy = [{"tenant": "acme", "kind": "tag", "name": "T", "match": "t",
-                 "algorithm": "fuzzy", "fuzzy_threshold": True}]  # fmt: skip
+    taxonomy = [
+        {
+            "tenant": "acme",
+            "kind": "tag",
+            "name": "T",
+            "match": "t",
+            "algorithm": "fuzzy",
+            "fuzzy_threshold": True,
+        }
+    ]
     [problem] = _problems({"taxonomy": taxonomy})
     assert problem.startswith("taxonomy[0].fuzzy_threshold: must be an integer, not true/false")
     hook = {**WORKFLOW, "then": {"webhook": {**HOOK, "timeout": True}}}

@@ -16,11 +16,19 @@ DASHBOARD = Path(__file__).parents[2] / "packaging" / "grafana" / "ingestd-dashb
 
 def _exported() -> set[str]:
     # A labelled metric without children has no samples yet: derive its sample names.
-    suffixes = {"counter": ["_total"], "histogram": ["_bucket", "_count", "_sum"],
-                "gauge": [""], "info": ["_info"]}  # fmt: skip
+    suffixes = {
+        "counter": ["_total"],
+        "histogram": ["_bucket", "_count", "_sum"],
+        "gauge": [""],
+        "info": ["_info"],
+    }
     # Collected at scrape time (queue from Postgres, spool and verify, health checks).
-    families = [*QueueCollector.families(), *DaemonCollector.families(),
-                *HealthCollector.families(), *REGISTRY.collect()]  # fmt: skip
+    families = [
+        *QueueCollector.families(),
+        *DaemonCollector.families(),
+        *HealthCollector.families(),
+        *REGISTRY.collect(),
+    ]
     names = set()
     for metric in families:
         names.update(metric.name + s for s in suffixes.get(metric.type, [""]))
@@ -40,8 +48,13 @@ def test_dashboard_shows_health_spool_failures_and_verify() -> None:
     """Panels for readiness/health, the spool backlog, jobs failed and the last verify."""
     dash = json.loads(DASHBOARD.read_text())
     exprs = " ".join(t["expr"] for p in dash["panels"] for t in p["targets"])
-    for name in ("ingestd_health_check_ok", "ingestd_spool_pending_uploads",
-                 "ingestd_spool_pending_bytes", "ingestd_jobs_failed_total",
-                 "ingestd_verify_last_run_timestamp_seconds", "ingestd_verify_last_problems"):
+    for name in (
+        "ingestd_health_check_ok",
+        "ingestd_spool_pending_uploads",
+        "ingestd_spool_pending_bytes",
+        "ingestd_jobs_failed_total",
+        "ingestd_verify_last_run_timestamp_seconds",
+        "ingestd_verify_last_problems",
+    ):
         assert name in exprs, name
     assert "failed_last_hour" not in exprs  # a window is not a state

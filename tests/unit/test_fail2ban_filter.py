@@ -59,12 +59,21 @@ def server_lines(tmp_path: Path) -> Iterator[list[str]]:
     stream = io.StringIO()
     log.configure("info", "json", stream=stream)
     try:
-        config = parse_config({
-            "paths": {"state_dir": str(tmp_path / "state"), "spool": str(tmp_path / "spool")},
-            "sftp": {"bans": {"threshold": 3}, "accounts": [
-                {"username": "scan1", "tenant": "acme",
-                 "password_hash": hash_password("right", rounds=4)}]},
-        })  # fmt: skip
+        config = parse_config(
+            {
+                "paths": {"state_dir": str(tmp_path / "state"), "spool": str(tmp_path / "spool")},
+                "sftp": {
+                    "bans": {"threshold": 3},
+                    "accounts": [
+                        {
+                            "username": "scan1",
+                            "tenant": "acme",
+                            "password_hash": hash_password("right", rounds=4),
+                        }
+                    ],
+                },
+            }
+        )
         bans = BanList(config.sftp.bans, None)
         server = SftpServer(config, Spool(tmp_path / "spool", []), [], bans)
 
@@ -96,8 +105,7 @@ def test_filter_matches_failed_logins(server_lines: list[str]) -> None:
     events = _by_event(server_lines)
     failed = events["sftp.auth_failed"]
     assert len(failed) == 4
-    assert [_host(line) for line in failed] == [
-        json.loads(line)["remote_ip"] for line in failed]  # fmt: skip
+    assert [_host(line) for line in failed] == [json.loads(line)["remote_ip"] for line in failed]
     assert {_host(line) for line in failed} == {"192.0.2.7", "2001:db8::5", "192.0.2.8"}
 
 

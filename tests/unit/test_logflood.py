@@ -15,11 +15,17 @@ def test_a_flood_is_a_few_lines_and_one_summary() -> None:
     with capture_logs() as logs:
         gate = FloodGate(get_logger(component="sftp"), interval=0.5, burst=5)
         for i in range(1000):
-            gate.log_event("warning", "sftp.handshake_failed", "127.0.0.9",
-                           remote_ip="127.0.0.9", detail=f"attempt {i}")  # fmt: skip
+            gate.log_event(
+                "warning",
+                "sftp.handshake_failed",
+                "127.0.0.9",
+                remote_ip="127.0.0.9",
+                detail=f"attempt {i}",
+            )
         gate.log_event("warning", "sftp.handshake_failed", "127.0.0.10", remote_ip="127.0.0.10")
-        wait_until(lambda: any(e["event"] == "sftp.handshake_failed.summary" for e in logs),
-                   timeout=30)  # fmt: skip
+        wait_until(
+            lambda: any(e["event"] == "sftp.handshake_failed.summary" for e in logs), timeout=30
+        )
         gate.close()
     lines = [e for e in logs if e["event"] == "sftp.handshake_failed"]
     assert [e["remote_ip"] for e in lines] == ["127.0.0.9"] * 5 + ["127.0.0.10"]

@@ -61,11 +61,18 @@ def _config(**data: Any) -> Config:
     return parse_config(data)
 
 
-def _event(type_: str, severity: str = "warning", tenant: str | None = "acme",
-           **detail: Any) -> Event:  # fmt: skip
-    return Event(event_id=str(uuid.uuid4()), type=type_, severity=severity, tenant=tenant,
-                 detail=detail, trace_id="t-1", created_at=datetime(2026, 11, 3, 14, 15, 22,
-                                                                   tzinfo=UTC))  # fmt: skip
+def _event(
+    type_: str, severity: str = "warning", tenant: str | None = "acme", **detail: Any
+) -> Event:
+    return Event(
+        event_id=str(uuid.uuid4()),
+        type=type_,
+        severity=severity,
+        tenant=tenant,
+        detail=detail,
+        trace_id="t-1",
+        created_at=datetime(2026, 11, 3, 14, 15, 22, tzinfo=UTC),
+    )
 
 
 def test_readme_example_is_valid() -> None:
@@ -89,7 +96,9 @@ def test_security_and_port_defaults() -> None:
     assert smtp(host="127.0.0.1").security == "none"
     assert smtp(host="::1").security == "none"
     assert (smtp(host="mail.example.org").security, smtp(host="mail.example.org").port) == (
-        "starttls", 25)  # fmt: skip
+        "starttls",
+        25,
+    )
     assert smtp(host="mail.example.org", port=465).security == "tls"
     assert smtp(host="mail.example.org", security="tls").port == 465
     assert smtp(host="localhost", security="starttls").security == "starttls"
@@ -98,8 +107,16 @@ def test_security_and_port_defaults() -> None:
 
 def test_smtp_problems_name_their_keys() -> None:
     """Bad [smtp] values are refused with the key path and the fix."""
-    problems = _problems({"smtp": {"host": "mail.example.org:587", "from_address": "nobody",
-                                   "passwd": "x", "timeout": 0}})  # fmt: skip
+    problems = _problems(
+        {
+            "smtp": {
+                "host": "mail.example.org:587",
+                "from_address": "nobody",
+                "passwd": "x",
+                "timeout": 0,
+            }
+        }
+    )
     text = "\n".join(problems)
     assert "smtp.host: must be a host name or IP address; put the port in smtp.port" in text
     assert "smtp.from_address: 'nobody' is not an e-mail address" in text
@@ -107,8 +124,17 @@ def test_smtp_problems_name_their_keys() -> None:
     assert "smtp.timeout:" in text
     (p,) = _problems({"smtp": {**SMTP, "username": "ingestd"}})
     assert p.startswith("smtp: username and password_file go together")
-    (p,) = _problems({"smtp": {**SMTP, "host": "10.1.2.3", "security": "none",
-                               "username": "u", "password_file": "/etc/pw"}})  # fmt: skip
+    (p,) = _problems(
+        {
+            "smtp": {
+                **SMTP,
+                "host": "10.1.2.3",
+                "security": "none",
+                "username": "u",
+                "password_file": "/etc/pw",
+            }
+        }
+    )
     assert "in clear over the network" in p
     (p,) = _problems({"smtp": {**SMTP, "username": "u", "password_file": "pw"}})
     assert p.startswith("smtp.password_file: must be an absolute path")
@@ -121,25 +147,34 @@ def test_smtp_problems_name_their_keys() -> None:
 def test_notify_problems_name_their_keys() -> None:
     """A sink needs exactly one channel, e-mail needs [smtp], names are unique, globs must
     match a known event type, addresses must be addresses."""
-    problems = _problems({"notify": [
-        {"name": "ok", "webhook": HOOK},
-        {"name": "mail", "email": ["ops@example.org"]},
-        {"name": "ok", "webhook": HOOK},
-    ]})  # fmt: skip
+    problems = _problems(
+        {
+            "notify": [
+                {"name": "ok", "webhook": HOOK},
+                {"name": "mail", "email": ["ops@example.org"]},
+                {"name": "ok", "webhook": HOOK},
+            ]
+        }
+    )
     assert problems == [
         "notify[1]: email needs an [smtp] section (host, from_address)",
         "notify[2].name: 'ok' is used twice (also notify[0]), but a sink is found by its name",
     ]
-    problems = _problems({"smtp": SMTP, "notify": [
-        {"name": "both", "email": ["a@example.org"], "webhook": HOOK},
-        {"name": "none"},
-        {"name": "typo", "webhook": HOOK, "events": ["document.need_attention"]},
-        {"name": "addr", "email": ["ops@example.org", "not an address", "ops@example.org"]},
-        {"name": "sev", "webhook": HOOK, "min_severity": "critical"},
-        {"name": "bad name!", "webhook": HOOK},
-        {"name": "t", "webhook": HOOK, "tenant": "Acme"},
-        {"name": "list", "email": ["a@example.org, b@example.org"]},
-    ]})  # fmt: skip
+    problems = _problems(
+        {
+            "smtp": SMTP,
+            "notify": [
+                {"name": "both", "email": ["a@example.org"], "webhook": HOOK},
+                {"name": "none"},
+                {"name": "typo", "webhook": HOOK, "events": ["document.need_attention"]},
+                {"name": "addr", "email": ["ops@example.org", "not an address", "ops@example.org"]},
+                {"name": "sev", "webhook": HOOK, "min_severity": "critical"},
+                {"name": "bad name!", "webhook": HOOK},
+                {"name": "t", "webhook": HOOK, "tenant": "Acme"},
+                {"name": "list", "email": ["a@example.org, b@example.org"]},
+            ],
+        }
+    )
     text = "\n".join(problems)
     assert "notify[0]: notify sink 'both' needs exactly one of email" in text
     assert "notify[1]: notify sink 'none' needs exactly one of email" in text
@@ -149,17 +184,22 @@ def test_notify_problems_name_their_keys() -> None:
     assert "notify[5].name:" in text
     assert "notify[6].tenant:" in text
     assert "notify[7].email: 'a@example.org, b@example.org': one address per list entry" in text
-    (p,) = _problems({"smtp": SMTP, "notify": [
-        {"name": "dup", "email": ["ops@example.org", "Ops <OPS@example.org>"]}]})  # fmt: skip
+    (p,) = _problems(
+        {
+            "smtp": SMTP,
+            "notify": [{"name": "dup", "email": ["ops@example.org", "Ops <OPS@example.org>"]}],
+        }
+    )
     assert p.startswith("notify[0].email: 'ops@example.org' is listed twice")
 
 
 def test_secret_files_are_listed() -> None:
     """The SMTP password file and webhook secret files, with their key paths."""
     hook = {"url": "https://x.example/h", "secret_file": "/etc/ingestd/hook"}
-    cfg = _config(smtp={**SMTP, "username": "u", "password_file": "/etc/ingestd/smtp"},
-                  notify=[{"name": "m", "email": ["a@example.org"]},
-                          {"name": "h", "webhook": hook}])  # fmt: skip
+    cfg = _config(
+        smtp={**SMTP, "username": "u", "password_file": "/etc/ingestd/smtp"},
+        notify=[{"name": "m", "email": ["a@example.org"]}, {"name": "h", "webhook": hook}],
+    )
     assert secret_files(cfg.smtp, cfg.notify) == [
         ("smtp.password_file", Path("/etc/ingestd/smtp")),
         ("notify[1].webhook.secret_file", Path("/etc/ingestd/hook")),
@@ -190,13 +230,16 @@ def test_password_file_must_be_private(tmp_path: Path) -> None:
 def test_matching_sinks_by_tenant_severity_and_glob() -> None:
     """Global sinks see every tenant and the appliance; tenant sinks only their tenant;
     min_severity and event globs filter."""
-    cfg = _config(smtp=SMTP, notify=[
-        {"name": "all", "email": ["a@example.org"], "min_severity": "info"},
-        {"name": "default", "webhook": HOOK},
-        {"name": "acme", "tenant": "acme", "email": ["b@example.org"], "min_severity": "info"},
-        {"name": "docs", "webhook": HOOK, "events": ["document.*"], "min_severity": "error"},
-        {"name": "bans", "webhook": HOOK, "events": ["sftp.banned", "file.*"]},
-    ])  # fmt: skip
+    cfg = _config(
+        smtp=SMTP,
+        notify=[
+            {"name": "all", "email": ["a@example.org"], "min_severity": "info"},
+            {"name": "default", "webhook": HOOK},
+            {"name": "acme", "tenant": "acme", "email": ["b@example.org"], "min_severity": "info"},
+            {"name": "docs", "webhook": HOOK, "events": ["document.*"], "min_severity": "error"},
+            {"name": "bans", "webhook": HOOK, "events": ["sftp.banned", "file.*"]},
+        ],
+    )
 
     def sinks(type_: str, severity: str, tenant: str | None) -> list[str]:
         return matching_sinks(cfg, {"type": type_, "severity": severity, "tenant": tenant})
@@ -205,48 +248,100 @@ def test_matching_sinks_by_tenant_severity_and_glob() -> None:
     assert sinks("tenant.suspended", "warning", "acme") == ["all", "default", "acme"]
     assert sinks("tenant.suspended", "warning", "other") == ["all", "default"]
     assert sinks("sftp.banned", "warning", None) == ["all", "default", "bans"]
-    assert sinks("document.needs_attention", "error", "acme") == [
-        "all", "default", "acme", "docs"]  # fmt: skip
+    assert sinks("document.needs_attention", "error", "acme") == ["all", "default", "acme", "docs"]
     assert sinks("file.refused", "info", "other") == ["all"]
-    assert matching_sinks(_config(), {"type": "job.failed", "severity": "error",
-                                      "tenant": "acme"}) == []  # fmt: skip
+    assert (
+        matching_sinks(_config(), {"type": "job.failed", "severity": "error", "tenant": "acme"})
+        == []
+    )
 
 
-@pytest.mark.parametrize(("event", "subject"), [
-    (_event("document.needs_attention", "error", job_id=7, kind="analyze-document",
-            document_id=42, attempts=1,
-            error="the PDF is encrypted (password-protected); ingestd cannot OCR it"),
-     "[ingestd] acme: document 42 needs attention: the PDF is encrypted (password-protected); "
-     "ingestd cannot OCR it"),
-    (_event("job.failed", "error", job_id=17, kind="analyze-document", document_id=42,
-            attempts=6, error="OcrError: tesseract crashed\n  at worker/ocr.py:10 in run"),
-     "[ingestd] acme: job 17 (analyze-document) of document 42 failed after 6 attempts: "
-     "OcrError: tesseract crashed"),
-    (_event("delivery.failed", "error", job_id=18, kind="deliver-webhook", document_id=42,
-            attempts=13, error="webhook https://erp.example.com/hooks: HTTP 503"),
-     "[ingestd] acme: webhook for document 42 not delivered after 13 attempts: "
-     "webhook https://erp.example.com/hooks: HTTP 503"),
-    (_event("tenant.created", "info", status="creating"), "[ingestd] tenant acme created"),
-    (_event("tenant.active", "info", **{"from": "creating", "to": "active"}),
-     "[ingestd] tenant acme is active"),
-    (_event("tenant.active", "info", **{"from": "suspended", "to": "active"}),
-     "[ingestd] tenant acme is active again"),
-    (_event("tenant.suspended", **{"from": "active", "to": "suspended"}),
-     "[ingestd] tenant acme suspended"),
-    (_event("tenant.deleting", **{"from": "suspended", "to": "deleting"}),
-     "[ingestd] tenant acme is being deleted"),
-    (_event("tenant.deleted", status="deleting"), "[ingestd] tenant acme deleted"),
-    (_event("file.quarantined", filename="Scan_0001.pdf", source="sftp:scanner-2og",
-            reason="unsupported type", detail="a Word document, not a scan",
-            moved_to="/var/lib/ingestd/failed/acme/Scan_0001.pdf"),
-     "[ingestd] acme: file Scan_0001.pdf quarantined: unsupported type"),
-    (_event("file.refused", filename="big.tiff", reason="too large"),
-     "[ingestd] acme: file big.tiff refused: too large"),
-    (_event("sftp.banned", tenant=None, remote_ip="203.0.113.9", seconds=1800, ban_count=1),
-     "[ingestd] SFTP: 203.0.113.9 banned for 30 min after failed logins"),
-    (_event("disk.full", "error", tenant=None, error="archive at 99 %"),
-     "[ingestd] disk.full: archive at 99 %"),
-], ids=lambda v: v.type if isinstance(v, Event) else None)  # fmt: skip
+@pytest.mark.parametrize(
+    ("event", "subject"),
+    [
+        (
+            _event(
+                "document.needs_attention",
+                "error",
+                job_id=7,
+                kind="analyze-document",
+                document_id=42,
+                attempts=1,
+                error="the PDF is encrypted (password-protected); ingestd cannot OCR it",
+            ),
+            "[ingestd] acme: document 42 needs attention: the PDF is encrypted "
+            "(password-protected); ingestd cannot OCR it",
+        ),
+        (
+            _event(
+                "job.failed",
+                "error",
+                job_id=17,
+                kind="analyze-document",
+                document_id=42,
+                attempts=6,
+                error="OcrError: tesseract crashed\n  at worker/ocr.py:10 in run",
+            ),
+            "[ingestd] acme: job 17 (analyze-document) of document 42 failed after 6 attempts: "
+            "OcrError: tesseract crashed",
+        ),
+        (
+            _event(
+                "delivery.failed",
+                "error",
+                job_id=18,
+                kind="deliver-webhook",
+                document_id=42,
+                attempts=13,
+                error="webhook https://erp.example.com/hooks: HTTP 503",
+            ),
+            "[ingestd] acme: webhook for document 42 not delivered after 13 attempts: "
+            "webhook https://erp.example.com/hooks: HTTP 503",
+        ),
+        (_event("tenant.created", "info", status="creating"), "[ingestd] tenant acme created"),
+        (
+            _event("tenant.active", "info", **{"from": "creating", "to": "active"}),
+            "[ingestd] tenant acme is active",
+        ),
+        (
+            _event("tenant.active", "info", **{"from": "suspended", "to": "active"}),
+            "[ingestd] tenant acme is active again",
+        ),
+        (
+            _event("tenant.suspended", **{"from": "active", "to": "suspended"}),
+            "[ingestd] tenant acme suspended",
+        ),
+        (
+            _event("tenant.deleting", **{"from": "suspended", "to": "deleting"}),
+            "[ingestd] tenant acme is being deleted",
+        ),
+        (_event("tenant.deleted", status="deleting"), "[ingestd] tenant acme deleted"),
+        (
+            _event(
+                "file.quarantined",
+                filename="Scan_0001.pdf",
+                source="sftp:scanner-2og",
+                reason="unsupported type",
+                detail="a Word document, not a scan",
+                moved_to="/var/lib/ingestd/failed/acme/Scan_0001.pdf",
+            ),
+            "[ingestd] acme: file Scan_0001.pdf quarantined: unsupported type",
+        ),
+        (
+            _event("file.refused", filename="big.tiff", reason="too large"),
+            "[ingestd] acme: file big.tiff refused: too large",
+        ),
+        (
+            _event("sftp.banned", tenant=None, remote_ip="203.0.113.9", seconds=1800, ban_count=1),
+            "[ingestd] SFTP: 203.0.113.9 banned for 30 min after failed logins",
+        ),
+        (
+            _event("disk.full", "error", tenant=None, error="archive at 99 %"),
+            "[ingestd] disk.full: archive at 99 %",
+        ),
+    ],
+    ids=lambda v: v.type if isinstance(v, Event) else None,
+)
 def test_subjects(event: Event, subject: str) -> None:
     """Each event type has a subject that says what happened, to what, and why."""
     assert render(event).subject == subject
@@ -264,8 +359,15 @@ def test_body_has_context_details_and_next_steps() -> None:
     cfg = _config(smtp=SMTP, notify=[{"name": "ops", "email": ["ops@example.org"]}])
     assert cfg.smtp is not None
     reason = "the PDF is encrypted " + "x" * 300
-    event = _event("document.needs_attention", "error", job_id=7, kind="analyze-document",
-                   document_id=42, attempts=1, error=reason)  # fmt: skip
+    event = _event(
+        "document.needs_attention",
+        "error",
+        job_id=7,
+        kind="analyze-document",
+        document_id=42,
+        attempts=1,
+        error=reason,
+    )
     rendered = render(event)
     assert len(rendered.subject) <= 200 and rendered.subject.endswith("…")
     body = email_body(event, rendered, cfg.notify[0])

@@ -45,8 +45,11 @@ def _one(problems: list[str], *needles: str) -> str:
 # -- what is allowed ----------------------------------------------------------------------
 def test_the_default_nesting_passes(root: Path) -> None:
     """archive/derived/failed defaults below state_dir, a spool inside it: no problem."""
-    cfg = _config(root, [_hot(root / "hot", done=str(root / "state" / "done"))],
-                  spool=root / "state" / "spool")  # fmt: skip
+    cfg = _config(
+        root,
+        [_hot(root / "hot", done=str(root / "state" / "done"))],
+        spool=root / "state" / "spool",
+    )
     assert cfg.paths.archive_dir == root / "state" / "archive"
     assert filesystem_problems(cfg) == []
 
@@ -155,8 +158,10 @@ def test_state_dir_inside_the_archive_is_the_wrong_way_round(root: Path) -> None
     link.symlink_to(root / "state" / "archive" / "state")
     cfg = _config(root, archive=root / "state" / "archive", state_dir=link)
     problem = _one(filesystem_problems(cfg), "paths.archive", "paths.state_dir")
-    assert problem.startswith(f"paths.archive ({root / 'state' / 'archive'}) contains "
-                              f"paths.state_dir ({link}) through a symlink")  # fmt: skip
+    assert problem.startswith(
+        f"paths.archive ({root / 'state' / 'archive'}) contains "
+        f"paths.state_dir ({link}) through a symlink"
+    )
     assert problem.endswith("(paths.archive may only be a sub-folder of paths.state_dir)")
 
 
@@ -195,8 +200,10 @@ def test_hot_folder_bind_mounted_from_the_archive(root: Path, bind: BindMounts) 
     archive = root / "state" / "archive"
     bind(archive / "acme", root / "hot")
     problem = _one(filesystem_problems(_config(root, [_hot(root / "hot")])), "paths.archive")
-    assert problem.startswith(f"watch[0].path ({root / 'hot'}) is inside paths.archive "
-                              f"({archive}) through a bind mount (on device ")  # fmt: skip
+    assert problem.startswith(
+        f"watch[0].path ({root / 'hot'}) is inside paths.archive "
+        f"({archive}) through a bind mount (on device "
+    )
     assert f"{root / 'hot'} is {archive / 'acme'} and {archive} is {archive})" in problem
 
 
@@ -205,9 +212,11 @@ def test_archive_bind_mounted_below_a_hot_folder(root: Path, bind: BindMounts) -
     archive = root / "state" / "archive"
     bind(archive, root / "hot" / "scans")
     problem = _one(filesystem_problems(_config(root, [_hot(root / "hot")])), "paths.archive")
-    assert problem.startswith(f"watch[0].path ({root / 'hot'}) contains paths.archive "
-                              f"({archive}) through a bind mount ({root / 'hot' / 'scans'} "
-                              f"shows {archive} of device ")  # fmt: skip
+    assert problem.startswith(
+        f"watch[0].path ({root / 'hot'}) contains paths.archive "
+        f"({archive}) through a bind mount ({root / 'hot' / 'scans'} "
+        f"shows {archive} of device "
+    )
 
 
 def test_two_hot_folders_are_one_through_a_bind_mount(root: Path, bind: BindMounts) -> None:
@@ -245,8 +254,9 @@ def test_mount_points_with_spaces_are_read_back(root: Path, bind: BindMounts) ->
 # -- the runtime guard --------------------------------------------------------------------
 @pytest.fixture
 def guard(root: Path) -> ProtectedPaths:
-    return ProtectedPaths.from_config(_config(root, [_hot(root / "hot")],
-                                              spool=root / "state" / "spool"))  # fmt: skip
+    return ProtectedPaths.from_config(
+        _config(root, [_hot(root / "hot")], spool=root / "state" / "spool")
+    )
 
 
 def test_guard_lets_hot_folder_files_go(root: Path, guard: ProtectedPaths) -> None:
@@ -254,9 +264,14 @@ def test_guard_lets_hot_folder_files_go(root: Path, guard: ProtectedPaths) -> No
     guard.check(root / "hot" / "a.pdf", action="remove")
 
 
-@pytest.mark.parametrize(("where", "key"), [("state/archive/acme", "paths.archive"),
-                                             ("state/derived", "paths.derived"),
-                                             ("state", "paths.state_dir")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("where", "key"),
+    [
+        ("state/archive/acme", "paths.archive"),
+        ("state/derived", "paths.derived"),
+        ("state", "paths.state_dir"),
+    ],
+)
 def test_guard_refuses_files_in_protected_folders(
     root: Path, guard: ProtectedPaths, where: str, key: str
 ) -> None:
@@ -303,8 +318,9 @@ def test_guard_protects_an_archive_created_after_start(tmp_path: Path) -> None:
     """An archive that did not exist when the guard was built is protected once it does,
     also when it is created as a symlink to somewhere else."""
     (tmp_path / "elsewhere").mkdir()
-    cfg = parse_config({"paths": {"state_dir": str(tmp_path / "state"),
-                                  "archive": str(tmp_path / "archive")}})  # fmt: skip
+    cfg = parse_config(
+        {"paths": {"state_dir": str(tmp_path / "state"), "archive": str(tmp_path / "archive")}}
+    )
     guard = ProtectedPaths.from_config(cfg)
     (tmp_path / "archive").symlink_to(tmp_path / "elsewhere")
     with pytest.raises(SourceProtected, match=r"inside paths\.archive"):

@@ -17,8 +17,14 @@ def test_quarantined_file_has_its_note_beside_it(tmp_path: Path) -> None:
     src = tmp_path / "hot" / "a" / "Scan.pdf"
     src.parent.mkdir(parents=True)
     src.write_bytes(b"MZ not a pdf")
-    note = quarantine(src, tmp_path / "failed", subdir="a", tenant="acme", reason="bad_type",
-                      detail="content is Windows executable")  # fmt: skip
+    note = quarantine(
+        src,
+        tmp_path / "failed",
+        subdir="a",
+        tenant="acme",
+        reason="bad_type",
+        detail="content is Windows executable",
+    )
     moved = tmp_path / "failed" / "a" / "Scan.pdf"
     assert not src.exists() and moved.read_bytes() == b"MZ not a pdf"
     assert note == Path(f"{moved}{ERROR_SUFFIX}")
@@ -43,9 +49,7 @@ def test_a_note_that_cannot_be_written_leaves_the_file_where_it_was(tmp_path: Pa
         assert list(failed.iterdir()) == []
 
 
-def test_across_filesystems_a_source_that_cannot_be_removed_leaves_no_copy(
-    tmp_path: Path,
-) -> None:
+def test_across_filesystems_a_source_that_cannot_be_removed_leaves_no_copy(tmp_path: Path) -> None:
     """Cross-filesystem quarantine whose source cannot be unlinked (a sub-folder another
     user owns): the copy is taken back, so retries never pile up copies."""
     with tmpfs(tmp_path / "other", "4m") as other:
@@ -56,7 +60,13 @@ def test_across_filesystems_a_source_that_cannot_be_removed_leaves_no_copy(
         with immutable(src_dir):
             for _ in range(3):
                 with pytest.raises(PermissionError):
-                    quarantine(src, other / "failed", subdir="sub", tenant="acme",
-                               reason="bad_type", detail="plain text")  # fmt: skip
+                    quarantine(
+                        src,
+                        other / "failed",
+                        subdir="sub",
+                        tenant="acme",
+                        reason="bad_type",
+                        detail="plain text",
+                    )
             assert src.exists()
             assert [p for p in (other / "failed").rglob("*") if p.is_file()] == []

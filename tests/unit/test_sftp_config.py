@@ -39,10 +39,17 @@ def _one(sftp: dict[str, Any]) -> str:
 
 def test_valid_accounts_parse() -> None:
     """A password account and a key-only account with sources and tags are accepted."""
-    cfg = parse_config({"sftp": {"listen": "[::]:2222", "accounts": [
-        _account(allowed_sources=["10.1.0.0/16", "2001:db8::/32"], tags=["scan"]),
-        {"username": "scan2", "tenant": "acme", "authorized_keys": [_ed25519_line()]},
-    ]}})  # fmt: skip
+    cfg = parse_config(
+        {
+            "sftp": {
+                "listen": "[::]:2222",
+                "accounts": [
+                    _account(allowed_sources=["10.1.0.0/16", "2001:db8::/32"], tags=["scan"]),
+                    {"username": "scan2", "tenant": "acme", "authorized_keys": [_ed25519_line()]},
+                ],
+            }
+        }
+    )
     assert cfg.sftp.address == ("::", 2222)
     assert [a.username for a in cfg.sftp.accounts] == ["scan1", "scan2"]
     assert cfg.sftp.account("scan2") is not None
@@ -74,10 +81,9 @@ def test_bcrypt_hash_with_trailing_newline() -> None:
 
 def test_account_without_credentials() -> None:
     """An account with neither a password hash nor a key is refused, naming the account."""
-    problem = _one({"accounts": [
-        _account(username="ok"),
-        {"username": "nocred", "tenant": "acme"},
-    ]})  # fmt: skip
+    problem = _one(
+        {"accounts": [_account(username="ok"), {"username": "nocred", "tenant": "acme"}]}
+    )
     assert problem.startswith("sftp.accounts[1]")
     assert "'nocred'" in problem and "password_hash" in problem and "authorized_keys" in problem
 
@@ -129,8 +135,10 @@ def test_other_authorized_key_options_are_refused_too(options: str) -> None:
 def test_real_ssh_keygen_key_is_accepted(tmp_path: Path) -> None:
     """A .pub file made by ssh-keygen is a valid authorized_keys line, comment and all."""
     key = tmp_path / "id"
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "scanner 3. OG",
-                    "-f", str(key)], check=True)  # fmt: skip
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "scanner 3. OG", "-f", str(key)],
+        check=True,
+    )
     line = key.with_suffix(".pub").read_text()
     cfg = parse_config({"sftp": {"accounts": [_account(authorized_keys=[line])]}})
     assert cfg.sftp.accounts[0].authorized_keys == [line.strip()]
@@ -139,15 +147,28 @@ def test_real_ssh_keygen_key_is_accepted(tmp_path: Path) -> None:
 def test_duplicate_usernames() -> None:
     """The same username twice is refused, naming the second entry."""
     problems = _problems({"accounts": [_account(), _account(tenant="beta")]})
-    assert any("sftp.accounts[1].username" in p and "'scan1'" in p and "twice" in p
-               for p in problems), problems  # fmt: skip
+    assert any(
+        "sftp.accounts[1].username" in p and "'scan1'" in p and "twice" in p for p in problems
+    ), problems
 
 
 @pytest.mark.parametrize(
     "listen",
-    ["0.0.0.0", "2222",  # noqa: S104 "localhost:2222", "scanner.example:22", "0.0.0.0:65536",
-     "0.0.0.0:-1", "0.0.0.0:ssh", ":2222", "[::]", "::", "[::1]:", "300.0.0.1:22"],
-)  # fmt: skip
+    [
+        "0.0.0.0",  # noqa: S104 - a listen value under test, not a bind
+        "2222",
+        "localhost:2222",
+        "scanner.example:22",
+        "0.0.0.0:65536",
+        "0.0.0.0:-1",
+        "0.0.0.0:ssh",
+        ":2222",
+        "[::]",
+        "::",
+        "[::1]:",
+        "300.0.0.1:22",
+    ],
+)
 def test_bad_listen(listen: str) -> None:
     """listen must be 'IP:port' (IPv6 in brackets); the message names sftp.listen."""
     problem = _one({"listen": listen})
@@ -157,10 +178,14 @@ def test_bad_listen(listen: str) -> None:
 
 @pytest.mark.parametrize(
     ("listen", "address"),
-    [("[::]:2222", ("::", 2222)), ("0.0.0.0:2222", ("0.0.0.0", 2222)),  # noqa: S104
-     ("127.0.0.1:22", ("127.0.0.1", 22)), ("[::1]:2222", ("::1", 2222)),
-     ("[fe80::1]:2222", ("fe80::1", 2222))],
-)  # fmt: skip
+    [
+        ("[::]:2222", ("::", 2222)),
+        ("0.0.0.0:2222", ("0.0.0.0", 2222)),  # noqa: S104
+        ("127.0.0.1:22", ("127.0.0.1", 22)),
+        ("[::1]:2222", ("::1", 2222)),
+        ("[fe80::1]:2222", ("fe80::1", 2222)),
+    ],
+)
 def test_good_listen(listen: str, address: tuple[str, int]) -> None:
     """IPv4 and bracketed IPv6 listen addresses parse to (host, port)."""
     assert parse_config({"sftp": {"listen": listen}}).sftp.address == address
@@ -168,23 +193,31 @@ def test_good_listen(listen: str, address: tuple[str, int]) -> None:
 
 def test_bad_values_are_all_reported_with_paths() -> None:
     """Several problems in one file come back together, each with its own key path."""
-    problems = _problems({
-        "listen": "nowhere",
-        "auth_timeout": 0,
-        "idle_timeout": 1,
-        "max_auth_attempts": 0,
-        "bans": {"threshold": 0, "safelist": ["not-a-net"], "bogus": 1},
-        "accounts": [
-            _account(username="bad name", password_hash="plain"),
-            _account(username="ok", tenant="Not Valid", allowed_sources=["10.0.0.0/33"]),
-        ],
-    })  # fmt: skip
+    problems = _problems(
+        {
+            "listen": "nowhere",
+            "auth_timeout": 0,
+            "idle_timeout": 1,
+            "max_auth_attempts": 0,
+            "bans": {"threshold": 0, "safelist": ["not-a-net"], "bogus": 1},
+            "accounts": [
+                _account(username="bad name", password_hash="plain"),
+                _account(username="ok", tenant="Not Valid", allowed_sources=["10.0.0.0/33"]),
+            ],
+        }
+    )
     keys = {p.split(":", 1)[0] for p in problems}
     assert keys >= {
-        "sftp.listen", "sftp.auth_timeout", "sftp.idle_timeout", "sftp.max_auth_attempts",
-        "sftp.bans.threshold", "sftp.bans.bogus", "sftp.accounts[0].username",
-        "sftp.accounts[0].password_hash", "sftp.accounts[1].tenant",
-    }, problems  # fmt: skip
+        "sftp.listen",
+        "sftp.auth_timeout",
+        "sftp.idle_timeout",
+        "sftp.max_auth_attempts",
+        "sftp.bans.threshold",
+        "sftp.bans.bogus",
+        "sftp.accounts[0].username",
+        "sftp.accounts[0].password_hash",
+        "sftp.accounts[1].tenant",
+    }, problems
     assert any(p.startswith("sftp.bans.safelist[0]") for p in problems), problems
     assert any(p.startswith("sftp.accounts[1].allowed_sources[0]") for p in problems), problems
 

@@ -519,9 +519,12 @@ def test_webhook_delivers_one_signed_post(receiver: Receiver, tmp_path: Path) ->
     assert headers["x-ingestd-event-id"] == "acme:42:wf"
     assert before <= int(headers["x-ingestd-timestamp"]) <= time.time()
     assert verify_signature(
-        b"k3y", headers["x-ingestd-timestamp"], call["body"], headers["x-ingestd-signature"],
+        b"k3y",
+        headers["x-ingestd-timestamp"],
+        call["body"],
+        headers["x-ingestd-signature"],
         max_age=60,
-    )  # fmt: skip
+    )
     assert json.loads(call["body"]) == event
     assert call["body"] == event_body(event)  # sorted keys, compact: reproducible bytes
 

@@ -64,14 +64,22 @@ class Kind:
 
 
 REGISTRY: dict[str, Kind] = {}
-BUILTIN_MODULES = ("worker.jobs.analyze", "worker.jobs.tenants", "worker.jobs.purge",
-                   "worker.jobs.deliveries", "worker.jobs.notify")
+BUILTIN_MODULES = (
+    "worker.jobs.analyze",
+    "worker.jobs.tenants",
+    "worker.jobs.purge",
+    "worker.jobs.deliveries",
+    "worker.jobs.notify",
+)
 
 
 def register(
-    name: str, *, tenant_status: Iterable[str] = ("active",), apply: Applier | None = None,
+    name: str,
+    *,
+    tenant_status: Iterable[str] = ("active",),
+    apply: Applier | None = None,
     failed_event: str | None = "job.failed",
-) -> Callable[[Handler], Handler]:  # fmt: skip
+) -> Callable[[Handler], Handler]:
     if name in RETIRED_KINDS:
         raise ValueError(f"{name!r} is a retired job kind")
 
@@ -92,14 +100,17 @@ def load(plugins: Iterable[str] = ()) -> dict[str, Kind]:
 def refusal(job: Job) -> str | None:
     """Why ``job`` must fail at once without running, or None if it may run."""
     if job.kind in RETIRED_KINDS:
-        return (f"job kind {job.kind!r} is retired (its work runs inside analyze-document); "
-                "not retried")  # fmt: skip
+        return (
+            f"job kind {job.kind!r} is retired (its work runs inside analyze-document); not retried"
+        )
     kind = REGISTRY.get(job.kind)
     if kind is None:
         known = ", ".join(sorted(REGISTRY)) or "none"
         return f"unknown job kind {job.kind!r} (known: {known}); not retried"
     if job.tenant_status not in kind.tenant_status:
         allowed = "/".join(sorted(kind.tenant_status))
-        return (f"tenant {job.tenant!r} is {job.tenant_status}; {job.kind} needs it {allowed}; "
-                "not retried")  # fmt: skip
+        return (
+            f"tenant {job.tenant!r} is {job.tenant_status}; {job.kind} needs it {allowed}; "
+            "not retried"
+        )
     return None

@@ -60,13 +60,14 @@ def apply_analysis(tx: Tx, job: Job, data: dict[str, Any]) -> None:
     ids = {"id": job.document_id, "tenant_id": job.tenant_id}
     title = data.get("title")
     if title:
-        tx.run("document_title_derived",
-               {**ids, "title": title, "title_was": data["title_was"]})  # fmt: skip
+        tx.run("document_title_derived", {**ids, "title": title, "title_was": data["title_was"]})
     if data.get("workflow_title"):
         tx.run("document_title_workflow", {**ids, "title": data["workflow_title"]})
     if "issued_date" in data:  # None: a date analysis set before is taken back
-        tx.run("document_issued_date", {**ids, "issued_date": data["issued_date"],
-                                        "issued_was": data["issued_was"]})  # fmt: skip
+        tx.run(
+            "document_issued_date",
+            {**ids, "issued_date": data["issued_date"], "issued_was": data["issued_was"]},
+        )
     for field, ensure, link in (
         ("correspondent", "correspondent_ensure", "document_correspondent"),
         ("document_type", "document_type_ensure", "document_document_type"),
@@ -79,27 +80,52 @@ def apply_analysis(tx: Tx, job: Job, data: dict[str, Any]) -> None:
         names = sorted(set(data.get(f"{origin}_tags", [])))
         if names:
             tx.run("tags_ensure", {"tenant_id": job.tenant_id, "names": names})
-            tx.run("tags_link", {"tenant_id": job.tenant_id, "document_id": job.document_id,
-                                 "names": names, "origin": origin})  # fmt: skip
+            tx.run(
+                "tags_link",
+                {
+                    "tenant_id": job.tenant_id,
+                    "document_id": job.document_id,
+                    "names": names,
+                    "origin": origin,
+                },
+            )
     for name in data.get("workflows", []):
-        tx.run("workflow_ran", {"document_id": job.document_id, "workflow": name,
-                                "tenant_id": job.tenant_id})  # fmt: skip
+        tx.run(
+            "workflow_ran",
+            {"document_id": job.document_id, "workflow": name, "tenant_id": job.tenant_id},
+        )
     for hook in data.get("webhooks", []):
-        enqueue(tx, tenant_id=job.tenant_id, document_id=job.document_id,
-                kind=JobKind.deliver_webhook, payload=hook, trace=job.trace)  # fmt: skip
+        enqueue(
+            tx,
+            tenant_id=job.tenant_id,
+            document_id=job.document_id,
+            kind=JobKind.deliver_webhook,
+            payload=hook,
+            trace=job.trace,
+        )
     pages: list[str] = data["pages"]
-    tx.run("content_upsert", {
-        "document_id": job.document_id, "tenant_id": job.tenant_id,
-        "page_count": data["page_count"], "pages": pages, "content": "\f".join(pages),
-        "languages": data["languages"], "searchable_pdf": data.get("searchable_pdf"),
-        "thumbnail": data.get("thumbnail"), "engine": data["engine"],
-        "placeholder_title": data["placeholder_title"], "derived_title": data["derived_title"],
-        "derived_issued_date": data["derived_issued_date"],
-    })  # fmt: skip
+    tx.run(
+        "content_upsert",
+        {
+            "document_id": job.document_id,
+            "tenant_id": job.tenant_id,
+            "page_count": data["page_count"],
+            "pages": pages,
+            "content": "\f".join(pages),
+            "languages": data["languages"],
+            "searchable_pdf": data.get("searchable_pdf"),
+            "thumbnail": data.get("thumbnail"),
+            "engine": data["engine"],
+            "placeholder_title": data["placeholder_title"],
+            "derived_title": data["derived_title"],
+            "derived_issued_date": data["derived_issued_date"],
+        },
+    )
 
 
-def _derive_title(doc: dict[str, Any], derive_title: bool, text: str, max_length: int,
-                  data: dict[str, Any]) -> str:  # fmt: skip
+def _derive_title(
+    doc: dict[str, Any], derive_title: bool, text: str, max_length: int, data: dict[str, Any]
+) -> str:
     """The document's title after this analysis; sets data's title fields.
 
     Analysis owns the title while it is the scanner auto-name (``derive_title`` at
@@ -123,8 +149,9 @@ def _derive_title(doc: dict[str, Any], derive_title: bool, text: str, max_length
     return new
 
 
-def _derive_issued_date(doc: dict[str, Any], text: str,
-                        data: dict[str, Any]) -> datetime.date | None:  # fmt: skip
+def _derive_issued_date(
+    doc: dict[str, Any], text: str, data: dict[str, Any]
+) -> datetime.date | None:
     """The issued date after this analysis (DetermineIssuedAt); sets data's date fields.
 
     Read from the text only while the document has none, or has the one analysis read
@@ -163,11 +190,13 @@ def analyze_document(ctx: JobContext) -> None:
     rel_dir = out_dir.relative_to(cfg.paths.derived_dir)
 
     data: dict[str, Any] = {
-        "pages": pages, "page_count": text["page_count"], "engine": text["engine"],
+        "pages": pages,
+        "page_count": text["page_count"],
+        "engine": text["engine"],
         "languages": text["languages"],
         "searchable_pdf": str(rel_dir / text["searchable_pdf"]),
         "thumbnail": str(rel_dir / text["thumbnail"]),
-    }  # fmt: skip
+    }
     title = _derive_title(doc, job.derive_title, full, cfg.analysis.title_max_length, data)
     issued = _derive_issued_date(doc, full, data)
 
@@ -180,28 +209,42 @@ def analyze_document(ctx: JobContext) -> None:
     data["correspondent"], data["document_type"] = matches.correspondent, matches.document_type
 
     facts = DocumentFacts(
-        tenant=job.tenant, document_id=int(doc["id"]), sha256=str(doc["sha256"]),
-        filename=str(doc["original_filename"]), source=str(doc["source"]),
+        tenant=job.tenant,
+        document_id=int(doc["id"]),
+        sha256=str(doc["sha256"]),
+        filename=str(doc["original_filename"]),
+        source=str(doc["source"]),
         subfolder=str(doc["source_subdir"]),
         tags=tuple(sorted({*doc["tags"], *matches.tags})),
-        correspondent=correspondent, document_type=document_type, title=title,
-        issued_date=issued, page_count=int(text["page_count"]),
-    )  # fmt: skip
+        correspondent=correspondent,
+        document_type=document_type,
+        title=title,
+        issued_date=issued,
+        page_count=int(text["page_count"]),
+    )
     redeliver = bool(job.payload.get("redeliver"))
     first = not job.payload.get("reanalysis")
     run_workflows(ctx, facts, set(doc["workflows_run"]), data, send=first, redeliver=redeliver)
     ctx.data = data
-    ctx.result.update(pages=text["page_count"], ocr=text.get("ran", False),
-                      title=data.get("workflow_title") or data.get("title"),
-                      issued_date=issued.isoformat() if issued else None,
-                      tags=sorted({*data["taxonomy_tags"], *data.get("workflow_tags", [])}),
-                      workflows=data.get("workflows", []))  # fmt: skip
+    ctx.result.update(
+        pages=text["page_count"],
+        ocr=text.get("ran", False),
+        title=data.get("workflow_title") or data.get("title"),
+        issued_date=issued.isoformat() if issued else None,
+        tags=sorted({*data["taxonomy_tags"], *data.get("workflow_tags", [])}),
+        workflows=data.get("workflows", []),
+    )
 
 
 def run_workflows(
-    ctx: JobContext, facts: DocumentFacts, already: set[str], data: dict[str, Any], *,
-    send: bool = True, redeliver: bool = False,
-) -> None:  # fmt: skip
+    ctx: JobContext,
+    facts: DocumentFacts,
+    already: set[str],
+    data: dict[str, Any],
+    *,
+    send: bool = True,
+    redeliver: bool = False,
+) -> None:
     """Plan the tenant's workflows and leave their actions to ``apply``: tags, names,
     title, and one deliver-webhook job per webhook to send (``data["webhooks"]``).
 
@@ -220,12 +263,14 @@ def run_workflows(
         facts = apply_step(facts, applied)
         fresh = applied.workflow not in already
         if applied.webhook is not None and ((fresh and send) or redeliver):
-            hooks.append({
-                "workflow": applied.workflow,
-                # The same on every retry and redelivery: receivers drop duplicates by it.
-                "event_id": f"{facts.tenant}:{facts.document_id}:{applied.workflow}",
-                "event": event_payload(facts, applied.workflow),
-            })  # fmt: skip
+            hooks.append(
+                {
+                    "workflow": applied.workflow,
+                    # The same on every retry and redelivery: receivers drop duplicates by it.
+                    "event_id": f"{facts.tenant}:{facts.document_id}:{applied.workflow}",
+                    "event": event_payload(facts, applied.workflow),
+                }
+            )
         if not fresh:
             continue
         tags.extend(applied.add_tags)
@@ -245,23 +290,31 @@ def run_ocr(ctx: JobContext, original: Path, mime_type: str, out_dir: Path) -> d
     a = ctx.config.analysis
     languages = a.languages_for(ctx.job.tenant)
     opts = ocr.OcrOptions(
-        languages=languages, mode=a.mode,
-        rotate_pages=a.rotate_pages, rotate_threshold=a.rotate_threshold, jobs=a.jobs,
+        languages=languages,
+        mode=a.mode,
+        rotate_pages=a.rotate_pages,
+        rotate_threshold=a.rotate_threshold,
+        jobs=a.jobs,
         timeout=a.ocr_timeout,
-        thumbnail_width=a.thumbnail_width, image_dpi=a.image_dpi,
-        max_pages=a.max_pages, max_page_pixels=a.max_page_megapixels * 1_000_000,
+        thumbnail_width=a.thumbnail_width,
+        image_dpi=a.image_dpi,
+        max_pages=a.max_pages,
+        max_page_pixels=a.max_page_megapixels * 1_000_000,
         memory_limit=a.memory_limit_bytes(),
-    )  # fmt: skip
+    )
     try:
         res = ocr.analyze_file(original, mime_type, out_dir, opts)
     except ocr.OcrTimeout as exc:
         if ctx.job.retry_count >= 1:
             # Every further attempt would hold a worker as long again, for nothing.
-            raise NeedsAttention(f"{exc.message}; it timed out again after a retry: the file "
-                                 f"needs more than analysis.ocr_timeout ({a.ocr_timeout:g} s) "
-                                 "allows") from None  # fmt: skip
-        raise OcrRetryOnce(f"{exc.message}; retried once (the machine may have been "
-                           "busy), then it needs attention") from None  # fmt: skip
+            raise NeedsAttention(
+                f"{exc.message}; it timed out again after a retry: the file "
+                f"needs more than analysis.ocr_timeout ({a.ocr_timeout:g} s) "
+                "allows"
+            ) from None
+        raise OcrRetryOnce(
+            f"{exc.message}; retried once (the machine may have been busy), then it needs attention"
+        ) from None
     except ocr.OcrInputError as exc:
         # Encrypted, damaged, unsupported: the file itself. Kept in the archive, and the
         # document says it needs attention, with this reason.
@@ -270,9 +323,15 @@ def run_ocr(ctx: JobContext, original: Path, mime_type: str, out_dir: Path) -> d
         # A missing language pack needs an admin first (then `ingestd jobs retry`), and
         # check-config names it beforehand.
         raise PermanentError(exc.message) from None
-    return {"pages": res.pages, "page_count": res.page_count, "engine": res.engine,
-            "languages": "+".join(languages), "searchable_pdf": res.searchable_pdf,
-            "thumbnail": res.thumbnail, "ran": True}  # fmt: skip
+    return {
+        "pages": res.pages,
+        "page_count": res.page_count,
+        "engine": res.engine,
+        "languages": "+".join(languages),
+        "searchable_pdf": res.searchable_pdf,
+        "thumbnail": res.thumbnail,
+        "ran": True,
+    }
 
 
 class OcrRetryOnce(ocr.OcrError):
@@ -305,8 +364,9 @@ def load_text(out_dir: Path, sha256: str) -> dict[str, Any] | None:
 
 
 def save_text(out_dir: Path, sha256: str, text: dict[str, Any]) -> None:
-    body = json.dumps({**text, "format": TEXT_FORMAT, "sha256": sha256, "ran": None},
-                      ensure_ascii=False).encode()  # fmt: skip
+    body = json.dumps(
+        {**text, "format": TEXT_FORMAT, "sha256": sha256, "ran": None}, ensure_ascii=False
+    ).encode()
     fd, tmp = tempfile.mkstemp(prefix=".text-", suffix=".tmp", dir=out_dir)
     try:
         with os.fdopen(fd, "wb") as f:
@@ -325,8 +385,9 @@ def verify_original(path: Path, doc: dict[str, Any]) -> None:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except FileNotFoundError:
-        raise NeedsAttention(f"archived file {doc['archive_path']} is missing; "
-                             "run `ingestd verify`") from None
+        raise NeedsAttention(
+            f"archived file {doc['archive_path']} is missing; run `ingestd verify`"
+        ) from None
     size = 0
     try:
         while chunk := os.read(fd, CHUNK):

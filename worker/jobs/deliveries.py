@@ -26,18 +26,25 @@ def webhook_of(ctx: JobContext, workflow: str) -> WebhookConfig:
             if rule.then.webhook is None:
                 break
             return rule.then.webhook
-    raise PermanentError(f"workflow {workflow!r} of tenant {ctx.job.tenant!r} has no webhook in "
-                         "the config any more; not delivered")  # fmt: skip
+    raise PermanentError(
+        f"workflow {workflow!r} of tenant {ctx.job.tenant!r} has no webhook in "
+        "the config any more; not delivered"
+    )
 
 
 def apply_delivered(tx: Tx, job: Job, data: dict[str, Any]) -> None:
-    tx.run("workflow_webhook_delivered", {"document_id": job.document_id,
-                                          "workflow": data["workflow"],
-                                          "tenant_id": job.tenant_id})  # fmt: skip
+    tx.run(
+        "workflow_webhook_delivered",
+        {"document_id": job.document_id, "workflow": data["workflow"], "tenant_id": job.tenant_id},
+    )
 
 
-@register(JobKind.deliver_webhook, tenant_status=("active", "suspended"), apply=apply_delivered,
-          failed_event="delivery.failed")  # fmt: skip
+@register(
+    JobKind.deliver_webhook,
+    tenant_status=("active", "suspended"),
+    apply=apply_delivered,
+    failed_event="delivery.failed",
+)
 def deliver_workflow_webhook(ctx: JobContext) -> None:
     payload = ctx.job.payload
     try:
@@ -47,5 +54,4 @@ def deliver_workflow_webhook(ctx: JobContext) -> None:
     webhook = webhook_of(ctx, str(workflow))
     status = deliver_webhook(webhook, dict(event), event_id=str(event_id))
     ctx.data = {"workflow": workflow}
-    ctx.result.update(workflow=workflow, event_id=event_id, status=status,
-                      url=webhook.display_url)  # fmt: skip
+    ctx.result.update(workflow=workflow, event_id=event_id, status=status, url=webhook.display_url)

@@ -31,10 +31,17 @@ def relay(db: Database, config: Config) -> int:
         assert system is not None  # made by migration 0008
         for event in rows:
             for sink in matching_sinks(config, event):
-                enqueue(tx, tenant_id=int(system["id"]), kind=JobKind.notify,
-                        payload={"event_id": str(event["event_id"]), "sink": sink,
-                                 "type": event["type"]},
-                        trace=event["trace_id"])  # fmt: skip
+                enqueue(
+                    tx,
+                    tenant_id=int(system["id"]),
+                    kind=JobKind.notify,
+                    payload={
+                        "event_id": str(event["event_id"]),
+                        "sink": sink,
+                        "type": event["type"],
+                    },
+                    trace=event["trace_id"],
+                )
         tx.run("operator_events_relayed", {"ids": [int(r["id"]) for r in rows]})
     return len(rows)
 
@@ -58,8 +65,9 @@ def notify_event(ctx: JobContext) -> None:
     except KeyError as exc:
         raise PermanentError(f"malformed notify payload: no {exc.args[0]!r}") from None
     except ValueError:
-        raise PermanentError(f"malformed notify payload: event_id {payload['event_id']!r} "
-                             "is not a UUID") from None  # fmt: skip
+        raise PermanentError(
+            f"malformed notify payload: event_id {payload['event_id']!r} is not a UUID"
+        ) from None
     ctx.result.update(event=payload.get("type"), sink=name, event_id=event_id)
     sink = find_sink(ctx.config, name)
     if sink is None:
@@ -72,7 +80,8 @@ def notify_event(ctx: JobContext) -> None:
         return
     event = Event.from_row(row)
     if not sink.wants(event.type, event.severity, event.tenant):
-        ctx.result["note"] = (f"sink {name!r} no longer wants {event.type} ({event.severity}) "
-                              "events; not sent")  # fmt: skip
+        ctx.result["note"] = (
+            f"sink {name!r} no longer wants {event.type} ({event.severity}) events; not sent"
+        )
         return
     ctx.result.update(deliver(ctx.config, sink, event))

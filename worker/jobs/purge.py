@@ -46,8 +46,10 @@ def purge_document(ctx: JobContext) -> None:
     if doc is None:
         raise PermanentError(f"document {doc_id} of tenant {job.tenant} does not exist")
     if doc["trashed_at"] is None:
-        raise PermanentError(f"document {doc_id} is not in the trash; `ingestd document "
-                             "trash` it first; nothing was deleted")  # fmt: skip
+        raise PermanentError(
+            f"document {doc_id} is not in the trash; `ingestd document "
+            "trash` it first; nothing was deleted"
+        )
     years = cfg.retention.years_for(job.tenant)
     until = retention_until(doc["created_at"], years)
     now = datetime.datetime.now(datetime.UTC)
@@ -64,8 +66,13 @@ def purge_document(ctx: JobContext) -> None:
         with contextlib.suppress(FileNotFoundError):  # a retry after the unlink
             os.unlink(path)
             removed += 1
-    ctx.log.warning("document.purged_files", document_id=doc_id, sha256=doc["sha256"],
-                    original=original, files_removed=removed,
-                    retention_until=until.date().isoformat())  # fmt: skip
+    ctx.log.warning(
+        "document.purged_files",
+        document_id=doc_id,
+        sha256=doc["sha256"],
+        original=original,
+        files_removed=removed,
+        retention_until=until.date().isoformat(),
+    )
     ctx.data = {"document_id": doc_id}
     ctx.result.update(original=original, files_removed=removed)

@@ -33,18 +33,36 @@ from worker.queue import Job
 
 # The system capability sets every tenant has (seed 004), by name.
 CAPABILITY_SETS: dict[str, list[str]] = {
-    "owner": ["documents.read", "documents.write", "documents.delete", "tenant.admin",
-              "members.manage", "taxonomy.manage"],
+    "owner": [
+        "documents.read",
+        "documents.write",
+        "documents.delete",
+        "tenant.admin",
+        "members.manage",
+        "taxonomy.manage",
+    ],
     "user": ["documents.read", "documents.write", "taxonomy.use"],
     "readonly": ["documents.read"],
     "webdav": ["documents.read", "documents.write", "webdav.mount"],
-}  # fmt: skip
+}
 MEMBER_SET = "owner"  # the initial members administer their tenant
 # tesseract language -> Postgres text search configuration for the tenant's documents.
-SEARCH_CONFIGS = {"deu": "german", "eng": "english", "fra": "french", "ita": "italian",
-                  "spa": "spanish", "nld": "dutch", "por": "portuguese", "swe": "swedish",
-                  "dan": "danish", "nor": "norwegian", "fin": "finnish", "rus": "russian",
-                  "tur": "turkish", "hun": "hungarian"}  # fmt: skip
+SEARCH_CONFIGS = {
+    "deu": "german",
+    "eng": "english",
+    "fra": "french",
+    "ita": "italian",
+    "spa": "spanish",
+    "nld": "dutch",
+    "por": "portuguese",
+    "swe": "swedish",
+    "dan": "danish",
+    "nor": "norwegian",
+    "fin": "finnish",
+    "rus": "russian",
+    "tur": "turkish",
+    "hun": "hungarian",
+}
 WAIT_FOR_RUNNING = 0.5  # seconds between looks at the tenant's still-running jobs
 RUNNING_WAIT_MAX = 600.0  # then the attempt fails and is retried
 
@@ -67,8 +85,7 @@ def tenant_dirs(config: Config, tenant: str) -> list[Path]:
 def apply_provision(tx: Tx, job: Job, data: dict[str, Any]) -> None:
     ids = {"tenant_id": job.tenant_id}
     tx.run("capability_sets_ensure", {**ids, "sets": jsonb(CAPABILITY_SETS)})
-    tx.run("tenant_members_add", {**ids, "members": data["members"],
-                                  "capability_set": MEMBER_SET})  # fmt: skip
+    tx.run("tenant_members_add", {**ids, "members": data["members"], "capability_set": MEMBER_SET})
     tx.run("tenant_search_ensure", {**ids, "config": data["search_config"]})
     tx.run("tenant_activate_provisioned", ids)
 
@@ -96,12 +113,13 @@ def apply_delete(tx: Tx, job: Job, data: dict[str, Any]) -> None:
         tx.run("tenant_wipe_capabilities", {"tenant_id": job.tenant_id})
         tx.run("tenant_remove", {"tenant_id": job.tenant_id})
     else:  # reset: an empty tenant, ready again (capability sets kept, search recreated)
-        tx.run("capability_sets_ensure", {"tenant_id": job.tenant_id,
-                                          "sets": jsonb(CAPABILITY_SETS)})  # fmt: skip
-        tx.run("tenant_search_ensure", {"tenant_id": job.tenant_id,
-                                        "config": data["search_config"]})  # fmt: skip
-        tx.run("tenant_leave_empty", {"tenant_id": job.tenant_id,
-                                      "status": data["final_status"]})  # fmt: skip
+        tx.run(
+            "capability_sets_ensure", {"tenant_id": job.tenant_id, "sets": jsonb(CAPABILITY_SETS)}
+        )
+        tx.run(
+            "tenant_search_ensure", {"tenant_id": job.tenant_id, "config": data["search_config"]}
+        )
+        tx.run("tenant_leave_empty", {"tenant_id": job.tenant_id, "status": data["final_status"]})
     tx.run("tenant_nonce_finished", {"nonce": data["nonce"]})
 
 
@@ -117,17 +135,29 @@ def delete_tenant(ctx: JobContext) -> None:
         message = getattr(exc, "message", str(exc))
         raise PermanentError(f"delete-tenant refused: {message}; nothing was deleted") from None
     with ctx.db.transaction() as tx:
-        used = tx.one("tenant_nonce_use", {"nonce": request.nonce, "job_id": job.id,
-                                           "tenant_id": job.tenant_id,
-                                           "tenant_name": job.tenant,
-                                           "action": request.action})  # fmt: skip
+        used = tx.one(
+            "tenant_nonce_use",
+            {
+                "nonce": request.nonce,
+                "job_id": job.id,
+                "tenant_id": job.tenant_id,
+                "tenant_name": job.tenant,
+                "action": request.action,
+            },
+        )
     if used is None or int(used["job_id"]) != job.id:
-        raise PermanentError(f"delete-tenant refused: nonce {request.nonce} was already used "
-                             f"by job {used and used['job_id']} (a replayed request); "
-                             "nothing was deleted")  # fmt: skip
-    ctx.log.warning("tenant.delete_verified", action=request.action,
-                    remove_tenant=request.remove_tenant, nonce=request.nonce,
-                    issued_at=request.issued_at.isoformat())  # fmt: skip
+        raise PermanentError(
+            f"delete-tenant refused: nonce {request.nonce} was already used "
+            f"by job {used and used['job_id']} (a replayed request); "
+            "nothing was deleted"
+        )
+    ctx.log.warning(
+        "tenant.delete_verified",
+        action=request.action,
+        remove_tenant=request.remove_tenant,
+        nonce=request.nonce,
+        issued_at=request.issued_at.isoformat(),
+    )
     with ctx.db.transaction() as tx:
         tx.run("tenant_queued_jobs_delete", {"tenant_id": job.tenant_id, "job_id": job.id})
     wait_for_running_jobs(ctx)
@@ -137,9 +167,11 @@ def delete_tenant(ctx: JobContext) -> None:
     removed += remove_spool_entries(cfg.paths.spool, job.tenant)
     first = cfg.analysis.languages_for(job.tenant)[0]
     ctx.data = {
-        "remove_tenant": request.remove_tenant, "final_status": request.final_status,
-        "nonce": request.nonce, "search_config": SEARCH_CONFIGS.get(first, "simple"),
-    }  # fmt: skip
+        "remove_tenant": request.remove_tenant,
+        "final_status": request.final_status,
+        "nonce": request.nonce,
+        "search_config": SEARCH_CONFIGS.get(first, "simple"),
+    }
     final = None if request.remove_tenant else request.final_status
     ctx.result.update(action=request.action, files_removed=removed, final_status=final)
 
@@ -157,8 +189,10 @@ def wait_for_running_jobs(ctx: JobContext) -> None:
         if n == 0:
             return
         if time.monotonic() > deadline:
-            raise TenantJobsRunning(f"{n} job(s) of tenant {ctx.job.tenant} still run after "
-                                    f"{RUNNING_WAIT_MAX:.0f} s; retrying")  # fmt: skip
+            raise TenantJobsRunning(
+                f"{n} job(s) of tenant {ctx.job.tenant} still run after "
+                f"{RUNNING_WAIT_MAX:.0f} s; retrying"
+            )
         time.sleep(WAIT_FOR_RUNNING)
 
 

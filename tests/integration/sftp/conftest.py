@@ -32,11 +32,15 @@ from tests.fixtures.files import pdf_bytes
 
 PASSWORDS = {"scan1": "secret-1", "scan2": "secret-2", "beta1": "secret-3"}
 SSH_OPTS = [
-    "-o", "StrictHostKeyChecking=no",
-    "-o", "UserKnownHostsFile=/dev/null",
-    "-o", "LogLevel=ERROR",
-    "-o", "ConnectTimeout=20",
-]  # fmt: skip
+    "-o",
+    "StrictHostKeyChecking=no",
+    "-o",
+    "UserKnownHostsFile=/dev/null",
+    "-o",
+    "LogLevel=ERROR",
+    "-o",
+    "ConnectTimeout=20",
+]
 
 
 @pytest.fixture(scope="session")
@@ -49,8 +53,9 @@ def password_hashes() -> dict[str, str]:
 def client_key(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """An ed25519 key pair made by ssh-keygen, as a scanner admin would."""
     key = tmp_path_factory.mktemp("clientkey") / "id_ed25519"
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "scanner",
-                    "-f", str(key)], check=True)  # fmt: skip
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "scanner", "-f", str(key)], check=True
+    )
     return key
 
 
@@ -103,8 +108,11 @@ class Rig:
 
     def operator_events(self, type: str) -> list[dict[str, Any]]:
         with self.db.transaction() as tx:
-            return tx.raw("SELECT type, tenant, detail, trace_id FROM operator_events "
-                          "WHERE type = %(t)s ORDER BY id", {"t": type})  # fmt: skip
+            return tx.raw(
+                "SELECT type, tenant, detail, trace_id FROM operator_events "
+                "WHERE type = %(t)s ORDER BY id",
+                {"t": type},
+            )
 
     def failed_notes(self) -> list[Path]:
         return sorted((self.config.paths.state_dir / "failed").rglob("*.error.txt"))
@@ -129,8 +137,7 @@ class Rig:
         source_ip: str | None = None,
     ) -> Iterator[paramiko.SFTPClient]:
         source = (source_ip, 0) if source_ip else None
-        sock = socket.create_connection(("127.0.0.1", self.port), timeout=20,
-                                        source_address=source)  # fmt: skip
+        sock = socket.create_connection(("127.0.0.1", self.port), timeout=20, source_address=source)
         transport = paramiko.Transport(sock)
         try:
             transport.connect()
@@ -156,11 +163,25 @@ class Rig:
     def ssh_auth_opts(self, user: str, *, password: bool) -> tuple[list[str], dict[str, str]]:
         if password:
             # BatchMode=no first: `sftp -b` adds BatchMode=yes, and ssh keeps the first value.
-            opts = ["-o", "BatchMode=no", "-o", "PreferredAuthentications=password",
-                    "-o", "PubkeyAuthentication=no"]  # fmt: skip
+            opts = [
+                "-o",
+                "BatchMode=no",
+                "-o",
+                "PreferredAuthentications=password",
+                "-o",
+                "PubkeyAuthentication=no",
+            ]
             return opts, self.askpass(PASSWORDS[user])
-        opts = ["-i", str(self.key), "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes",
-                "-o", "PreferredAuthentications=publickey"]  # fmt: skip
+        opts = [
+            "-i",
+            str(self.key),
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "IdentitiesOnly=yes",
+            "-o",
+            "PreferredAuthentications=publickey",
+        ]
         return opts, {}
 
     def sftp_batch(
@@ -176,29 +197,43 @@ class Rig:
         batch.write_text("\n".join(commands) + "\n")
         opts, env = self.ssh_auth_opts(user, password=password)
         return subprocess.run(
-            ["sftp", *opts, "-b", str(batch), "-P", str(self.port), *SSH_OPTS, *(extra or []),
-             f"{user}@127.0.0.1"],
-            capture_output=True, text=True, timeout=120, cwd=cwd or self.root / "upload",
-            env={**os.environ, **env}, stdin=subprocess.DEVNULL,
-        )  # fmt: skip
+            [
+                "sftp",
+                *opts,
+                "-b",
+                str(batch),
+                "-P",
+                str(self.port),
+                *SSH_OPTS,
+                *(extra or []),
+                f"{user}@127.0.0.1",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=cwd or self.root / "upload",
+            env={**os.environ, **env},
+            stdin=subprocess.DEVNULL,
+        )
 
 
 def _accounts(hashes: dict[str, str], key: Path) -> list[dict[str, Any]]:
     pub = key.with_suffix(".pub").read_text().strip()
     return [
-        {"username": "scan1", "tenant": "acme", "password_hash": hashes["scan1"],
-         "authorized_keys": [pub]},
+        {
+            "username": "scan1",
+            "tenant": "acme",
+            "password_hash": hashes["scan1"],
+            "authorized_keys": [pub],
+        },
         {"username": "scan2", "tenant": "acme", "password_hash": hashes["scan2"]},
         {"username": "beta1", "tenant": "beta", "password_hash": hashes["beta1"]},
-    ]  # fmt: skip
+    ]
 
 
 @pytest.fixture
 def make_rig(
-    tmp_path: Path,
-    db: Database,
-    password_hashes: dict[str, str],
-    client_key: Path,
+    tmp_path: Path, db: Database, password_hashes: dict[str, str], client_key: Path
 ) -> Iterator[Callable[..., Rig]]:
     started: list[Rig] = []
     with db.transaction() as tx:
@@ -207,12 +242,21 @@ def make_rig(
     log_path = tmp_path / "ingestd.log"
     log_fh = open(log_path, "a", buffering=1)  # noqa: SIM115 - closed at teardown
 
-    def factory(sftp: dict[str, Any] | None = None, accounts: list[dict[str, Any]] | None = None,
-                database: Database | None = None, **sections: Any) -> Rig:  # fmt: skip
+    def factory(
+        sftp: dict[str, Any] | None = None,
+        accounts: list[dict[str, Any]] | None = None,
+        database: Database | None = None,
+        **sections: Any,
+    ) -> Rig:
         the_db = database or db
-        sftp_cfg = {"listen": "127.0.0.1:0", "retry_max_delay": 1, "spool_workers": 2,
-                    "accounts": accounts if accounts is not None else _accounts(
-                        password_hashes, client_key)}  # fmt: skip
+        sftp_cfg = {
+            "listen": "127.0.0.1:0",
+            "retry_max_delay": 1,
+            "spool_workers": 2,
+            "accounts": accounts
+            if accounts is not None
+            else _accounts(password_hashes, client_key),
+        }
         sftp_cfg.update(sftp or {})
         data: dict[str, Any] = {
             "database": {"url": the_db.conninfo},

@@ -38,11 +38,22 @@ def test_openssh_scp_sftp_mode(rig: Rig, auth: str) -> None:
     src = rig.write_pdf("in.pdf", 2)
     opts, env = rig.ssh_auth_opts("scan1", password=auth == "password")
     result = subprocess.run(
-        ["scp", "-s", "-P", str(rig.port), *SSH_OPTS, *opts, str(src),
-         "scan1@127.0.0.1:scp-upload.pdf"],
-        capture_output=True, text=True, timeout=60, env={**os.environ, **env},
+        [
+            "scp",
+            "-s",
+            "-P",
+            str(rig.port),
+            *SSH_OPTS,
+            *opts,
+            str(src),
+            "scan1@127.0.0.1:scp-upload.pdf",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **env},
         stdin=subprocess.DEVNULL,
-    )  # fmt: skip
+    )
     assert result.returncode == 0, result.stderr
     _expect_ingested(rig, "scp-upload.pdf", src)
 
@@ -63,8 +74,11 @@ def test_lftp(rig: Rig, auth: str) -> None:
     )
     result = subprocess.run(
         ["lftp", "-u", user, f"sftp://127.0.0.1:{rig.port}", "-e", script],
-        capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
     assert result.returncode == 0, result.stderr + result.stdout
     _expect_ingested(rig, "lftp-upload.pdf", src)
 
@@ -78,10 +92,21 @@ def test_curl(rig: Rig, auth: str) -> None:
     else:
         creds = ["-u", "scan1:", "--key", str(rig.key), "--pubkey", f"{rig.key}.pub"]
     result = subprocess.run(
-        ["curl", "-sS", "--insecure", "--max-time", "60", *creds, "-T", str(src),
-         f"sftp://127.0.0.1:{rig.port}/curl-upload.pdf"],
-        capture_output=True, text=True, timeout=90,
-    )  # fmt: skip
+        [
+            "curl",
+            "-sS",
+            "--insecure",
+            "--max-time",
+            "60",
+            *creds,
+            "-T",
+            str(src),
+            f"sftp://127.0.0.1:{rig.port}/curl-upload.pdf",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
     assert result.returncode == 0, result.stderr
     _expect_ingested(rig, "curl-upload.pdf", src)
 

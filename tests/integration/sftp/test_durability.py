@@ -59,7 +59,10 @@ def test_spool_survives_restart(make_rig: Callable[..., Rig]) -> None:
         wait_until(lambda: len(rig.documents()) == 3, timeout=60)
         assert not (rig.spool.partial_dir / "scan1.crashed").exists()
         assert sorted(d["original_filename"] for d in rig.documents()) == [
-            "r0.pdf", "r1.pdf", "r2.pdf"]  # fmt: skip
+            "r0.pdf",
+            "r1.pdf",
+            "r2.pdf",
+        ]
         wait_until(again.loop.idle)
         assert list(rig.spool.queue_dir.iterdir()) == []
     finally:
@@ -152,16 +155,18 @@ def test_descriptors_exhausted_keep_an_acknowledged_upload_in_the_spool(
         tx.raw("UPDATE tenants SET status = 'active' WHERE name = 'acme'")
     spool = Spool(rig.config.paths.spool, rig.config.sftp.temp_names).open()
     failed = rig.config.paths.state_dir / "failed"
-    loop = SpoolIntake(spool, make_intake(rig.config, rig.db), failed_root=failed,
-                       retry_max_delay=1)  # fmt: skip
+    loop = SpoolIntake(
+        spool, make_intake(rig.config, rig.db), failed_root=failed, retry_max_delay=1
+    )
     retried = metrics.SPOOL_RETRIED.labels("acme", "source")
     before = retried._value.get()
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     hog: list[int] = []
     try:
         try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + 64,
-                                                        hard))  # fmt: skip
+            resource.setrlimit(
+                resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + 64, hard)
+            )
             while True:
                 hog.append(os.open("/dev/null", os.O_RDONLY))
         except OSError:
@@ -176,8 +181,9 @@ def test_descriptors_exhausted_keep_an_acknowledged_upload_in_the_spool(
             os.close(fd)
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
     try:
-        wait_until(lambda: [d["original_filename"] for d in rig.documents()] == ["kept.pdf"],
-                   timeout=60)  # fmt: skip
+        wait_until(
+            lambda: [d["original_filename"] for d in rig.documents()] == ["kept.pdf"], timeout=60
+        )
         wait_until(loop.idle)
         assert list(spool.queue_dir.iterdir()) == []
     finally:

@@ -41,8 +41,9 @@ class Attempts:
             run()
         return self.rig.logs("sftp.refused")[before:]
 
-    def refused(self, call: Callable[[], Any], reason: str | None = None,
-                account: str = "scan1") -> dict[str, Any]:  # fmt: skip
+    def refused(
+        self, call: Callable[[], Any], reason: str | None = None, account: str = "scan1"
+    ) -> dict[str, Any]:
         lines = self.fails(call)
         assert len(lines) == 1, lines
         line = lines[0]
@@ -73,8 +74,12 @@ def _tree(root: Path) -> dict[str, bytes | None]:
 
 
 def _symlinks(root: Path) -> list[Path]:
-    return [Path(d, n) for d, dirs, files in os.walk(root) for n in dirs + files
-            if Path(d, n).is_symlink()]  # fmt: skip
+    return [
+        Path(d, n)
+        for d, dirs, files in os.walk(root)
+        for n in dirs + files
+        if Path(d, n).is_symlink()
+    ]
 
 
 @pytest.fixture
@@ -131,11 +136,9 @@ def test_account_cannot_reach_another_inbox(rig2: Rig) -> None:
         # Renames out of and into the other inbox.
         a.refused(lambda: sftp.rename("../scan2/b.pdf.part", "stolen.pdf"), "path_escape")
         a.refused(lambda: sftp.rename("../scan2/pending.pdf", "stolen2.pdf"), "path_escape")
-        a.refused(lambda: sftp.posix_rename("../scan2/b.pdf.part", "stolen3.pdf"),
-                  "path_escape")  # fmt: skip
+        a.refused(lambda: sftp.posix_rename("../scan2/b.pdf.part", "stolen3.pdf"), "path_escape")
         a.refused(lambda: sftp.rename("mine.pdf.part", "../scan2/planted.pdf"), "path_escape")
-        a.refused(lambda: sftp.posix_rename("mine.pdf.part", "../scan2/b.pdf.part"),
-                  "path_escape")  # fmt: skip
+        a.refused(lambda: sftp.posix_rename("mine.pdf.part", "../scan2/b.pdf.part"), "path_escape")
         # Changing directory above the root is refused too (realpath).
         a.refused(lambda: sftp.chdir(".."), "path_escape")
         a.refused(lambda: sftp.normalize("../scan2"), "path_escape")
@@ -145,9 +148,12 @@ def test_account_cannot_reach_another_inbox(rig2: Rig) -> None:
         a.refused(lambda: sftp.readlink("mine.pdf.part"), "symlink")
         a.refused(lambda: sftp.readlink("../scan2/b.pdf.part"))
         # A NUL byte would cut the path short in any C library below us.
-        for call in (lambda: sftp.open("a\x00b.pdf", "w"), lambda: sftp.stat("a\x00b.pdf"),
-                     lambda: sftp.listdir("a\x00/../../scan2"),
-                     lambda: sftp.remove("mine.pdf.part\x00")):  # fmt: skip
+        for call in (
+            lambda: sftp.open("a\x00b.pdf", "w"),
+            lambda: sftp.stat("a\x00b.pdf"),
+            lambda: sftp.listdir("a\x00/../../scan2"),
+            lambda: sftp.remove("mine.pdf.part\x00"),
+        ):
             line = a.refused(call, "nul_byte")
             assert "\\x00" in line["path"]
         # A drop box: even its own upload cannot be read back.
@@ -189,7 +195,9 @@ def test_scan2_still_sees_its_files_after_the_attempts(rig2: Rig) -> None:
     entries = rig.spool.pending("scan2", "")
     assert sorted(e.filename for e in entries) == ["b.pdf", "pending.pdf"]
     assert {rig.spool.data_path(e).read_bytes() for e in entries} == {
-        b"%PDF-1.4 scan2 temp bytes", b"%PDF-1.4 scan2 pending bytes"}  # fmt: skip
+        b"%PDF-1.4 scan2 temp bytes",
+        b"%PDF-1.4 scan2 pending bytes",
+    }
 
 
 def test_refused_rename_logs_the_escaping_target(rig2: Rig) -> None:
@@ -198,8 +206,9 @@ def test_refused_rename_logs_the_escaping_target(rig2: Rig) -> None:
     a = Attempts(rig)
     with rig.paramiko("scan1") as sftp:
         _upload(sftp, "mine.pdf.part", b"x")
-        line = a.refused(lambda: sftp.rename("mine.pdf.part", "../scan2/planted.pdf"),
-                         "path_escape")  # fmt: skip
+        line = a.refused(
+            lambda: sftp.rename("mine.pdf.part", "../scan2/planted.pdf"), "path_escape"
+        )
     assert "../scan2/planted.pdf" in line["path"]
 
 
@@ -243,8 +252,7 @@ def test_planted_symlinks_are_refused_not_followed(rig: Rig, planted: dict[str, 
             a.refused(lambda n=name: sftp.listdir(n), "symlink")
             a.refused(lambda n=name: sftp.open(f"{n}/new.pdf", "w"), "symlink")
             a.refused(lambda n=name: sftp.mkdir(f"{n}/sub"), "symlink")
-            a.refused(lambda n=name: sftp.rename("mine.pdf.part", f"{n}/moved.pdf"),
-                      "symlink")  # fmt: skip
+            a.refused(lambda n=name: sftp.rename("mine.pdf.part", f"{n}/moved.pdf"), "symlink")
             a.refused(lambda n=name: sftp.rmdir(n), "symlink")
         a.refused(lambda: sftp.stat("etc_link/passwd"), "symlink")
         a.refused(lambda: sftp.listdir("etc_link/ssh"), "symlink")
@@ -284,9 +292,17 @@ def test_openssh_batch_escapes_fail(rig2: Rig) -> None:
     upload = rig.root / "upload"
     local = rig.root / "local.bin"
     local.write_bytes(b"local")
-    for cmd in ("cd ..", "cd /../scan2", "get ../scan2/b.pdf.part", "ls ../scan2",
-                "get /etc/passwd", "rm ../scan2/b.pdf.part", "rename ../scan2/pending.pdf x.pdf",
-                "symlink /etc/passwd x", "get ../scan2/pending.pdf"):  # fmt: skip
+    for cmd in (
+        "cd ..",
+        "cd /../scan2",
+        "get ../scan2/b.pdf.part",
+        "ls ../scan2",
+        "get /etc/passwd",
+        "rm ../scan2/b.pdf.part",
+        "rename ../scan2/pending.pdf x.pdf",
+        "symlink /etc/passwd x",
+        "get ../scan2/pending.pdf",
+    ):
         res = _batch(rig, [cmd, f"put {local} should-not-run.part"])
         assert res.returncode != 0, (cmd, res.stdout, res.stderr)
         assert "should-not-run" not in res.stdout
@@ -303,8 +319,17 @@ def test_openssh_batch_sees_only_its_inbox(rig2: Rig) -> None:
     rig = rig2
     local = rig.root / "local.bin"
     local.write_bytes(b"local")
-    res = _batch(rig, [f"put {local} mine.part", "-cd ..", "-get ../scan2/b.pdf.part",
-                       "-get mine.part", "pwd", "ls -1 /"])  # fmt: skip
+    res = _batch(
+        rig,
+        [
+            f"put {local} mine.part",
+            "-cd ..",
+            "-get ../scan2/b.pdf.part",
+            "-get mine.part",
+            "pwd",
+            "ls -1 /",
+        ],
+    )
     assert res.returncode == 0, res.stderr
     assert "Remote working directory: /\n" in res.stdout
     listed = res.stdout.split("ls -1 /", 1)[1].split()
@@ -313,4 +338,3 @@ def test_openssh_batch_sees_only_its_inbox(rig2: Rig) -> None:
     assert sorted(p.name for p in (rig.root / "upload").iterdir()) == []
     reasons = [r["reason"] for r in rig.logs("sftp.refused")]
     assert "path_escape" in reasons and "read_refused" in reasons
-

@@ -60,8 +60,16 @@ class Flood:
     the server closes is opened again 0.5 s later: at most ``max_connects`` connects in
     all, for at most ``max_seconds``, in one selector thread."""
 
-    def __init__(self, port: int, addresses: list[str], *, idle: int = 1, trickle: int = 1,
-                 max_connects: int = 6000, max_seconds: float = 240.0) -> None:  # fmt: skip
+    def __init__(
+        self,
+        port: int,
+        addresses: list[str],
+        *,
+        idle: int = 1,
+        trickle: int = 1,
+        max_connects: int = 6000,
+        max_seconds: float = 240.0,
+    ) -> None:
         self.port = port
         self.slots: list[dict[str, Any]] = [
             {"ip": ip, "trickle": kind == "trickle", "sock": None, "reopen": 0.0}
@@ -121,8 +129,11 @@ class Flood:
             while not self._stop.is_set() and time.monotonic() < deadline:
                 now = time.monotonic()
                 for slot in self.slots:
-                    if (slot["sock"] is None and now >= slot["reopen"]
-                            and self.connects < self.max_connects):  # fmt: skip
+                    if (
+                        slot["sock"] is None
+                        and now >= slot["reopen"]
+                        and self.connects < self.max_connects
+                    ):
                         self._open(sel, slot)
                 for key, _ in sel.select(0.1):
                     slot = key.data
@@ -174,13 +185,19 @@ def test_flood_of_idle_and_trickling_connections_does_not_lock_out_scanners(
     with rig.paramiko("beta1", source_ip="127.0.2.1") as session, Flood(rig.port, attackers) as fl:
         wait_until(lambda: fl.connects >= 200, timeout=60)
         # The pool (50 by default) is full and sockets are refused: the flood is real.
-        wait_until(lambda: pending_count(rig) >= 50 and rig.logs("sftp.connection_limit"),
-                   timeout=60)  # fmt: skip
+        wait_until(
+            lambda: pending_count(rig) >= 50 and rig.logs("sftp.connection_limit"), timeout=60
+        )
 
         def scanner(i: int) -> None:
             try:
-                upload(rig, "scan2" if i % 4 == 0 else "scan1", f"Flood_{i:02d}.pdf", i,
-                       NAT if i % 2 == 0 else SHARED)  # fmt: skip
+                upload(
+                    rig,
+                    "scan2" if i % 4 == 0 else "scan1",
+                    f"Flood_{i:02d}.pdf",
+                    i,
+                    NAT if i % 2 == 0 else SHARED,
+                )
             except BaseException as exc:  # surfaced below
                 errors.append(exc)
 
@@ -205,9 +222,11 @@ def test_flood_of_idle_and_trickling_connections_does_not_lock_out_scanners(
     assert flood_seconds < 180
     # Log volume: what anyone can cause without a login (lines naming no account) is
     # at most the first 5 lines per event, address and 10 s interval (plus summaries).
-    per_source = Counter((e["event"], e["remote_ip"]) for e in rig.logs()
-                         if e.get("remote_ip") in attackers and "account" not in e
-                         and "username" not in e)  # fmt: skip
+    per_source = Counter(
+        (e["event"], e["remote_ip"])
+        for e in rig.logs()
+        if e.get("remote_ip") in attackers and "account" not in e and "username" not in e
+    )
     intervals = int(flood_seconds // 10) + 2
     noisy = {k: n for k, n in per_source.items() if n > 5 * intervals}
     assert noisy == {}, noisy
@@ -220,8 +239,10 @@ def test_pre_authentication_connections_do_not_count_against_sessions(
     4 sockets silent, a scanner logs in and uploads."""
     rig = make_rig(sftp={"max_connections": 2, "max_connections_per_ip": 2})
     source = ("127.0.4.1", 0)
-    idle = [socket.create_connection(("127.0.0.1", rig.port), timeout=20, source_address=source)
-            for _ in range(4)]  # fmt: skip
+    idle = [
+        socket.create_connection(("127.0.0.1", rig.port), timeout=20, source_address=source)
+        for _ in range(4)
+    ]
     try:
         wait_until(lambda: pending_count(rig) == 4, timeout=60)
         upload(rig, "scan1", "NotLockedOut.pdf", 1, "127.0.4.2")
@@ -275,15 +296,14 @@ def test_a_burst_from_one_address_waits_instead_of_failing(make_rig: Callable[..
     assert len(rig.wait_documents(12)) == 12
 
 
-def test_handshake_deadline_closes_tricklers_and_long_banners(
-    make_rig: Callable[..., Rig],
-) -> None:
+def test_handshake_deadline_closes_tricklers_and_long_banners(make_rig: Callable[..., Rig]) -> None:
     """A socket trickling a byte a second is closed at handshake_timeout (10 s; paramiko's
     own timeout restarts with every byte); a 1 MiB "banner" without a newline is cut
     short at 64 KiB."""
     rig = make_rig()
-    sock = socket.create_connection(("127.0.0.1", rig.port), timeout=20,
-                                    source_address=("127.0.6.1", 0))  # fmt: skip
+    sock = socket.create_connection(
+        ("127.0.0.1", rig.port), timeout=20, source_address=("127.0.6.1", 0)
+    )
     closed_after = None
     try:
         for sent in range(30):  # bounded: 30 bytes, one a second
@@ -302,8 +322,9 @@ def test_handshake_deadline_closes_tricklers_and_long_banners(
     failed = [e for e in rig.logs("sftp.handshake_failed") if e["remote_ip"] == "127.0.6.1"]
     assert failed and failed[0]["timeout"] is True
     # A client sending a "banner" line that never ends: closed after 64 KiB, not 1 MiB.
-    sock = socket.create_connection(("127.0.0.1", rig.port), timeout=20,
-                                    source_address=("127.0.6.2", 0))  # fmt: skip
+    sock = socket.create_connection(
+        ("127.0.0.1", rig.port), timeout=20, source_address=("127.0.6.2", 0)
+    )
     sent_bytes = 0
     try:
         with contextlib.suppress(OSError):
@@ -311,8 +332,10 @@ def test_handshake_deadline_closes_tricklers_and_long_banners(
                 sent_bytes += sock.send(b"x" * 4096)
     finally:
         sock.close()
-    wait_until(lambda: any(e["remote_ip"] == "127.0.6.2"
-                           for e in rig.logs("sftp.handshake_failed")), timeout=60)  # fmt: skip
+    wait_until(
+        lambda: any(e["remote_ip"] == "127.0.6.2" for e in rig.logs("sftp.handshake_failed")),
+        timeout=60,
+    )
     [long] = [e for e in rig.logs("sftp.handshake_failed") if e["remote_ip"] == "127.0.6.2"]
     assert long["detail"].endswith("over 65536 bytes") and long["timeout"] is False
 
@@ -347,8 +370,12 @@ def test_open_handles_are_limited_per_session(rig: Rig) -> None:
         with sftp.open("Last.pdf", "wb") as fh:
             fh.write(pdf_bytes("last", pad_to=20_000, seed=4))
     docs = rig.wait_documents(4)
-    assert {d["original_filename"] for d in docs} == {"Open_000.pdf", "After.pdf",
-                                                      "AfterToo.pdf", "Last.pdf"}  # fmt: skip
+    assert {d["original_filename"] for d in docs} == {
+        "Open_000.pdf",
+        "After.pdf",
+        "AfterToo.pdf",
+        "Last.pdf",
+    }
     refused = [e for e in rig.logs("sftp.refused") if e["reason"] == "too_many_handles"]
     assert 1 <= len(refused) <= 5
 
@@ -388,8 +415,9 @@ def test_descriptor_exhaustion_backs_off_and_recovers(make_rig: Callable[..., Ri
     mark = len(rig.log_path.read_text().splitlines())
     try:
         try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + 64,
-                                                        hard))  # fmt: skip
+            resource.setrlimit(
+                resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + 64, hard)
+            )
             while len(hog) < 100_000:  # bounded; ends at EMFILE
                 hog.append(os.open("/dev/null", os.O_RDONLY))
         except OSError:
@@ -433,8 +461,9 @@ def test_failed_handshake_flood_is_a_dozen_lines(make_rig: Callable[..., Rig]) -
     ip = "127.0.7.9"
     started = time.monotonic()
     for _ in range(500):  # bounded; each waits for the server to close
-        with socket.create_connection(("127.0.0.1", rig.port), timeout=20,
-                                      source_address=(ip, 0)) as sock:  # fmt: skip
+        with socket.create_connection(
+            ("127.0.0.1", rig.port), timeout=20, source_address=(ip, 0)
+        ) as sock:
             sock.sendall(b"SSH-1.5-flood\r\n")
             for _ in range(10):  # the banner, then the close
                 if sock.recv(4096) == b"":
@@ -466,8 +495,9 @@ def test_auth_failed_flood_keeps_fail2ban_lines_and_a_summary_it_ignores(
     ip = "127.0.8.8"
     for _ in range(5):  # 5 connections x 6 attempts (max_auth_attempts)
         with contextlib.ExitStack() as stack:
-            sock = socket.create_connection(("127.0.0.1", rig.port), timeout=20,
-                                            source_address=(ip, 0))  # fmt: skip
+            sock = socket.create_connection(
+                ("127.0.0.1", rig.port), timeout=20, source_address=(ip, 0)
+            )
             transport = stack.enter_context(paramiko.Transport(sock))
             transport.connect()
             for attempt in range(6):
@@ -477,8 +507,10 @@ def test_auth_failed_flood_keeps_fail2ban_lines_and_a_summary_it_ignores(
                     continue
                 except (paramiko.SSHException, EOFError, OSError):
                     break
-    wait_until(lambda: any(e["event"] == "sftp.auth_failed.summary"
-                           for e in lines_about(rig, ip)), timeout=60)  # fmt: skip
+    wait_until(
+        lambda: any(e["event"] == "sftp.auth_failed.summary" for e in lines_about(rig, ip)),
+        timeout=60,
+    )
     raw = [line for line in rig.log_path.read_text().splitlines() if ip in line]
     matched = [line for line in raw if _host(line) == ip]
     assert len(matched) == 20

@@ -59,8 +59,15 @@ def test_mkdir_date_folders_then_upload(make_rig: object) -> None:
 
 def test_subfolder_tags(make_rig: object, password_hashes: dict[str, str]) -> None:
     """An account with subfolder_tags tags documents with the folder names below its inbox."""
-    accounts = [{"username": "scan1", "tenant": "acme", "password_hash": password_hashes["scan1"],
-                 "tags": ["Scanner 2.OG"], "subfolder_tags": True}]  # fmt: skip
+    accounts = [
+        {
+            "username": "scan1",
+            "tenant": "acme",
+            "password_hash": password_hashes["scan1"],
+            "tags": ["Scanner 2.OG"],
+            "subfolder_tags": True,
+        }
+    ]
     rig: Rig = make_rig(accounts=accounts)  # type: ignore[operator]
     src = rig.write_pdf("a.pdf", 13)
     with rig.paramiko() as sftp:
@@ -162,8 +169,14 @@ def test_many_parallel_uploads_same_name(rig: Rig) -> None:
 
 def test_quota_and_size_limit(make_rig: object, password_hashes: dict[str, str]) -> None:
     """Over the account quota or the file size limit: the write fails, nothing is kept."""
-    accounts = [{"username": "scan1", "tenant": "acme", "password_hash": password_hashes["scan1"],
-                 "quota": 150_000}]  # fmt: skip
+    accounts = [
+        {
+            "username": "scan1",
+            "tenant": "acme",
+            "password_hash": password_hashes["scan1"],
+            "quota": 150_000,
+        }
+    ]
     rig: Rig = make_rig(accounts=accounts, intake={"max_file_size": 120_000})  # type: ignore[operator]
     big = rig.write_pdf("big.pdf", 17, size=130_000)
     with rig.paramiko() as sftp:
@@ -227,8 +240,14 @@ def test_long_folder_name_tag_is_cut_not_retried_forever(
     make_rig: object, password_hashes: dict[str, str]
 ) -> None:
     """A 150-character folder name becomes a 100-character tag; the upload is ingested."""
-    accounts = [{"username": "scan1", "tenant": "acme", "password_hash": password_hashes["scan1"],
-                 "subfolder_tags": True}]  # fmt: skip
+    accounts = [
+        {
+            "username": "scan1",
+            "tenant": "acme",
+            "password_hash": password_hashes["scan1"],
+            "subfolder_tags": True,
+        }
+    ]
     rig: Rig = make_rig(accounts=accounts)  # type: ignore[operator]
     folder = "Ablage " + "x" * 143
     with rig.paramiko() as sftp:
@@ -256,6 +275,7 @@ def test_abandoned_temp_upload_is_moved_aside(rig: Rig) -> None:
     assert rig.spool.usage("scan1") == 0
     notes = rig.failed_notes()
     assert [n.relative_to(rig.config.paths.state_dir / "failed").as_posix() for n in notes] == [
-        "acme/sftp/scan1/2026/stuck.pdf.part.error.txt"]  # fmt: skip
+        "acme/sftp/scan1/2026/stuck.pdf.part.error.txt"
+    ]
     assert "abandoned_upload" in notes[0].read_text()
     assert rig.logs("spool.abandoned_upload")

@@ -89,15 +89,19 @@ def assert_good_upload_works(rig: Rig, seed: int, documents: int = 0) -> None:
     assert docs[-1]["original_filename"] == f"good-{seed}.pdf"
 
 
-def assert_logged_once_per_attempt(rig: Rig, reason: str, path: str, detail: str,
-                                   attempts: int) -> None:  # fmt: skip
+def assert_logged_once_per_attempt(
+    rig: Rig, reason: str, path: str, detail: str, attempts: int
+) -> None:
     lines = refusals(rig, reason)
     assert len(lines) == attempts, lines
     for line in lines:
         assert line["path"] == path
         assert line["detail"] == detail
         assert (line["account"], line["tenant"], line["remote_ip"]) == (
-            "scan1", "acme", "127.0.0.1")  # fmt: skip
+            "scan1",
+            "acme",
+            "127.0.0.1",
+        )
 
 
 # -- clients ------------------------------------------------------------------------------
@@ -240,9 +244,7 @@ def test_out_of_order_writes_are_refused_once_the_header_is_complete(rig: Rig) -
     assert_good_upload_works(rig, 5)
 
 
-def test_temp_named_upload_renamed_to_final_name_with_bad_content_keeps_temp_name(
-    rig: Rig,
-) -> None:
+def test_temp_named_upload_renamed_to_final_name_with_bad_content_keeps_temp_name(rig: Rig) -> None:
     """x.pdf.part with ELF content uploads fine; renaming it to x.pdf fails with the type."""
     data = elf(50_000)
     local = upload_file(rig, "x.pdf.part", data)
@@ -273,8 +275,15 @@ def test_temp_named_upload_renamed_to_final_name_with_bad_content_keeps_temp_nam
 def _scan1(password_hashes: dict[str, str], key: Path, **extra: Any) -> list[dict[str, Any]]:
     """scan1 alone, with its password and key (OpenSSH logs in with the key)."""
     pub = key.with_suffix(".pub").read_text().strip()
-    return [{"username": "scan1", "tenant": "acme", "password_hash": password_hashes["scan1"],
-             "authorized_keys": [pub], **extra}]  # fmt: skip
+    return [
+        {
+            "username": "scan1",
+            "tenant": "acme",
+            "password_hash": password_hashes["scan1"],
+            "authorized_keys": [pub],
+            **extra,
+        }
+    ]
 
 
 def test_quota_exceeded_names_what_the_account_holds(
@@ -326,9 +335,20 @@ def small_spool_rig(tmp_path: Path, make_rig: Callable[..., Rig]) -> Iterator[Ri
     """A rig whose spool is a 256 KiB tmpfs (the spool make_rig configures is tmp_path/spool)."""
     mount_point = tmp_path / "spool"
     mount_point.mkdir()
-    res = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={SPOOL_BYTES},mode=0700",
-                          "ingestd-test-spool", str(mount_point)],
-                         capture_output=True, text=True, check=False)  # fmt: skip
+    res = subprocess.run(
+        [
+            "mount",
+            "-t",
+            "tmpfs",
+            "-o",
+            f"size={SPOOL_BYTES},mode=0700",
+            "ingestd-test-spool",
+            str(mount_point),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if res.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs as the spool: {res.stderr.strip() or res.returncode}")
     try:
@@ -365,7 +385,8 @@ def test_full_spool_says_so_at_write_and_at_close(small_spool_rig: Rig) -> None:
     assert 'write remote "/big.pdf": Failure' in res.stderr
     lines = refusals(rig, "spool_full")
     assert [(r["op"], r["path"], r["level"]) for r in lines] == (
-        [("close", "/exact.pdf", "error")] * 3 + [("write", "/big.pdf", "error")] * 2)  # fmt: skip
+        [("close", "/exact.pdf", "error")] * 3 + [("write", "/big.pdf", "error")] * 2
+    )
     assert all(r["detail"] == SPOOL_FULL for r in lines)
     assert_nothing_kept(rig, usage=0)
     assert_good_upload_works(rig, 32)

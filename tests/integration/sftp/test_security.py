@@ -55,8 +55,9 @@ def connect(rig: Rig, source_ip: str | None = None) -> Iterator[paramiko.Transpo
 
 
 @contextlib.contextmanager
-def logged_in(rig: Rig, user: str = "scan1", source_ip: str | None = None,
-              ) -> Iterator[paramiko.Transport]:  # fmt: skip
+def logged_in(
+    rig: Rig, user: str = "scan1", source_ip: str | None = None
+) -> Iterator[paramiko.Transport]:
     with connect(rig, source_ip) as transport:
         transport.auth_password(user, PASSWORDS[user])
         yield transport
@@ -98,16 +99,28 @@ def wait_logs(rig: Rig, event: str, n: int = 1) -> list[dict[str, Any]]:
     return rig.logs(event)
 
 
-def ssh(rig: Rig, user: str, options: list[str], command: list[str] | None = None,
-        ) -> subprocess.CompletedProcess[str]:  # fmt: skip
+def ssh(
+    rig: Rig, user: str, options: list[str], command: list[str] | None = None
+) -> subprocess.CompletedProcess[str]:
     """OpenSSH ssh with key auth: ``ssh [options] user@127.0.0.1 [command]``."""
     opts, env = rig.ssh_auth_opts(user, password=False)
     return subprocess.run(
-        ["ssh", "-p", str(rig.port), *SSH_OPTS, *opts, *options, f"{user}@127.0.0.1",
-         *(command or [])],
-        capture_output=True, text=True, timeout=60, env={**os.environ, **env},
+        [
+            "ssh",
+            "-p",
+            str(rig.port),
+            *SSH_OPTS,
+            *opts,
+            *options,
+            f"{user}@127.0.0.1",
+            *(command or []),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **env},
         stdin=subprocess.DEVNULL,
-    )  # fmt: skip
+    )
 
 
 def free_port() -> int:
@@ -121,8 +134,11 @@ def server_conn(rig: Rig, account: str) -> Any:
     server = rig.service.server
     assert server is not None
     with server._lock:
-        conns = [c for c in server._conns.values()
-                 if c.session is not None and c.session.account.username == account]  # fmt: skip
+        conns = [
+            c
+            for c in server._conns.values()
+            if c.session is not None and c.session.account.username == account
+        ]
     assert len(conns) == 1
     return conns[0]
 
@@ -143,11 +159,15 @@ def _accounts(
 ) -> list[dict[str, Any]]:
     pub = key.with_suffix(".pub").read_text().strip()
     accounts: list[dict[str, Any]] = [
-        {"username": "scan1", "tenant": "acme", "password_hash": hashes["scan1"],
-         "authorized_keys": [pub]},
+        {
+            "username": "scan1",
+            "tenant": "acme",
+            "password_hash": hashes["scan1"],
+            "authorized_keys": [pub],
+        },
         {"username": "scan2", "tenant": "acme", "password_hash": hashes["scan2"]},
         {"username": "beta1", "tenant": "beta", "password_hash": hashes["beta1"]},
-    ]  # fmt: skip
+    ]
     for acct in accounts:
         acct.update(per_user.get(acct["username"], {}))
     return accounts
@@ -162,11 +182,17 @@ def _status_shows_ban(rig: Rig) -> None:
 
     paths = rig.config.paths
     cfg = rig.root / "status.toml"
-    write_config(cfg, {
-        "database": {"url": rig.db.conninfo},
-        "paths": {"state_dir": str(paths.state_dir), "spool": str(paths.spool),
-                  "archive": str(paths.archive_dir)},
-    })  # fmt: skip
+    write_config(
+        cfg,
+        {
+            "database": {"url": rig.db.conninfo},
+            "paths": {
+                "state_dir": str(paths.state_dir),
+                "spool": str(paths.spool),
+                "archive": str(paths.archive_dir),
+            },
+        },
+    )
     env = Env(rig.root, cfg, rig.config, rig.db.conninfo)
     data = json.loads(run_cli(env, "status", "--json").stdout)
     assert [b["ip"] for b in data["sftp_bans"]] == ["127.0.0.1"]
@@ -230,11 +256,15 @@ def test_unban_cli_lifts_bans_now_or_at_start(tmp_path: Path) -> None:
     running = BanList(cfg, tmp_path)
     _ban(running, "192.0.2.7")
     _ban(running, "2001:db8::1")
-    listed = subprocess.run([*cli[:-2], "bans", *cli[-2:], "--json"], capture_output=True,
-                            text=True, check=True)  # fmt: skip
+    listed = subprocess.run(
+        [*cli[:-2], "bans", *cli[-2:], "--json"], capture_output=True, text=True, check=True
+    )
     assert {b["ip"] for b in json.loads(listed.stdout)} == {"192.0.2.7", "2001:db8::1"}
-    done = subprocess.run([*cli[:-2], "unban", *cli[-2:], "192.0.2.7", "2001:0db8::0001",
-                           "not-an-ip"], capture_output=True, text=True)  # fmt: skip
+    done = subprocess.run(
+        [*cli[:-2], "unban", *cli[-2:], "192.0.2.7", "2001:0db8::0001", "not-an-ip"],
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 2 and "not-an-ip" in done.stderr
     assert running.banned_until("192.0.2.7") is None
     assert not (tmp_path / bans_module.UNBAN_DIR / "192.0.2.7").exists()
@@ -246,8 +276,12 @@ def test_unban_cli_lifts_bans_now_or_at_start(tmp_path: Path) -> None:
 
 def test_unknown_users_are_banned_sooner(make_rig: Callable[..., Rig]) -> None:
     """An unknown user name scores more than a wrong password: 3 vs 6 attempts to a ban."""
-    rig = make_rig(sftp={"max_auth_attempts": 10, "bans": {
-        "threshold": 6, "score_unknown_user": 2, "score_wrong_password": 1}})  # fmt: skip
+    rig = make_rig(
+        sftp={
+            "max_auth_attempts": 10,
+            "bans": {"threshold": 6, "score_unknown_user": 2, "score_wrong_password": 1},
+        }
+    )
     server = rig.service.server
     assert server is not None
 
@@ -289,8 +323,13 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
 
 
 def _bans_cfg(**kw: Any) -> SftpBansConfig:
-    base: dict[str, Any] = {"threshold": 2, "score_wrong_password": 1, "ban_time": 10,
-                            "max_ban_time": 35, "observation": 100}  # fmt: skip
+    base: dict[str, Any] = {
+        "threshold": 2,
+        "score_wrong_password": 1,
+        "ban_time": 10,
+        "max_ban_time": 35,
+        "observation": 100,
+    }
     return SftpBansConfig(**{**base, **kw})
 
 
@@ -366,8 +405,7 @@ def test_safelist_lifts_an_existing_ban(clock: Clock, tmp_path: Path) -> None:
 def test_only_sftp_is_allowed_after_login(rig: Rig) -> None:
     """Every channel request but SFTP is refused and logged; the connection stays usable."""
 
-    def refused(what: str, action: Callable[[], Any], raises: bool | None = True,
-                ) -> dict[str, Any]:  # fmt: skip
+    def refused(what: str, action: Callable[[], Any], raises: bool | None = True) -> dict[str, Any]:
         before = len(rig.logs("sftp.request_refused"))
         if raises:
             with pytest.raises(paramiko.SSHException):
@@ -391,11 +429,16 @@ def test_only_sftp_is_allowed_after_login(rig: Rig) -> None:
         line = refused("subsystem", lambda: t.open_session().invoke_subsystem("netconf"))
         assert line["name"] == "netconf"
         refused("x11", lambda: t.open_session().request_x11(), raises=None)
-        refused("agent_forwarding", lambda: t.open_session().request_forward_agent(
-            lambda chan: None), raises=None)  # fmt: skip
+        refused(
+            "agent_forwarding",
+            lambda: t.open_session().request_forward_agent(lambda chan: None),
+            raises=None,
+        )
         refused("remote_port_forwarding", lambda: t.request_port_forward("127.0.0.1", 0))
-        line = refused("local_port_forwarding", lambda: t.open_channel(
-            "direct-tcpip", ("127.0.0.1", rig.port), ("127.0.0.1", 0)))  # fmt: skip
+        line = refused(
+            "local_port_forwarding",
+            lambda: t.open_channel("direct-tcpip", ("127.0.0.1", rig.port), ("127.0.0.1", 0)),
+        )
         assert str(rig.port) in line["destination"]
         line = refused("channel", lambda: t.open_channel("x11", src_addr=("127.0.0.1", 6000)))
         assert line["kind"] == "x11"
@@ -410,22 +453,43 @@ def test_openssh_exec_and_forwarding_fail(rig: Rig) -> None:
     res = ssh(rig, "scan1", [], ["id"])
     assert res.returncode != 0
     assert "uid=" not in res.stdout
-    assert any(r["request"] == "exec" and r["command"] == "id"
-               for r in rig.logs("sftp.request_refused"))  # fmt: skip
+    assert any(
+        r["request"] == "exec" and r["command"] == "id" for r in rig.logs("sftp.request_refused")
+    )
 
-    res = ssh(rig, "scan1", ["-N", "-o", "ExitOnForwardFailure=yes",
-                             "-R", f"127.0.0.1:{free_port()}:127.0.0.1:{rig.port}"])  # fmt: skip
+    res = ssh(
+        rig,
+        "scan1",
+        [
+            "-N",
+            "-o",
+            "ExitOnForwardFailure=yes",
+            "-R",
+            f"127.0.0.1:{free_port()}:127.0.0.1:{rig.port}",
+        ],
+    )
     assert res.returncode != 0
     assert any(r["request"] == "remote_port_forwarding" for r in rig.logs("sftp.request_refused"))
 
     lport = free_port()
     opts, env = rig.ssh_auth_opts("scan1", password=False)
     proc = subprocess.Popen(
-        ["ssh", "-p", str(rig.port), *SSH_OPTS, *opts, "-N",
-         "-L", f"127.0.0.1:{lport}:127.0.0.1:{rig.port}", "scan1@127.0.0.1"],
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        [
+            "ssh",
+            "-p",
+            str(rig.port),
+            *SSH_OPTS,
+            *opts,
+            "-N",
+            "-L",
+            f"127.0.0.1:{lport}:127.0.0.1:{rig.port}",
+            "scan1@127.0.0.1",
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
         env={**os.environ, **env},
-    )  # fmt: skip
+    )
     try:
         held: list[socket.socket] = []
 
@@ -447,8 +511,12 @@ def test_openssh_exec_and_forwarding_fail(rig: Rig) -> None:
         finally:
             sock.close()
         assert data == b""
-        wait_until(lambda: any(r["request"] == "local_port_forwarding"
-                               for r in rig.logs("sftp.request_refused")), timeout=60)  # fmt: skip
+        wait_until(
+            lambda: any(
+                r["request"] == "local_port_forwarding" for r in rig.logs("sftp.request_refused")
+            ),
+            timeout=60,
+        )
     finally:
         # SIGKILL: ssh may miss a SIGTERM that arrives while it handles the refusal.
         proc.kill()
@@ -464,9 +532,7 @@ def test_modern_defaults_negotiate_no_sha1_or_cbc(rig: Rig) -> None:
     names = " ".join(str(a).lower() for a in agreed)
     assert "sha1" not in names and "cbc" not in names and "ssh-rsa" not in names
     assert connected[0]["kex"] in paramiko.Transport._preferred_kex
-    assert all(
-        "sha1" not in json.dumps(c) and "cbc" not in json.dumps(c) for c in connected
-    )
+    assert all("sha1" not in json.dumps(c) and "cbc" not in json.dumps(c) for c in connected)
     assert rig.logs("sftp.legacy_algorithms") == []
     # A client that offers nothing but SHA-1 key exchange does not get in.
     sock = socket.create_connection(("127.0.0.1", rig.port), timeout=20)
@@ -517,8 +583,9 @@ def test_legacy_algorithms_per_account(
     make_rig: Callable[..., Rig], password_hashes: dict[str, str], client_key: Path
 ) -> None:
     """Server legacy off, one account on: only that account logs in with a legacy client."""
-    rig = make_rig(accounts=_accounts(password_hashes, client_key,
-                                      scan1={"legacy_algorithms": True}))  # fmt: skip
+    rig = make_rig(
+        accounts=_accounts(password_hashes, client_key, scan1={"legacy_algorithms": True})
+    )
     src = rig.write_pdf("legacy.pdf", 4)
     res = rig.sftp_batch("scan1", [f"put {src} PerAccount.pdf"], extra=LEGACY_KEX)
     assert res.returncode == 0, res.stderr
@@ -528,8 +595,11 @@ def test_legacy_algorithms_per_account(
         assert res.returncode != 0, extra
         refused = rig.logs("sftp.legacy_refused")[before:]
         assert refused and {r["username"] for r in refused} == {"scan2"}
-        wanted = {"diffie-hellman-group14-sha1"} if extra is not LEGACY_CIPHER else {
-            "aes128-cbc", "hmac-sha1"}  # fmt: skip
+        wanted = (
+            {"diffie-hellman-group14-sha1"}
+            if extra is not LEGACY_CIPHER
+            else {"aes128-cbc", "hmac-sha1"}
+        )
         assert wanted <= set(refused[0]["algorithms"]), (extra, refused[0])
     assert [r["username"] for r in rig.logs("sftp.login")] == ["scan1"]
     # scan2 with a modern client is unaffected.
@@ -612,10 +682,15 @@ def test_allowed_sources(
     make_rig: Callable[..., Rig], password_hashes: dict[str, str], client_key: Path
 ) -> None:
     """An account limited to networks logs in only from them, by password or key."""
-    rig = make_rig(accounts=_accounts(
-        password_hashes, client_key, scan1={"allowed_sources": ["10.0.0.0/8"]},
-        scan2={"allowed_sources": ["127.0.0.0/8"]}, beta1={"allowed_sources": ["127.0.0.2/32"]},
-    ))  # fmt: skip
+    rig = make_rig(
+        accounts=_accounts(
+            password_hashes,
+            client_key,
+            scan1={"allowed_sources": ["10.0.0.0/8"]},
+            scan2={"allowed_sources": ["127.0.0.0/8"]},
+            beta1={"allowed_sources": ["127.0.0.2/32"]},
+        )
+    )
     for kwargs in ({}, {"key": True}):
         with pytest.raises(paramiko.AuthenticationException), rig.paramiko("scan1", **kwargs):
             pass
@@ -626,18 +701,18 @@ def test_allowed_sources(
     with rig.paramiko("beta1", source_ip="127.0.0.2") as sftp:
         assert sftp.listdir("/") == []
     failed = [(r["username"], r["method"], r["reason"]) for r in rig.logs("sftp.auth_failed")]
-    assert failed == [("scan1", "password", "source_not_allowed"),
-                      ("scan1", "publickey", "source_not_allowed"),
-                      ("beta1", "password", "source_not_allowed")]  # fmt: skip
+    assert failed == [
+        ("scan1", "password", "source_not_allowed"),
+        ("scan1", "publickey", "source_not_allowed"),
+        ("beta1", "password", "source_not_allowed"),
+    ]
     assert sorted(r["username"] for r in rig.logs("sftp.login")) == ["beta1", "scan2"]
     server = rig.service.server
     assert server is not None
     assert server.bans.banned_until("127.0.0.1") is None
 
 
-def test_unknown_user_and_wrong_password_get_the_same_answer(
-    make_rig: Callable[..., Rig],
-) -> None:
+def test_unknown_user_and_wrong_password_get_the_same_answer(make_rig: Callable[..., Rig]) -> None:
     """Unknown users, wrong passwords and foreign keys get identical answers and limits."""
     rig = make_rig(sftp={"max_auth_attempts": 3})
     server = rig.service.server
@@ -662,27 +737,34 @@ def test_unknown_user_and_wrong_password_get_the_same_answer(
                 conn = next(c for c in server._conns.values() if c.remote_port == port)
             answers[user] = (methods, password_answer, conn.kill.is_set())
     assert len(set(map(repr, answers.values()))) == 1, answers
-    assert answers["nobody"] == (["password", "publickey"],
-                                 (paramiko.AuthenticationException, "Authentication failed."),
-                                 False)  # fmt: skip
+    assert answers["nobody"] == (
+        ["password", "publickey"],
+        (paramiko.AuthenticationException, "Authentication failed."),
+        False,
+    )
     failed = rig.logs("sftp.auth_failed")
     assert {(r["method"], r["reason"]) for r in failed} == {
-        ("password", "unknown_user"), ("password", "wrong_password")}  # fmt: skip
+        ("password", "unknown_user"),
+        ("password", "wrong_password"),
+    }
 
 
-def test_unknown_user_checks_a_dummy_hash(monkeypatch: pytest.MonkeyPatch,
-                                          password_hashes: dict[str, str]) -> None:  # fmt: skip
+def test_unknown_user_checks_a_dummy_hash(
+    monkeypatch: pytest.MonkeyPatch, password_hashes: dict[str, str]
+) -> None:
     """Unknown users and password-less accounts cost one bcrypt check of a same-cost dummy."""
     import ingestd.config as cfgmod
     from ingestd.sftp import accounts as accounts_module
 
-    pub = "ssh-ed25519 " + base64.b64encode(
-        b"\0\0\0\x0bssh-ed25519\0\0\0\x20" + b"k" * 32).decode()  # fmt: skip
-    accts = Accounts([
-        cfgmod.SftpAccountConfig(username="scan1", tenant="acme",
-                                 password_hash=password_hashes["scan1"]),
-        cfgmod.SftpAccountConfig(username="keyonly", tenant="acme", authorized_keys=[pub]),
-    ])  # fmt: skip
+    pub = "ssh-ed25519 " + base64.b64encode(b"\0\0\0\x0bssh-ed25519\0\0\0\x20" + b"k" * 32).decode()
+    accts = Accounts(
+        [
+            cfgmod.SftpAccountConfig(
+                username="scan1", tenant="acme", password_hash=password_hashes["scan1"]
+            ),
+            cfgmod.SftpAccountConfig(username="keyonly", tenant="acme", authorized_keys=[pub]),
+        ]
+    )
     checked: list[bytes] = []
     real = accounts_module.bcrypt.checkpw
 
@@ -699,8 +781,9 @@ def test_unknown_user_checks_a_dummy_hash(monkeypatch: pytest.MonkeyPatch,
     dummy = checked[0]
     assert checked[1] == dummy and checked[2] == checked[3] == password_hashes["scan1"].encode()
     assert dummy[:7] == password_hashes["scan1"].encode()[:7]  # $2b$04$: the same cost
-    assert accts.auth_methods("nobody") == accts.auth_methods("scan1") == accts.auth_methods(
-        "keyonly")  # fmt: skip
+    assert (
+        accts.auth_methods("nobody") == accts.auth_methods("scan1") == accts.auth_methods("keyonly")
+    )
 
 
 def test_forged_key_signature_is_no_login(make_rig: Callable[..., Rig], client_key: Path) -> None:
@@ -725,20 +808,42 @@ def test_hostkeys_cli_matches_what_the_server_presents(rig: Rig, tmp_path: Path)
     """`ingestd hostkeys` equals what ssh-keyscan sees; keys are 0600 and stable."""
     cfg = tmp_path / "hostkeys.toml"
     p = rig.config.paths
-    write_config(cfg, {"paths": {"state_dir": str(p.state_dir), "spool": str(p.spool),
-                                 "archive": str(p.archive_dir)},
-                       "sftp": {"listen": f"127.0.0.1:{rig.port}"}})  # fmt: skip
-    res = subprocess.run([sys.executable, "-m", "ingestd.cli", "hostkeys", "--config", str(cfg),
-                          "--json"], capture_output=True, text=True, timeout=60)  # fmt: skip
+    write_config(
+        cfg,
+        {
+            "paths": {
+                "state_dir": str(p.state_dir),
+                "spool": str(p.spool),
+                "archive": str(p.archive_dir),
+            },
+            "sftp": {"listen": f"127.0.0.1:{rig.port}"},
+        },
+    )
+    res = subprocess.run(
+        [sys.executable, "-m", "ingestd.cli", "hostkeys", "--config", str(cfg), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert res.returncode == 0, res.stderr
     cli = {row["sha256"] for row in json.loads(res.stdout)}
     assert len(cli) == 2
 
-    scan = subprocess.run(["ssh-keyscan", "-p", str(rig.port), "-t", "ed25519,rsa", "127.0.0.1"],
-                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    scan = subprocess.run(
+        ["ssh-keyscan", "-p", str(rig.port), "-t", "ed25519,rsa", "127.0.0.1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert scan.stdout.count("\n") == 2, scan.stderr
-    fp = subprocess.run(["ssh-keygen", "-lf", "-"], input=scan.stdout, capture_output=True,
-                        text=True, timeout=60, check=True)  # fmt: skip
+    fp = subprocess.run(
+        ["ssh-keygen", "-lf", "-"],
+        input=scan.stdout,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
     presented = {line.split()[1] for line in fp.stdout.splitlines()}
     assert presented == cli
 

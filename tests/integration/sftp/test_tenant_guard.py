@@ -34,8 +34,7 @@ def fast_refresh(rig: Rig) -> Rig:
     """The rig's service again, with a tenant status cache refreshed every INTERVAL s."""
     rig.service.stop()
     statuses = TenantStatusCache(rig.db, interval=INTERVAL)
-    rig.service = SftpService(rig.config, make_intake(rig.config, rig.db),
-                              tenant_status=statuses)  # fmt: skip
+    rig.service = SftpService(rig.config, make_intake(rig.config, rig.db), tenant_status=statuses)
     rig.service.start()
     return rig
 
@@ -47,15 +46,18 @@ def cache(rig: Rig) -> TenantStatusCache:
 
 def set_status(db: Database, tenant: str, status: str) -> None:
     with db.transaction() as tx:
-        tx.raw("UPDATE tenants SET status = %(s)s, updated_at = now() WHERE name = %(t)s",
-               {"s": status, "t": tenant})  # fmt: skip
+        tx.raw(
+            "UPDATE tenants SET status = %(s)s, updated_at = now() WHERE name = %(t)s",
+            {"s": status, "t": tenant},
+        )
 
 
 @contextlib.contextmanager
 def connect(rig: Rig, source_ip: str) -> Iterator[paramiko.Transport]:
     """A paramiko transport after key exchange, not logged in."""
-    sock = socket.create_connection(("127.0.0.1", rig.port), timeout=20,
-                                    source_address=(source_ip, 0))  # fmt: skip
+    sock = socket.create_connection(
+        ("127.0.0.1", rig.port), timeout=20, source_address=(source_ip, 0)
+    )
     transport = paramiko.Transport(sock)
     try:
         transport.connect()
@@ -95,9 +97,10 @@ def test_suspended_tenant_login_refused_not_banned(make_rig: Callable[..., Rig])
         password_refused(rig, "scan1", ip)
     refused = rig.logs("sftp.auth_refused")
     assert len(refused) == 20
-    assert {(r["account"], r["tenant"], r["tenant_status"], r["reason"], r["remote_ip"],
-             r["method"]) for r in refused} == {
-        ("scan1", "acme", "suspended", "tenant_suspended", ip, "password")}  # fmt: skip
+    assert {
+        (r["account"], r["tenant"], r["tenant_status"], r["reason"], r["remote_ip"], r["method"])
+        for r in refused
+    } == {("scan1", "acme", "suspended", "tenant_suspended", ip, "password")}
     assert rig.logs("sftp.auth_failed") == []  # the fail2ban line: nothing to ban
     assert rig.logs("sftp.banned") == []
     server = rig.service.server
@@ -123,10 +126,11 @@ def test_activated_tenant_logs_in_after_the_refresh(make_rig: Callable[..., Rig]
     wait_until(lambda: cache(rig).status("acme") == "active", timeout=60)
     changed = rig.logs("sftp.tenant_status_changed")
     assert [(c["tenant"], c["old_status"], c["new_status"]) for c in changed] == [
-        ("acme", "active", "suspended"), ("acme", "suspended", "active")]  # fmt: skip
+        ("acme", "active", "suspended"),
+        ("acme", "suspended", "active"),
+    ]
     upload(rig, "scan1", "back.pdf", 2, "127.0.0.6")
-    result = rig.sftp_batch("scan1", ["put " + str(rig.write_pdf("ossh.pdf", 3))],
-                            password=True)  # fmt: skip
+    result = rig.sftp_batch("scan1", ["put " + str(rig.write_pdf("ossh.pdf", 3))], password=True)
     assert result.returncode == 0, result.stderr
     docs = rig.wait_documents(2)
     assert sorted(d["original_filename"] for d in docs) == ["back.pdf", "ossh.pdf"]
@@ -147,7 +151,8 @@ def test_key_login_refused_after_the_signature(make_rig: Callable[..., Rig]) -> 
     assert result.returncode != 0
     refused = rig.logs("sftp.auth_refused")
     assert [(r["method"], r["reason"], r["tenant_status"]) for r in refused] == [
-        ("publickey", "tenant_deleting", "deleting")] * 2  # fmt: skip
+        ("publickey", "tenant_deleting", "deleting")
+    ] * 2
     wait_until(lambda: len(rig.logs("sftp.disconnected")) >= 2)
     assert {r["reason"] for r in rig.logs("sftp.disconnected")} == {"tenant_deleting"}
     assert rig.logs("sftp.login") == [] and rig.logs("sftp.auth_failed") == []
@@ -165,7 +170,10 @@ def test_account_of_a_tenant_that_does_not_exist_is_refused(
     password_refused(rig, "scan1", "127.0.0.8")
     [line] = rig.logs("sftp.auth_refused")
     assert (line["tenant"], line["tenant_status"], line["reason"]) == (
-        "ghost", "missing", "tenant_unknown")  # fmt: skip
+        "ghost",
+        "missing",
+        "tenant_unknown",
+    )
 
 
 def test_database_unreachable_logins_go_to_the_spool(make_rig: Callable[..., Rig]) -> None:
@@ -184,9 +192,7 @@ def test_database_unreachable_logins_go_to_the_spool(make_rig: Callable[..., Rig
         rig.service.stop()
 
 
-def test_outage_keeps_last_known_statuses_then_lets_logins_in(
-    make_rig: Callable[..., Rig],
-) -> None:
+def test_outage_keeps_last_known_statuses_then_lets_logins_in(make_rig: Callable[..., Rig]) -> None:
     """Postgres stops: the last statuses hold for max_age, then logins go in; logged once."""
     with private_cluster(5438) as cluster, Database(cluster.conninfo, connect_timeout=1) as pg:
         migrate(pg)
@@ -233,5 +239,6 @@ def test_open_session_starts_no_upload_once_the_tenant_is_not_active(
         sftp.close()
     refused = [r for r in rig.logs("sftp.refused") if r["path"].endswith("after.pdf")]
     assert [(r["op"], r["reason"], r["tenant"], r["account"]) for r in refused] == [
-        ("open", f"tenant_{status}", "acme", "scan1")]  # fmt: skip
+        ("open", f"tenant_{status}", "acme", "scan1")
+    ]
     assert [r["path"] for r in rig.logs("sftp.upload_complete")] == ["/before.pdf"]
