@@ -11,7 +11,7 @@ import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
-from ingestd.pgcluster import EmbeddedPostgres
+from ingestd.db.pgcluster import EmbeddedPostgres
 
 
 @contextlib.contextmanager

@@ -28,12 +28,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._common import bench_cluster, median, print_table
 from ingestd import log
-from ingestd.archive import LocalArchive, fsync_dir
-from ingestd.config import IntakeConfig
-from ingestd.db import Database
-from ingestd.intake import Intake, IntakeItem, Outcome
-from ingestd.samples import pdf_bytes
-from ingestd.schema import migrate
+from ingestd.archive.store import LocalArchive
+from ingestd.config.settings import IntakeConfig
+from ingestd.db.database import Database
+from ingestd.db.schema import migrate
+from ingestd.demo.samples import pdf_bytes
+from ingestd.durable import fsync_dir
+from ingestd.intake.ingest import Intake, IntakeItem, Outcome
 
 
 def primitive(db: Database, workdir: Path, payloads: list[bytes]) -> float:

@@ -1,7 +1,7 @@
 """OCR throughput: ingestd's analyze-document job next to plain ocrmypdf, in one run.
 
 The input is a generated German letter, N A4 pages scanned at 300 dpi (grayscale,
-lossless, no text layer; ingestd/scans.py), distinct per round so ingestd never
+lossless, no text layer; ingestd/demo/scans.py), distinct per round so ingestd never
 sees a duplicate. Each round runs both sides on the same file, alternating which goes
 first; the table shows medians.
 
@@ -9,7 +9,7 @@ first; the table shows medians.
   it, with the options ingestd uses (languages, rotation);
 - ingestd: ``ingestd ingest`` (untimed), then ``ingestd worker --drain`` timed from start
   to exit: the worker claims the analyze-document job, runs it in its child (verify the
-  archived bytes, OCR through worker/ocr.py, title/date/taxonomy) and commits the text.
+  archived bytes, OCR through worker/analysis/ocr.py, title/date/taxonomy) and commits the text.
   The document's ``document_content`` row must hold N pages of text, else the figure is
   refused (BenchError). A second row is the job alone (processing_jobs.started_at ->
   finished_at): what a long-running worker spends per document, without its start-up.
@@ -42,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import psycopg
 
 from bench._common import BenchError, bench_cluster, median, print_table, run_main
-from ingestd import scans
+from ingestd.demo import scans
 
 # The console scripts next to the interpreter running us: the venv's.
 INGESTD = str(Path(sys.executable).with_name("ingestd"))

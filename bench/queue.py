@@ -6,7 +6,7 @@ arrive 1 ms apart (distinct timestamps, as if enqueued one by one).
 
 1. Throughput, 4 worker processes, N jobs: jobs/s from the start signal to the last
    completion (its database timestamp). ingestd: each process loops ``Queue.claim()`` +
-   ``Queue.done()`` (worker/queue.py, WorkerConfig defaults), the N jobs spread round-robin
+   ``Queue.done()`` (ingestd/queue/claims.py, WorkerConfig defaults), the N jobs spread round-robin
    over 10 tenants. pgqueuer, installed into its own venv (never into the project):
    its schema in a database of its own, N jobs enqueued in batches of 1,000, 4 consumer
    processes ``QueueManager.run(mode=drain)`` with a no-op entrypoint, at its default
@@ -63,13 +63,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bench._common import BenchError, bench_cluster, median, print_table, run_main
-from ingestd import sql
-from ingestd.config import WorkerConfig
-from ingestd.db import Database, Tx
-from ingestd.jobs import enqueue
-from ingestd.pgcluster import EmbeddedPostgres
-from ingestd.schema import migrate
-from worker.queue import Job, Queue
+from ingestd.config.settings import WorkerConfig
+from ingestd.db.database import Database, Tx, sql
+from ingestd.db.pgcluster import EmbeddedPostgres
+from ingestd.db.schema import migrate
+from ingestd.queue.claims import Job, Queue
+from ingestd.queue.enqueue import enqueue
 
 ROOT = Path(__file__).resolve().parent.parent
 # The console script next to the interpreter running us: the venv's `ingestd`.

@@ -46,7 +46,7 @@ import paramiko
 import psycopg
 
 from bench._common import BenchError, bench_cluster, median, print_table, run_main
-from ingestd.samples import pdf_bytes
+from ingestd.demo.samples import pdf_bytes
 
 SSHD = "/usr/sbin/sshd"
 # The console script next to the interpreter running us: the venv's `ingestd`.

@@ -41,13 +41,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._common import bench_cluster, print_table
 from ingestd import log
-from ingestd.config import parse_config
-from ingestd.db import Database
-from ingestd.intake import IntakeItem
-from ingestd.runtime import make_intake
-from ingestd.samples import pdf_bytes
-from ingestd.schema import migrate
-from ingestd.watch import HotFolders
+from ingestd.config.settings import parse_config
+from ingestd.db.database import Database
+from ingestd.db.schema import migrate
+from ingestd.demo.samples import pdf_bytes
+from ingestd.intake.ingest import IntakeItem
+from ingestd.ops.runtime import make_intake
+from ingestd.sources.hotfolders import HotFolders
 
 # Intake threads of the watcher (hotfolders.workers), and so of the plain loop.
 WORKERS = 2

@@ -169,8 +169,8 @@ def workers_demo() -> None:
 
 def analysis_demo() -> None:
     """What analyze-document derived for each document."""
-    from ingestd.config import load_config
-    from ingestd.runtime import open_database
+    from ingestd.config.settings import load_config
+    from ingestd.ops.runtime import open_database
 
     print("\nwhat the workers derived (title, date, correspondent, tags, text):")
     config = load_config(DEMO / "ingestd.toml")
@@ -205,7 +205,7 @@ class _Hook(http.server.BaseHTTPRequestHandler):
     secret = b""
 
     def do_POST(self) -> None:
-        from worker.workflows import verify_signature
+        from worker.analysis.workflows import verify_signature
 
         body = self.rfile.read(int(self.headers["Content-Length"]))
         ok = verify_signature(
@@ -252,7 +252,7 @@ def _wait(predicate: Any, timeout: float) -> None:
 
 def main() -> None:
     sys.path.insert(0, str(ROOT))
-    from ingestd.scans import A6, image_pdf, single_image
+    from ingestd.demo.scans import A6, image_pdf, single_image
 
     if DEMO.exists():
         state = DEMO / "state" / "pgdata"

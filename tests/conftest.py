@@ -21,10 +21,10 @@ from typing import Any
 import pytest
 
 from ingestd import log
-from ingestd.config import Config, parse_config
-from ingestd.db import Database, connect_once, conninfo_with
-from ingestd.pgcluster import EmbeddedPostgres
-from ingestd.schema import migrate
+from ingestd.config.settings import Config, parse_config
+from ingestd.db.database import Database, connect_once, conninfo_with
+from ingestd.db.pgcluster import EmbeddedPostgres
+from ingestd.db.schema import migrate
 
 _counter = itertools.count()
 

@@ -38,11 +38,11 @@ from types import FrameType
 from typing import Any
 
 from ingestd import log
-from ingestd.config import Config
-from ingestd.db import Database
+from ingestd.config.settings import Config
+from ingestd.db.database import Database
 from ingestd.errors import IngestdError
+from ingestd.queue.claims import Job
 from worker.jobs import JobContext, Kind, NeedsAttention, PermanentError, load
-from worker.queue import Job
 
 _PR_SET_PDEATHSIG = 1
 TRACEBACK_FRAMES = 3

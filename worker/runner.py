@@ -27,15 +27,16 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, TypeVar
 
-from ingestd import health, log, metrics
-from ingestd.config import Config, load_config
-from ingestd.db import Database, connect_once
+from ingestd import log
+from ingestd.config.settings import Config, load_config
+from ingestd.db.database import Database, connect_once
 from ingestd.errors import ConfigError, DatabaseError, DatabaseUnavailable, ExitCode, IngestdError
-from ingestd.metrics_server import MetricsEndpoint
+from ingestd.ops import health, metrics
+from ingestd.ops.metrics_server import MetricsEndpoint
+from ingestd.ops.sdnotify import Notifier
+from ingestd.queue.claims import NOTIFY_CHANNEL, Job, Queue, WorkerIdentity, WorkerIdInUse
 from worker.child import Child, Result
 from worker.jobs import Kind, load, notify, refusal
-from worker.queue import NOTIFY_CHANNEL, Job, Queue, WorkerIdentity, WorkerIdInUse
-from worker.sdnotify import Notifier
 
 T = TypeVar("T")
 

@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
-from ingestd.db import Database
-from ingestd.sftp.accounts import hash_password
+from ingestd.db.database import Database
+from ingestd.sources.sftp.accounts import hash_password
 from tests.conftest import read_events, wait_until, write_config
 from tests.fixtures.files import pdf_bytes
 from tests.fixtures.sftp import sftp_upload

@@ -9,7 +9,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ingestd.samples import pdf_bytes
+from ingestd.demo.samples import pdf_bytes
 
 
 def _cli(cfg: Path, *args: str) -> subprocess.CompletedProcess[str]:

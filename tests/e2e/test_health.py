@@ -16,15 +16,15 @@ from typing import Any
 
 import pytest
 
-from ingestd.db import Database
-from ingestd.events import EventLog
-from ingestd.health import Health, Loop
-from ingestd.metrics_server import MetricsEndpoint
-from ingestd.pgcluster import EmbeddedPostgres
-from ingestd.runtime import make_intake
-from ingestd.schema import migrate
-from ingestd.sftp.accounts import hash_password
-from ingestd.watch import HotFolders
+from ingestd.db.database import Database
+from ingestd.db.pgcluster import EmbeddedPostgres
+from ingestd.db.schema import migrate
+from ingestd.ops.events import EventLog
+from ingestd.ops.health import Health, Loop
+from ingestd.ops.metrics_server import MetricsEndpoint
+from ingestd.ops.runtime import make_intake
+from ingestd.sources.hotfolders import HotFolders
+from ingestd.sources.sftp.accounts import hash_password
 from tests.conftest import Env, private_cluster, wait_until, write_config
 from tests.e2e.test_serve_sftp import Serve, _free_port
 from tests.fixtures.mounts import immutable

@@ -20,18 +20,18 @@ import paramiko
 import pytest
 
 import ingestd
-from ingestd.config import WorkerConfig
-from ingestd.db import Database
+from ingestd.config.settings import WorkerConfig
+from ingestd.db.database import Database
+from ingestd.db.pgcluster import EmbeddedPostgres
+from ingestd.db.schema import migrate
 from ingestd.errors import ExitCode
-from ingestd.pgcluster import EmbeddedPostgres
-from ingestd.schema import migrate
-from ingestd.sftp.accounts import hash_password
+from ingestd.queue.claims import Queue
+from ingestd.sources.sftp.accounts import hash_password
 from tests.conftest import Env, private_cluster, read_events, run_cli, wait_until, write_config
 from tests.e2e.test_serve_sftp import Serve, _free_port
 from tests.fixtures.files import pdf_bytes
 from tests.fixtures.queue import PLUGIN, make_jobs
 from tests.fixtures.sftp import sftp_upload
-from worker.queue import Queue
 
 
 def _scrape(port: int) -> str:

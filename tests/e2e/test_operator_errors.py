@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from ingestd.sftp.accounts import hash_password
+from ingestd.sources.sftp.accounts import hash_password
 from tests.conftest import Env, PgServer, read_events, wait_until, write_config
 
 NOBODY = 65534
@@ -254,7 +254,7 @@ def _nobody_cannot_run_ingestd() -> str:
     if shutil.which("setpriv") is None:
         return "setpriv (util-linux) is not installed"
     probe = subprocess.run(
-        [*_as_nobody(), sys.executable, "-c", "import ingestd.cli, psycopg"],
+        [*_as_nobody(), sys.executable, "-c", "import ingestd.cli.main, psycopg"],
         capture_output=True,
         text=True,
         cwd="/",
@@ -423,7 +423,7 @@ def test_ingest_as_root_leaves_archive_files_the_service_user_can_read(
     directories and the archived file belong to that user, who can read them."""
     import pwd
 
-    from ingestd.db import Database
+    from ingestd.db.database import Database
     from tests.conftest import run_cli
     from tests.fixtures.files import pdf_bytes
 

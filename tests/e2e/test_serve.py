@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from ingestd.db import Database
-from ingestd.pgcluster import EmbeddedPostgres
-from ingestd.schema import migrate
+from ingestd.db.database import Database
+from ingestd.db.pgcluster import EmbeddedPostgres
+from ingestd.db.schema import migrate
 from tests.conftest import private_cluster, read_events, wait_until, write_config
 from tests.fixtures.files import pdf_bytes, write
 
@@ -155,7 +155,7 @@ def test_status_with_the_database_down_shows_what_waits(
     DOWN since ...' as the daemon saw it, exit code 9 (degraded); no traceback."""
     import json
 
-    from ingestd.daemon_state import read_state
+    from ingestd.ops.daemon_state import read_state
 
     hot = tmp_path / "hot"
     hot.mkdir()

@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ingestd.db import Database
-from ingestd.sftp.accounts import hash_password
+from ingestd.db.database import Database
+from ingestd.sources.sftp.accounts import hash_password
 from tests.conftest import Env, private_cluster, read_events, run_cli, wait_until, write_config
 from tests.fixtures.files import pdf_bytes
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from ingestd.db import Database
+from ingestd.db.database import Database
 from tests.conftest import Env, run_cli, wait_until
 from tests.fixtures.queue import (
     REPO,

@@ -14,16 +14,16 @@ from typing import Any
 
 import pytest
 
-from ingestd.db import Database
-from ingestd.intake import IntakeItem, Outcome
-from ingestd.jobs import enqueue
-from ingestd.runtime import make_intake
-from ingestd.watch import HotFolders
+from ingestd.db.database import Database
+from ingestd.intake.ingest import IntakeItem, Outcome
+from ingestd.ops.runtime import make_intake
+from ingestd.ops.sdnotify import Notifier
+from ingestd.queue.enqueue import enqueue
+from ingestd.sources.hotfolders import HotFolders
 from tests.conftest import Env, run_cli, wait_until
 from tests.fixtures.scans import encrypted_pdf, image_pdf, truncated_pdf
+from worker.analysis.workflows import verify_signature
 from worker.runner import Runner
-from worker.sdnotify import Notifier
-from worker.workflows import verify_signature
 
 WORKER = {"poll_interval": 0.1, "lease_seconds": 30, "retry_base": 0.05, "max_retries": 3}
 # Each OCR here is a few small pages: one tesseract per page is plenty.

@@ -6,7 +6,7 @@ import json
 import os
 from pathlib import Path
 
-from ingestd.db import Database
+from ingestd.db.database import Database
 from tests.conftest import Env, run_cli
 from tests.fixtures.files import pdf_bytes, write
 

@@ -12,7 +12,7 @@ import signal
 
 import pytest
 
-from ingestd.db import Database
+from ingestd.db.database import Database
 from tests.conftest import Env, run_cli
 from tests.fixtures.files import pdf_bytes, write
 

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from ingestd.db import Database, connect_once, conninfo_with
+from ingestd.db.database import Database, connect_once, conninfo_with
+from ingestd.db.pgcluster import EmbeddedPostgres
+from ingestd.db.schema import migrate
 from ingestd.errors import DatabaseRefused, DatabaseUnavailable, ExitCode, SchemaMissing
-from ingestd.pgcluster import EmbeddedPostgres
-from ingestd.schema import migrate
 from tests.conftest import PgServer, private_cluster, wait_until
 
 

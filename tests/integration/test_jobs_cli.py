@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 
-from ingestd.config import WorkerConfig
-from ingestd.db import Database
+from ingestd.config.settings import WorkerConfig
+from ingestd.db.database import Database
+from ingestd.queue.claims import Queue
 from tests.conftest import Env, run_cli
 from tests.fixtures.queue import make_jobs
-from worker.queue import Queue
 
 
 def test_list_show_retry_cancel(env: Env, db: Database) -> None:

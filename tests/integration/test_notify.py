@@ -30,19 +30,19 @@ from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import AuthResult, LoginPassword
 
 from ingestd import log
-from ingestd.config import parse_config
-from ingestd.config_notify import SmtpConfig
-from ingestd.db import Database, jsonb
-from ingestd.events import EventLog
-from ingestd.intake import IntakeItem, Outcome
-from ingestd.runtime import make_intake
+from ingestd.config.notify import SmtpConfig
+from ingestd.config.settings import parse_config
+from ingestd.db.database import Database, jsonb
+from ingestd.intake.ingest import IntakeItem, Outcome
+from ingestd.ops.events import EventLog
+from ingestd.ops.runtime import make_intake
+from ingestd.ops.sdnotify import Notifier
 from tests.conftest import Env, read_events, run_cli, wait_until
 from tests.fixtures.scans import encrypted_pdf
+from worker.analysis.workflows import verify_signature
 from worker.jobs import PermanentError, notify
 from worker.notify import SmtpError, SmtpRefused, send_mail
 from worker.runner import Runner
-from worker.sdnotify import Notifier
-from worker.workflows import verify_signature
 
 WORKER = {"poll_interval": 0.1, "lease_seconds": 30, "retry_base": 0.05, "max_retries": 3}
 # Deliveries retry fast here (production: 30 s, 1 min, 2 min ...).

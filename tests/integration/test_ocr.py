@@ -1,4 +1,4 @@
-"""worker/ocr.py and worker/programs.py with the real ocrmypdf, tesseract and pdfium.
+"""worker/analysis/ocr.py and worker/programs.py with the real ocrmypdf, tesseract and pdfium.
 
 Pages are small (A6 at 300 dpi) with a few lines of large text: each OCR run takes a
 second or two and tesseract reads every word. The source file is made read-only (0440)
@@ -20,7 +20,7 @@ from PIL import Image
 
 from tests.fixtures import scans
 from worker import programs
-from worker.ocr import (
+from worker.analysis.ocr import (
     SEARCHABLE_PDF,
     THUMBNAIL,
     OcrConfigError,

@@ -16,13 +16,13 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from ingestd.config import load_config
-from ingestd.daemon_state import read_state
-from ingestd.db import Database
+from ingestd.config.settings import load_config
+from ingestd.db.database import Database
 from ingestd.errors import ConfigError, SourceProtected
-from ingestd.intake import IntakeItem, Outcome
-from ingestd.runtime import make_intake
-from ingestd.watch import HotFolders
+from ingestd.intake.ingest import IntakeItem, Outcome
+from ingestd.ops.daemon_state import read_state
+from ingestd.ops.runtime import make_intake
+from ingestd.sources.hotfolders import HotFolders
 from tests.conftest import Env, read_events, run_cli, wait_until
 from tests.fixtures.bindmounts import BindMounts, bind
 from tests.fixtures.files import pdf_bytes, write

@@ -6,11 +6,11 @@ from datetime import timedelta
 
 import pytest
 
-from ingestd.config import WorkerConfig
-from ingestd.db import Database, DatabaseError
-from ingestd.jobs import JobKindRetired, enqueue
+from ingestd.config.settings import WorkerConfig
+from ingestd.db.database import Database, DatabaseError
+from ingestd.queue.claims import Queue
+from ingestd.queue.enqueue import JobKindRetired, enqueue
 from tests.fixtures.queue import make_jobs
-from worker.queue import Queue
 
 
 def tenant_of(db: Database, job_id: int) -> str:

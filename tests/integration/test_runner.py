@@ -18,13 +18,13 @@ from typing import Any
 import pytest
 
 from ingestd import log
-from ingestd.db import Database
+from ingestd.db.database import Database
+from ingestd.ops.sdnotify import Notifier
+from ingestd.queue.claims import Queue
 from tests.conftest import Env, read_events, wait_until
 from tests.fixtures.queue import PLUGIN, count, create_runs_table, job_row, make_jobs, runs
 from worker.child import describe_exception
-from worker.queue import Queue
 from worker.runner import Runner
-from worker.sdnotify import Notifier
 
 FAST = {"poll_interval": 0.1, "lease_seconds": 2, "retry_base": 0.05, "max_retries": 2}
 

@@ -5,9 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from ingestd import sql
-from ingestd.db import Database
-from ingestd.schema import migrate
+from ingestd.db.database import Database, sql
+from ingestd.db.schema import migrate
 
 # Seed 000, column by column: (type, nullable, default).
 SEED_COLUMNS = {

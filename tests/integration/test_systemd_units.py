@@ -29,8 +29,8 @@ from typing import Any
 
 import pytest
 
-from ingestd.config import WorkerConfig
-from ingestd.sftp.accounts import hash_password
+from ingestd.config.settings import WorkerConfig
+from ingestd.sources.sftp.accounts import hash_password
 
 UNIT_DIR = Path(__file__).resolve().parents[2] / "systemd"
 EXPECTED_UNITS = {
@@ -180,7 +180,7 @@ def test_worker_stop_timeout_exceeds_the_shutdown_grace() -> None:
 def test_services_have_resource_limits() -> None:
     """Daemon and workers cap memory, tasks and descriptors; the daemon's descriptor
     limit covers every session holding its maximum of handles (invariant 10)."""
-    from ingestd.config import SftpConfig
+    from ingestd.config.settings import SftpConfig
 
     for name in ("ingestd.service", "ingestd-worker@.service"):
         text = (UNIT_DIR / name).read_text()

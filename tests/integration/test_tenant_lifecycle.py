@@ -13,17 +13,17 @@ from typing import Any
 
 import pytest
 
-from ingestd import signing
-from ingestd.archive import LocalArchive, StagedFile
-from ingestd.db import Database, jsonb
+from ingestd.archive.store import LocalArchive, StagedFile
+from ingestd.db.database import Database, jsonb
 from ingestd.errors import TenantNotActive, TenantNotFound
-from ingestd.intake import Intake, IntakeItem, Outcome
-from ingestd.runtime import make_intake
-from ingestd.titles import TitleRules
+from ingestd.intake.ingest import Intake, IntakeItem, Outcome
+from ingestd.intake.titles import TitleRules
+from ingestd.ops.runtime import make_intake
+from ingestd.ops.sdnotify import Notifier
+from ingestd.tenants import signing
 from tests.conftest import Env, run_cli
 from tests.fixtures.files import pdf_bytes, write
 from worker.runner import Runner
-from worker.sdnotify import Notifier
 
 WORKER = {"poll_interval": 0.1, "lease_seconds": 30, "retry_base": 0.05, "max_retries": 2}
 ANALYSIS = {"jobs": 1}

@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from ingestd.db import Database
-from ingestd.events import EventLog
-from ingestd.runtime import make_intake
-from ingestd.watch import HotFolders
+from ingestd.db.database import Database
+from ingestd.ops.events import EventLog
+from ingestd.ops.runtime import make_intake
+from ingestd.sources.hotfolders import HotFolders
 from tests.conftest import Env, wait_until
 from tests.fixtures.files import pdf_bytes, write
 

@@ -14,11 +14,12 @@ from typing import Any
 
 import pytest
 from structlog.testing import capture_logs
+from watchdog.observers.api import BaseObserver
 
-from ingestd.db import Database
-from ingestd.events import EventLog
-from ingestd.runtime import make_intake
-from ingestd.watch import HotFolders
+from ingestd.db.database import Database
+from ingestd.ops.events import EventLog
+from ingestd.ops.runtime import make_intake
+from ingestd.sources.hotfolders import HotFolders
 from tests.conftest import Env, wait_until
 from tests.fixtures.files import pdf_bytes, write
 
@@ -223,3 +224,64 @@ def test_many_files_at_once_settle_cost_stays_proportional(
     assert settle < 0.15 * intake, f"settle {settle:.2f} s CPU, intake {intake:.2f} s CPU"
     assert hot.stats["taken"] == n
     assert hot.stats["looked"] <= 2 * n, hot.stats
+
+
+def test_reloads_while_rescans_and_folder_checks_run_leave_one_observer_per_folder(
+    make_env: Any, db: Database, tenant: str, tmp_path: Path
+) -> None:
+    """SIGHUP after SIGHUP (a folder dropped and added back each time) while the rescan
+    and the folder check run every few milliseconds: no error, no leaked or missing
+    observer, and both folders are served afterwards."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    fast = {**FAST, "rescan_interval": 1, "folder_check_interval": 0.1}  # the minimums
+
+    def env(*folders: Path) -> Env:
+        entries = [{"path": str(f), "tenant": tenant} for f in folders]
+        made: Env = make_env(watch=entries, hotfolders=fast)
+        return made
+
+    only_a, both_env = env(a), env(a, b)
+    both = both_env.config
+    before = {t for t in threading.enumerate() if isinstance(t, BaseObserver)}
+    pool = Database(both_env.db_url, max_size=6).open()
+    hot = HotFolders(both, make_intake(both, pool))
+    stop = threading.Event()
+
+    def hammer() -> None:  # what an observer does when its root goes: check now
+        while not stop.wait(0.001):
+            hot.check_folders_soon()
+
+    with capture_logs() as logs:
+        hot.start()
+        poker = threading.Thread(target=hammer, daemon=True)
+        poker.start()
+        try:
+            deadline = time.monotonic() + 3  # at least three rescans run meanwhile
+            i = 0
+            while i < 60 or time.monotonic() < deadline:  # bounded: 60 reloads, then ~3 s
+                hot.reload(only_a.config if i % 2 == 0 else both)
+                checks = hot.stats["folder_checks"]
+                wait_until(lambda c=checks: hot.stats["folder_checks"] > c, timeout=30)
+                i += 1
+                if i > 10_000:
+                    break
+            stop.set()
+            poker.join()
+            hot.reload(both)
+            observers = {
+                t for t in threading.enumerate() if isinstance(t, BaseObserver) and t.is_alive()
+            } - before
+            assert len(observers) == 2
+            write(a / "in-a.pdf", pdf_bytes(seed=21))
+            write(b / "in-b.pdf", pdf_bytes(seed=22))
+            wait_until(lambda: _count(db) == 2, timeout=60)
+        finally:
+            hot.stop()
+            pool.close()
+    errors = [e for e in logs if str(e["event"]).endswith("_error") or e.get("exc_info")]
+    assert errors == []
+    assert _names(db) == ["in-a.pdf", "in-b.pdf"]
+    leaked = {t for t in threading.enumerate() if isinstance(t, BaseObserver) and t.is_alive()}
+    assert leaked - before == set()

@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from ingestd import metrics
-from ingestd.db import Database
-from ingestd.intake import Intake, IntakeItem, IntakeResult
-from ingestd.runtime import make_intake
-from ingestd.watch import HotFolders
+from ingestd.db.database import Database
+from ingestd.intake.ingest import Intake, IntakeItem, IntakeResult
+from ingestd.ops import metrics
+from ingestd.ops.runtime import make_intake
+from ingestd.sources.hotfolders import HotFolders
 from tests.conftest import Env, wait_until
 from tests.fixtures.files import pdf_bytes, write
 from tests.fixtures.mounts import immutable, tmpfs

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ingestd.archive import FILE_MODE, LocalArchive, TooLarge, is_temp
+from ingestd.archive.store import FILE_MODE, LocalArchive, TooLarge, is_temp
 from ingestd.errors import ArchiveError
 
 WHEN = datetime(2026, 11, 3, 14, 15, tzinfo=UTC)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from worker.content_title import title_from_text
+from worker.analysis.content_title import title_from_text
 
 LETTER = """Telekom Deutschland GmbH · Postfach 2000 · 53105 Bonn
 Herrn

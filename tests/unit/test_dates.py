@@ -6,7 +6,7 @@ from datetime import date
 
 import pytest
 
-from worker.dates import date_from_text
+from worker.analysis.dates import date_from_text
 
 # Fixed so that "future" does not depend on when the tests run.
 TODAY = date(2026, 11, 30)

@@ -18,11 +18,11 @@ from typing import Any
 import pytest
 
 from ingestd import log
-from ingestd.config import parse_config
-from ingestd.sftp.accounts import hash_password
-from ingestd.sftp.bans import BanList
-from ingestd.sftp.server import Connection, SftpServer, _ServerPolicy
-from ingestd.sftp.spool import Spool
+from ingestd.config.settings import parse_config
+from ingestd.sources.sftp.accounts import hash_password
+from ingestd.sources.sftp.bans import BanList
+from ingestd.sources.sftp.server import Connection, SftpServer, _ServerPolicy
+from ingestd.sources.sftp.spool import Spool
 
 CONFIG = Path(__file__).parents[2] / "config" / "fail2ban"
 FILTER = CONFIG / "filter.d" / "ingestd-sftp.conf"

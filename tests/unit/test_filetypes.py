@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ingestd import filetypes
+from ingestd.intake.ingest import filetypes
 from tests.fixtures.files import pdf_bytes, png_bytes
 
 

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from ingestd.config import Config, parse_config
-from ingestd.config_notify import EVENT_TYPES, SmtpConfig, secret_envs, secret_files
+from ingestd.config.notify import EVENT_TYPES, SmtpConfig, secret_envs, secret_files
+from ingestd.config.settings import Config, parse_config
 from ingestd.errors import ConfigError
 from worker.notify import Event, build_message, email_body, matching_sinks, render
 
@@ -280,7 +280,7 @@ def test_matching_sinks_by_tenant_severity_and_glob() -> None:
                 kind="analyze-document",
                 document_id=42,
                 attempts=6,
-                error="OcrError: tesseract crashed\n  at worker/ocr.py:10 in run",
+                error="OcrError: tesseract crashed\n  at worker/analysis/ocr.py:10 in run",
             ),
             "[ingestd] acme: job 17 (analyze-document) of document 42 failed after 6 attempts: "
             "OcrError: tesseract crashed",

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from ingestd.config import Config, parse_config
+from ingestd.config.pathcheck import ProtectedPaths, filesystem_problems, read_mounts
+from ingestd.config.settings import Config, parse_config
 from ingestd.errors import ConfigError, SourceProtected
-from ingestd.pathcheck import ProtectedPaths, filesystem_problems, read_mounts
 from tests.fixtures.bindmounts import BindMounts, bind
 
 __all__ = ["bind"]  # the fixture, used by name

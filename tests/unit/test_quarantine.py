@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ingestd.quarantine import ERROR_SUFFIX, quarantine
+from ingestd.sources.quarantine import ERROR_SUFFIX, quarantine
 from tests.fixtures.mounts import fill, immutable, tmpfs
 
 

@@ -9,10 +9,11 @@ import pytest
 from pydantic import ValidationError
 from structlog.testing import capture_logs
 
-from ingestd import config, config_rules
-from ingestd.config_rules import TaxonomyRule
+from ingestd.config import rules as config_rules
+from ingestd.config import settings as config
+from ingestd.config.rules import TaxonomyRule
 from ingestd.errors import ConfigError
-from worker.taxonomy import Matches, RuleSet, match_rules, normalize, split_terms
+from worker.analysis.taxonomy import Matches, RuleSet, match_rules, normalize, split_terms
 
 
 def rule(match: str, algorithm: str = "any", **kw: Any) -> TaxonomyRule:
@@ -338,5 +339,5 @@ def test_bad_fields_are_refused(fields: dict[str, Any]) -> None:
 
 
 def test_tenant_pattern_matches_the_config_one() -> None:
-    """config_rules cannot import ingestd.config (a cycle), so its copy is pinned here."""
+    """config_rules cannot import ingestd.config.settings (a cycle), so its copy is pinned here."""
     assert config_rules.TENANT_NAME == config.TENANT_NAME

@@ -9,7 +9,13 @@ from datetime import date
 
 import pytest
 
-from ingestd.titles import DEFAULT_RULES, MAX_TITLE_LENGTH, FilenameInfo, TitleRules, parse_filename
+from ingestd.intake.titles import (
+    DEFAULT_RULES,
+    MAX_TITLE_LENGTH,
+    FilenameInfo,
+    TitleRules,
+    parse_filename,
+)
 
 # Fixed so that "future" and "today + 1 day" do not depend on when the tests run.
 TODAY = date(2026, 11, 30)

@@ -19,10 +19,10 @@ import pytest
 from pydantic import ValidationError
 
 from ingestd import __version__
-from ingestd.config import parse_config
-from ingestd.config_rules import WebhookConfig, WorkflowActions, WorkflowRule, redact_url
+from ingestd.config.rules import WebhookConfig, WorkflowActions, WorkflowRule, redact_url
+from ingestd.config.settings import parse_config
 from ingestd.errors import ConfigError
-from worker.workflows import (
+from worker.analysis.workflows import (
     Applied,
     DocumentFacts,
     WebhookError,

@@ -17,10 +17,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ingestd.config import Config
-from ingestd.db import Database, Tx
-from ingestd.jobkinds import RETIRED_KINDS
-from worker.queue import Job
+from ingestd.config.settings import Config
+from ingestd.db.database import Database, Tx
+from ingestd.queue.claims import Job
+from ingestd.queue.kinds import RETIRED_KINDS
 
 
 class PermanentError(Exception):

@@ -5,7 +5,7 @@ taxonomy auto-assignment and on_upload workflows), in the job's child process:
 
 1. check the archived file against its record (present, same size, same SHA-256): a
    document whose bytes are gone or altered must not get derived data from something else;
-2. OCR (worker/ocr.py) into ``<derived>/<archive path without extension>/``: a
+2. OCR (worker/analysis/ocr.py) into ``<derived>/<archive path without extension>/``: a
    searchable PDF, a thumbnail and ``text.json`` (the text per page). A retry after a
    later step failed reuses ``text.json`` instead of running OCR again; ``force`` redoes it;
 3. title from the text (only for a placeholder title, invariant 5), issued date from the
@@ -38,17 +38,17 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from ingestd.archive import LocalArchive
-from ingestd.db import Tx
-from ingestd.jobkinds import JobKind
-from ingestd.jobs import enqueue
-from worker import ocr
-from worker.content_title import title_from_text
-from worker.dates import date_from_text
+from ingestd.archive.store import LocalArchive
+from ingestd.db.database import Tx
+from ingestd.queue.claims import Job
+from ingestd.queue.enqueue import enqueue
+from ingestd.queue.kinds import JobKind
+from worker.analysis import ocr
+from worker.analysis.content_title import title_from_text
+from worker.analysis.dates import date_from_text
+from worker.analysis.taxonomy import match_rules
+from worker.analysis.workflows import DocumentFacts, apply_step, event_payload, plan
 from worker.jobs import JobContext, NeedsAttention, PermanentError, register
-from worker.queue import Job
-from worker.taxonomy import match_rules
-from worker.workflows import DocumentFacts, apply_step, event_payload, plan
 
 CHUNK = 1 << 20
 TEXT_FILE = "text.json"

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from ingestd.config_rules import WebhookConfig
-from ingestd.db import Tx
-from ingestd.jobkinds import JobKind
+from ingestd.config.rules import WebhookConfig
+from ingestd.db.database import Tx
+from ingestd.queue.claims import Job
+from ingestd.queue.kinds import JobKind
+from worker.analysis.workflows import deliver_webhook
 from worker.jobs import JobContext, PermanentError, register
-from worker.queue import Job
-from worker.workflows import deliver_webhook
 
 
 def webhook_of(ctx: JobContext, workflow: str) -> WebhookConfig:

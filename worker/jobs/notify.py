@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import uuid
 
-from ingestd.config import Config
-from ingestd.db import Database
-from ingestd.jobkinds import JobKind
-from ingestd.jobs import enqueue
+from ingestd.config.settings import Config
+from ingestd.db.database import Database
+from ingestd.queue.enqueue import enqueue
+from ingestd.queue.kinds import JobKind
 from worker.jobs import JobContext, PermanentError, register
 from worker.notify import Event, deliver, find_sink, matching_sinks
 

@@ -17,12 +17,12 @@ import datetime
 import os
 from typing import Any
 
-from ingestd.archive import LocalArchive
-from ingestd.db import Tx
+from ingestd.archive.store import LocalArchive
+from ingestd.db.database import Tx
+from ingestd.queue.claims import Job
 from worker.jobs import JobContext, PermanentError, register
 from worker.jobs.analyze import derived_dir
 from worker.jobs.tenants import remove_tree
-from worker.queue import Job
 
 
 def retention_until(ingested: datetime.datetime, years: int) -> datetime.datetime:

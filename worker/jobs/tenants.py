@@ -6,7 +6,7 @@ its search configuration, then ``active``.
 
 delete-tenant is one of the two pieces of code that may remove archived files, so it
 refuses unless everything agrees: the tenant is ``deleting`` (the runner's tenant guard),
-the request's HMAC signature matches (ingestd/signing.py) with the job's own tenant id,
+the request's HMAC signature matches (ingestd/tenants/signing.py) with the job's own tenant id,
 it is at most five minutes old, and its nonce was never used by another job. It then
 waits until no other job of the tenant still runs, removes the tenant's files (archive,
 derived, spool queue, quarantine) in the child, and the worker removes the rows in the
@@ -25,11 +25,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ingestd import signing
-from ingestd.config import TENANT_NAME, Config
-from ingestd.db import Tx, jsonb
+from ingestd.config.settings import TENANT_NAME, Config
+from ingestd.db.database import Tx, jsonb
+from ingestd.queue.claims import Job
+from ingestd.tenants import signing
 from worker.jobs import JobContext, PermanentError, register
-from worker.queue import Job
 
 # The system capability sets every tenant has (seed 004), by name.
 CAPABILITY_SETS: dict[str, list[str]] = {

@@ -21,12 +21,12 @@ import paramiko
 import pytest
 
 from ingestd import log
-from ingestd.config import Config, parse_config
-from ingestd.db import Database
-from ingestd.events import EventLog
-from ingestd.runtime import make_intake
-from ingestd.sftp.accounts import hash_password
-from ingestd.sftp.service import SftpService
+from ingestd.config.settings import Config, parse_config
+from ingestd.db.database import Database
+from ingestd.ops.events import EventLog
+from ingestd.ops.runtime import make_intake
+from ingestd.sources.sftp.accounts import hash_password
+from ingestd.sources.sftp.service import SftpService
 from tests.conftest import read_events, wait_until
 from tests.fixtures.files import pdf_bytes
 

@@ -9,14 +9,14 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from ingestd import metrics
-from ingestd.db import Database
-from ingestd.pgcluster import EmbeddedPostgres
-from ingestd.runtime import make_intake
-from ingestd.schema import migrate
-from ingestd.sftp.service import SftpService
-from ingestd.sftp.spool import Spool
-from ingestd.sftp.spool_intake import SpoolIntake
+from ingestd.db.database import Database
+from ingestd.db.pgcluster import EmbeddedPostgres
+from ingestd.db.schema import migrate
+from ingestd.ops import metrics
+from ingestd.ops.runtime import make_intake
+from ingestd.sources.sftp.service import SftpService
+from ingestd.sources.sftp.spool import Spool
+from ingestd.sources.sftp.spool_intake import SpoolIntake
 from tests.conftest import private_cluster, wait_until
 from tests.fixtures.files import pdf_bytes
 from tests.integration.sftp.conftest import Rig

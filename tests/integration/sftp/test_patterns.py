@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from ingestd.db import Database
+from ingestd.db.database import Database
 from tests.conftest import wait_until
 from tests.fixtures.files import pdf_bytes
 from tests.integration.sftp.conftest import Rig

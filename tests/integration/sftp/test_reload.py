@@ -5,8 +5,8 @@ from __future__ import annotations
 import paramiko
 import pytest
 
-from ingestd.config import parse_config
-from ingestd.runtime import make_intake
+from ingestd.config.settings import parse_config
+from ingestd.ops.runtime import make_intake
 from tests.integration.sftp.conftest import Rig
 
 

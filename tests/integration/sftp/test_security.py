@@ -24,12 +24,12 @@ from typing import Any
 import paramiko
 import pytest
 
-from ingestd.config import SftpBansConfig
+from ingestd.config.settings import SftpBansConfig
 from ingestd.errors import ConfigError
-from ingestd.sftp import bans as bans_module
-from ingestd.sftp import hostkeys
-from ingestd.sftp.accounts import Accounts, Verdict
-from ingestd.sftp.bans import BanList, read_bans
+from ingestd.sources.sftp import bans as bans_module
+from ingestd.sources.sftp import hostkeys
+from ingestd.sources.sftp.accounts import Accounts, Verdict
+from ingestd.sources.sftp.bans import BanList, read_bans
 from tests.conftest import wait_until, write_config
 from tests.integration.sftp.conftest import PASSWORDS, SSH_OPTS, Rig
 
@@ -753,8 +753,8 @@ def test_unknown_user_checks_a_dummy_hash(
     monkeypatch: pytest.MonkeyPatch, password_hashes: dict[str, str]
 ) -> None:
     """Unknown users and password-less accounts cost one bcrypt check of a same-cost dummy."""
-    import ingestd.config as cfgmod
-    from ingestd.sftp import accounts as accounts_module
+    import ingestd.config.settings as cfgmod
+    from ingestd.sources.sftp import accounts as accounts_module
 
     pub = "ssh-ed25519 " + base64.b64encode(b"\0\0\0\x0bssh-ed25519\0\0\0\x20" + b"k" * 32).decode()
     accts = Accounts(

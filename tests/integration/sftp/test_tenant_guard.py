@@ -16,11 +16,11 @@ from collections.abc import Callable, Iterator
 import paramiko
 import pytest
 
-from ingestd.db import Database
-from ingestd.runtime import make_intake
-from ingestd.schema import migrate
-from ingestd.sftp.service import SftpService
-from ingestd.sftp.tenant_status import MISSING, TenantStatusCache
+from ingestd.db.database import Database
+from ingestd.db.schema import migrate
+from ingestd.ops.runtime import make_intake
+from ingestd.sources.sftp.service import SftpService
+from ingestd.sources.sftp.tenant_status import MISSING, TenantStatusCache
 from tests.conftest import private_cluster, wait_until
 from tests.integration.sftp.conftest import PASSWORDS, Rig
 

@@ -1,0 +1,167 @@
+"""The ``ingestd`` command line. Every command takes --config; parseable output with --json."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ingestd import __version__, log
+from ingestd.cli import documents, sftp, system
+from ingestd.cli import jobs as jobs_cli
+from ingestd.cli import search as search_cli
+from ingestd.cli import tenants as tenant_cli
+from ingestd.cli.common import Handler, load
+from ingestd.errors import ConfigError, IngestdError
+
+
+# -- worker -----------------------------------------------------------------------------
+def cmd_worker(args: argparse.Namespace) -> int:
+    from ingestd.ops.runtime import open_database
+    from worker.child import Child
+    from worker.runner import Runner, load_kinds
+
+    config = load(args)
+    load_kinds(args.plugin)  # a mistyped --plugin fails before the database is touched
+    children: list[Child] = []
+
+    def start_child(conninfo: str) -> None:
+        # Before the pool's threads exist: the job child can be a fork of this process,
+        # with every module already imported, instead of a fresh interpreter.
+        child = Child(config, conninfo, args.plugin)
+        children.append(child)
+        child.start(fork=True)
+
+    try:
+        with open_database(config, name="ingestd-worker", before_pool=start_child) as db:
+            runner = Runner(
+                config,
+                db,
+                config_path=args.config,
+                plugins=args.plugin,
+                worker_id=args.worker_id,
+                drain=args.drain,
+                metrics_offset=args.metrics_offset,
+                child=children[0] if children else None,
+            )
+            return runner.run()
+    finally:
+        for child in children:
+            child.stop()  # a no-op once the runner stopped it
+
+
+def build_parser() -> argparse.ArgumentParser:
+    # --config is accepted before and after the sub-command; SUPPRESS keeps a sub-parser
+    # from resetting a value given before it.
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--config",
+        type=Path,
+        default=argparse.SUPPRESS,
+        help="config file (default: $INGESTD_CONFIG or /etc/ingestd/ingestd.toml)",
+    )
+    jsonopt = argparse.ArgumentParser(add_help=False)
+    jsonopt.add_argument("--json", action="store_true", help="machine-readable output")
+
+    p = argparse.ArgumentParser(prog="ingestd", description=__doc__)
+    # Its own action, not the shared one: parents share Action objects, and a default of
+    # None here would leak into every sub-parser.
+    p.add_argument("--config", type=Path, default=None, help="config file")
+    p.add_argument("--version", action="version", version=f"ingestd {__version__}")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    system.add_parsers(sub, common, jsonopt)
+
+    tenant_cli.add_parsers(sub, common, jsonopt)
+
+    documents.add_parsers(sub, common, jsonopt)
+
+    sftp.add_parsers(sub, common, jsonopt)
+
+    system.add_run_parsers(sub, common, jsonopt)
+
+    s = sub.add_parser(
+        "worker", parents=[common], help="run jobs, one at a time, each in a child process"
+    )
+    s.add_argument(
+        "--drain", action="store_true", help="exit 0 once no job is ready and none is running"
+    )
+    s.add_argument(
+        "--plugin",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="import MODULE for more job kinds (repeatable)",
+    )
+    s.add_argument(
+        "--metrics-offset",
+        type=int,
+        default=None,
+        metavar="N",
+        help="serve /metrics on metrics.worker_listen's port + N "
+        "(ingestd-worker@N); without it, no endpoint",
+    )
+    s.add_argument(
+        "--worker-id",
+        default=None,
+        metavar="ID",
+        help="name in processing_jobs.worker_id (default HOST:PID)",
+    )
+    s.set_defaults(func=cmd_worker)
+
+    system.add_report_parsers(sub, common, jsonopt)
+
+    jobs_cli.add_parser(sub, common, jsonopt)
+    search_cli.add_parser(sub, common, jsonopt)
+
+    return p
+
+
+def _report(exc: IngestdError) -> int:
+    """The error on stderr: a JSON log line when logs are JSON (journald, a pipe: every
+    line parses), else ``ingestd: message`` and the problems indented below it."""
+    problems = [p for p in exc.problems if p != exc.message] if isinstance(exc, ConfigError) else []
+    if log.json_output():
+        fields: dict[str, Any] = {"problems": problems} if problems else {}
+        log.get_logger().error(
+            "cli.error", error=exc.message, exit_code=int(exc.exit_code), **fields
+        )
+    else:
+        print(f"ingestd: {exc.message}", file=sys.stderr)
+        for problem in problems:
+            print(f"  {problem}", file=sys.stderr)
+    return int(exc.exit_code)
+
+
+def _stdout_closed() -> int:
+    """`ingestd jobs list | head -1`: the reader left. End quietly, as a tool killed by
+    SIGPIPE would (the Python docs' recipe: stdout to /dev/null, so the interpreter's
+    final flush of what is still buffered cannot raise again)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 128 + signal.SIGPIPE
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    log.configure()
+    args = build_parser().parse_args(argv)
+    func: Handler = args.func
+    try:
+        code = int(func(args))
+        sys.stdout.flush()  # a closed pipe shows here, inside the try, not at exit
+        return code
+    except BrokenPipeError:
+        return _stdout_closed()
+    except IngestdError as exc:
+        return _report(exc)
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

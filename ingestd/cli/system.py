@@ -1,0 +1,254 @@
+"""Setting up and running the appliance: check-config, migrate, status, verify, serve."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from pathlib import Path
+from typing import Any
+
+from ingestd.cli.common import load, print_json, shown
+from ingestd.config.settings import default_config_path, load_config
+from ingestd.errors import ConfigError, ExitCode, IngestdError
+from ingestd.ops import machine as checks
+
+
+# -- check-config -----------------------------------------------------------------------
+def cmd_check_config(args: argparse.Namespace) -> int:
+    from worker.analysis.ocr import available_languages
+
+    files: list[Path] = args.files or [args.config or default_config_path()]
+    results: list[dict[str, Any]] = []
+    for f in files:
+        try:
+            # What the runtime would find on this machine too: OCR languages, secrets.
+            problems = checks.machine_problems(load_config(f), available_languages)
+            if problems:
+                raise ConfigError(f"{f}: {len(problems)} problem(s)", problems)
+            results.append({"file": str(f), "ok": True, "problems": []})
+        except ConfigError as exc:
+            results.append(
+                {"file": str(f), "ok": False, "error": exc.message, "problems": exc.problems}
+            )
+    if args.json:
+        print_json(results)
+    else:
+        for r in results:
+            if r["ok"]:
+                print(f"{r['file']}: OK")
+                continue
+            print(r["error"])
+            for problem in r["problems"]:
+                if problem != r["error"]:
+                    print(f"  {problem}")
+    return ExitCode.ok if all(r["ok"] for r in results) else ExitCode.config_invalid
+
+
+# -- migrate ----------------------------------------------------------------------------
+def cmd_migrate(args: argparse.Namespace) -> int:
+    from ingestd.db.schema import migrate
+    from ingestd.ops.runtime import open_database
+
+    config = load(args)
+    with open_database(config, migrate_schema=False) as db:
+        report = migrate(db)
+    if args.json:
+        print_json({"applied": report.applied, "version": report.current_version})
+    elif report.applied:
+        print(f"applied {', '.join(report.applied)}; schema version {report.current_version}")
+    else:
+        print(f"schema is up to date (version {report.current_version})")
+    return ExitCode.ok
+
+
+# -- status -----------------------------------------------------------------------------
+def cmd_status(args: argparse.Namespace) -> int:
+    """Documents and jobs by tenant, the spool, hot folders and bans.
+
+    What is on disk (spool, hot folders, bans, the daemon's own report) is shown even when
+    the database is down, and the exit code then says so (ExitCode.degraded): an outage is
+    exactly when the backlog matters.
+    """
+    from ingestd.errors import DatabaseUnavailable
+    from ingestd.ops.daemon_state import read_state
+    from ingestd.ops.runtime import open_database
+    from ingestd.sources.hotfolders import backlog_on_disk
+    from ingestd.sources.sftp.bans import read_bans
+    from ingestd.sources.sftp.spool import spool_counts
+
+    config = load(args)
+    report: dict[str, Any] = {
+        "spool": spool_counts(config.paths.spool),
+        "hotfolders": backlog_on_disk(config),
+        "sftp_bans": read_bans(config.paths.state_dir),
+        "daemon": read_state(config.paths.state_dir),
+    }
+    database: dict[str, Any] = {"up": True}
+    try:
+        with open_database(config) as db, db.transaction() as tx:
+            docs = tx.all("status_documents")
+            jobs = tx.all("status_jobs")
+            queue = tx.all("status_queue")
+    except DatabaseUnavailable as exc:
+        seen = (report["daemon"] or {}).get("database") or {}
+        database = {"up": False, "error": exc.message, "down_since": seen.get("down_since")}
+        docs, jobs, queue = [], [], []
+    tenants: dict[str, dict[str, Any]] = {}
+    for r in docs:
+        t = tenants.setdefault(r["tenant"], {"documents": {}, "jobs": {}})
+        t["documents"][r["status"]] = r["n"]
+    for r in jobs:
+        t = tenants.setdefault(r["tenant"], {"documents": {}, "jobs": {}})
+        t["jobs"].setdefault(r["kind"], {})[r["status"]] = r["n"]
+    report |= {"database": database, "tenants": tenants, "queue": queue}
+    code = ExitCode.ok if database["up"] else ExitCode.degraded
+    if args.json:
+        print_json(report)
+        return code
+    _print_status(report)
+    return code
+
+
+def _print_status(report: dict[str, Any]) -> None:
+    database, daemon = report["database"], report["daemon"]
+    if database["up"]:
+        print("database: up")
+    else:
+        since = f" since {database['down_since']}" if database.get("down_since") else ""
+        print(f"database: DOWN{since}: {database['error']}")
+        print("  uploads are still accepted into the spool; hot-folder files stay in place;")
+        print("  both are ingested when the database is back")
+    if daemon is None:
+        print("daemon: not running (or not reporting)")
+    else:
+        print(f"daemon: running, pid {daemon['pid']}, since {daemon['started_at']}")
+    spool = report["spool"]
+    print(f"spool: {spool['pending']} upload(s) waiting for intake ({spool['bytes']} bytes)")
+    for h in report["hotfolders"]:
+        state = (
+            "MISSING"
+            if h.get("missing")
+            else (
+                f"{h['files']}{'+' if h['truncated'] else ''} file(s) waiting ({h['bytes']} bytes)"
+            )
+        )
+        print(f"hot folder {shown(h['folder'])} [{h['tenant']}]: {state}")
+    hot = (daemon or {}).get("hotfolders") or {}
+    for s in hot.get("stuck") or []:
+        print(f"  STUCK {shown(s['path'])}: {s['reason']}")
+    if hot.get("stuck_total", 0) > len(hot.get("stuck") or []):
+        print(
+            f"  ... {hot['stuck_total']} stuck file(s) in all, the first {len(hot['stuck'])} shown"
+        )
+    bans = report["sftp_bans"]
+    if bans:
+        print(f"sftp bans: {len(bans)}")
+        for b in bans:
+            print(f"  {b['ip']:<40} {b['remaining']:>8} s left  (ban #{b['bans']})")
+    else:
+        print("sftp bans: none")
+    if not database["up"]:
+        return
+    print()
+    print(
+        f"{'TENANT':<20} {'WHAT':<24} {'QUEUED':>7} {'PROC':>7} {'DONE':>7} {'FAILED':>7} "
+        f"{'ATTN':>7}"
+    )
+    for name, t in sorted(report["tenants"].items()):
+        rows = [("documents", t["documents"])] + [
+            (f"jobs {k}", v) for k, v in sorted(t["jobs"].items())
+        ]
+        for label, counts in rows:
+            n = [counts.get(k, 0) for k in ("queued", "processing", "done", "failed", "attention")]
+            print(f"{name:<20} {label:<24} {n[0]:>7} {n[1]:>7} {n[2]:>7} {n[3]:>7} {n[4]:>7}")
+    if report["queue"]:
+        print()
+        print(
+            f"{'QUEUE':<20} {'READY':>7} {'RETRY':>7} {'RUNNING':>7} {'OLDEST':>9} {'FAILED/1h':>9}"
+        )
+        for q in report["queue"]:
+            oldest = "-" if q["oldest_ready_seconds"] is None else f"{q['oldest_ready_seconds']}s"
+            print(
+                f"{q['tenant']:<20} {q['ready']:>7} {q['retrying']:>7} {q['running']:>7} "
+                f"{oldest:>9} {q['failed_last_hour']:>9}"
+            )
+
+
+# -- verify -----------------------------------------------------------------------------
+def cmd_verify(args: argparse.Namespace) -> int:
+    import time
+
+    from ingestd.archive.verify import record_run, verify_archive
+    from ingestd.ops.runtime import make_archive, open_database
+
+    config = load(args)
+    started = time.time()
+    with open_database(config) as db:
+        report = verify_archive(db, make_archive(config), rehash=not args.no_rehash)
+    try:  # for the daemon's ingestd_verify_last_* metrics
+        record_run(config.paths.state_dir, report, started=started, rehash=not args.no_rehash)
+    except (OSError, IngestdError) as exc:
+        why = exc.message if isinstance(exc, IngestdError) else str(exc)
+        print(
+            f"ingestd verify: the result was not recorded for the metrics: {why}", file=sys.stderr
+        )
+    if args.json:
+        print_json(
+            {
+                "checked": report.checked,
+                "ok": report.ok,
+                "problems": [dataclasses.asdict(p) for p in report.problems],
+            }
+        )
+    else:
+        for p in report.problems:
+            doc = f" (document {p.document_id})" if p.document_id else ""
+            print(f"{p.kind:<9} {p.path}{doc}: {p.detail}")
+        print(
+            f"checked {report.checked} documents: "
+            + ("archive is consistent" if report.ok else f"{len(report.problems)} problem(s)")
+        )
+    return ExitCode.ok if report.ok else ExitCode.archive_inconsistent
+
+
+# -- serve ------------------------------------------------------------------------------
+def cmd_serve(args: argparse.Namespace) -> int:
+    from ingestd.ops.daemon import serve
+
+    config = load(args)
+    return serve(config, args.config)
+
+
+def add_parsers(
+    sub: Any, common: argparse.ArgumentParser, jsonopt: argparse.ArgumentParser
+) -> None:
+    """check-config and migrate."""
+    s = sub.add_parser("check-config", parents=[common, jsonopt], help="validate config files")
+    s.add_argument("files", nargs="*", type=Path, help="files to check (default: --config)")
+    s.set_defaults(func=cmd_check_config)
+
+    s = sub.add_parser("migrate", parents=[common, jsonopt], help="create/upgrade the schema")
+    s.set_defaults(func=cmd_migrate)
+
+
+def add_run_parsers(
+    sub: Any, common: argparse.ArgumentParser, jsonopt: argparse.ArgumentParser
+) -> None:
+    """serve."""
+    s = sub.add_parser(
+        "serve", parents=[common], help="run the daemon: SFTP server, spool intake, hot folders"
+    )
+    s.set_defaults(func=cmd_serve)
+
+
+def add_report_parsers(
+    sub: Any, common: argparse.ArgumentParser, jsonopt: argparse.ArgumentParser
+) -> None:
+    """status and verify."""
+    s = sub.add_parser("status", parents=[common, jsonopt], help="documents and jobs by tenant")
+    s.set_defaults(func=cmd_status)
+
+    s = sub.add_parser("verify", parents=[common, jsonopt], help="re-hash the archive")
+    s.add_argument("--no-rehash", action="store_true", help="check presence and size only")
+    s.set_defaults(func=cmd_verify)

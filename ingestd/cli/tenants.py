@@ -1,0 +1,244 @@
+"""Tenant lifecycle and document purge on the command line (seed 004's admin actions).
+
+    ingestd tenant create NAME [--member M]... [--wait S]   creating + provision-tenant job
+    ingestd tenant list | suspend NAME | activate NAME
+    ingestd tenant delete NAME --confirm NAME               deleting + signed delete-tenant
+    ingestd tenant reset NAME --confirm NAME [--final-status active|suspended]
+    ingestd document trash --tenant T ID...                 mark for purging
+    ingestd document purge --tenant T ID...                 purge-document jobs
+
+The destructive commands only mark and enqueue; a worker does the work after verifying
+the signed request (delete) or the retention period (purge).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Any
+
+from ingestd.db.database import Tx
+from ingestd.errors import ExitCode, TenantError, TenantNotFound
+from ingestd.queue.enqueue import enqueue
+from ingestd.queue.kinds import JobKind
+from ingestd.tenants import signing
+
+WAIT_POLL = 0.2
+
+
+def _tenant(tx: Tx, name: str) -> dict[str, Any]:
+    row = tx.one("tenant_by_name", {"name": name})
+    if row is None:
+        raise TenantNotFound(f"tenant {name!r} does not exist")
+    return row
+
+
+def _enqueue(
+    tx: Tx, tenant_id: int, kind: JobKind, payload: dict[str, Any], document_id: int | None = None
+) -> int:
+    return enqueue(tx, tenant_id=tenant_id, kind=kind, payload=payload, document_id=document_id)
+
+
+def cmd_tenant(args: argparse.Namespace) -> int:
+    from ingestd.cli.common import load, print_json
+    from ingestd.ops.runtime import open_database
+
+    config = load(args)
+    with open_database(config) as db:
+        with db.transaction() as tx:
+            if args.tenant_cmd == "list":
+                rows = tx.all("tenant_list")
+                if args.json:
+                    print_json(rows)
+                else:
+                    print(f"{'NAME':<24} {'STATUS':<10} {'DOCUMENTS':>9}")
+                    for r in rows:
+                        print(f"{r['name']:<24} {r['status']:<10} {r['documents']:>9}")
+                return ExitCode.ok
+            if args.tenant_cmd == "create":
+                row = tx.one("tenant_insert", {"name": args.name, "status": "creating"})
+                if row is None:
+                    raise TenantError(f"tenant {args.name!r} already exists")
+                job = _enqueue(
+                    tx,
+                    int(row["id"]),
+                    JobKind.provision_tenant,
+                    {"members": list(dict.fromkeys(args.member))},
+                )
+                print(
+                    f"created tenant {row['name']} (id {row['id']}, creating); "
+                    f"provision-tenant job {job} queued"
+                )
+            elif args.tenant_cmd in ("delete", "reset"):
+                return _delete(tx, args, config.paths.state_dir)
+            else:
+                return _set_status(tx, args)
+        if args.tenant_cmd == "create" and args.wait > 0:
+            return _wait_active(db, args.name, args.wait)
+    return ExitCode.ok
+
+
+def _set_status(tx: Tx, args: argparse.Namespace) -> int:
+    target, sources = {"suspend": ("suspended", ["active"]), "activate": ("active", ["suspended"])}[
+        args.tenant_cmd
+    ]
+    row = tx.one(
+        "tenant_set_status", {"name": args.name, "status": target, "from_statuses": sources}
+    )
+    if row is None:
+        current = _tenant(tx, args.name)
+        raise TenantError(f"tenant {args.name!r} is {current['status']}; cannot {args.tenant_cmd}")
+    print(f"tenant {row['name']} is now {row['status']}")
+    return ExitCode.ok
+
+
+def _delete(tx: Tx, args: argparse.Namespace, state_dir: Any) -> int:
+    if args.confirm != args.name:
+        print(
+            f"refusing: `ingestd tenant {args.tenant_cmd}` removes every file and row of "
+            f"tenant {args.name!r}; repeat its name with --confirm {args.name}",
+            file=sys.stderr,
+        )
+        return ExitCode.usage
+    _tenant(tx, args.name)
+    row = tx.one("tenant_mark_deleting", {"name": args.name})
+    assert row is not None
+    final = getattr(args, "final_status", None)
+    payload = signing.delete_request(
+        signing.server_secret(state_dir), int(row["id"]), args.name, args.tenant_cmd, final
+    )
+    job = _enqueue(tx, int(row["id"]), JobKind.delete_tenant, payload)
+    what = "deleted" if args.tenant_cmd == "delete" else f"emptied (then {final or 'suspended'})"
+    print(
+        f"tenant {args.name} is now deleting; signed delete-tenant job {job} queued "
+        f"(nonce {payload['nonce']}): a worker verifies it within 5 minutes and the tenant "
+        f"is {what}"
+    )
+    return ExitCode.ok
+
+
+def _wait_active(db: Any, name: str, seconds: float) -> int:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:  # bounded by --wait
+        with db.transaction() as tx:
+            status = _tenant(tx, name)["status"]
+        if status == "active":
+            print(f"tenant {name} is active")
+            return ExitCode.ok
+        time.sleep(WAIT_POLL)
+    print(
+        f"tenant {name} is still {status} after {seconds:g} s: is a worker running "
+        "(`ingestd worker`)?",
+        file=sys.stderr,
+    )
+    return ExitCode.tenant_invalid
+
+
+def cmd_document_lifecycle(args: argparse.Namespace) -> int:
+    """trash: mark documents; purge: one purge-document job per trashed document."""
+    from ingestd.cli.common import load, print_json
+    from ingestd.ops.runtime import open_database
+
+    config = load(args)
+    done: list[dict[str, Any]] = []
+    problems: list[str] = []
+    with open_database(config) as db, db.transaction() as tx:
+        tenant = _tenant(tx, args.tenant)
+        for doc_id in args.ids:
+            ids = {"id": doc_id, "tenant_id": tenant["id"]}
+            if args.documents_cmd == "trash":
+                row = tx.one("document_trash", ids)
+                if row is None:
+                    problems.append(f"document {doc_id}: no such document of {args.tenant}")
+                    continue
+                done.append({"document_id": doc_id, "trashed_at": row["trashed_at"]})
+                continue
+            doc = tx.one("document_for_purge", ids)
+            if doc is None or doc["trashed_at"] is None:
+                why = (
+                    "no such document"
+                    if doc is None
+                    else "not in the trash (`ingestd document trash` first)"
+                )
+                problems.append(f"document {doc_id}: {why}")
+                continue
+            job = _enqueue(
+                tx,
+                int(tenant["id"]),
+                JobKind.purge_document,
+                {"document_id": doc_id},
+                document_id=doc_id,
+            )
+            done.append({"document_id": doc_id, "job_id": job})
+    if args.json:
+        print_json({"done": done, "problems": problems})
+    else:
+        for d in done:
+            print(
+                f"document {d['document_id']}: "
+                + (
+                    f"trashed at {d['trashed_at']:%Y-%m-%d %H:%M:%S}"
+                    if "trashed_at" in d
+                    else f"purge-document job {d['job_id']} queued"
+                )
+            )
+        for p in problems:
+            print(p, file=sys.stderr)
+    return ExitCode.ok if not problems else ExitCode.not_found
+
+
+def add_parsers(
+    sub: Any, common: argparse.ArgumentParser, jsonopt: argparse.ArgumentParser
+) -> None:
+    s = sub.add_parser("tenant", parents=[common], help="manage tenants")
+    tsub = s.add_subparsers(dest="tenant_cmd", required=True)
+    t = tsub.add_parser(
+        "create", parents=[common], help="create a tenant; a worker provisions and activates it"
+    )
+    t.add_argument("name")
+    t.add_argument(
+        "--member", action="append", default=[], help="an initial member (owner); repeatable"
+    )
+    t.add_argument(
+        "--wait",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="wait until a worker made it active",
+    )
+    t.set_defaults(func=cmd_tenant)
+    for name in ("suspend", "activate"):
+        t = tsub.add_parser(name, parents=[common])
+        t.add_argument("name")
+        t.set_defaults(func=cmd_tenant)
+    for name, text in (
+        ("delete", "remove the tenant, its files and rows (signed job)"),
+        ("reset", "empty the tenant and keep it (signed job)"),
+    ):
+        t = tsub.add_parser(name, parents=[common], help=text)
+        t.add_argument("name")
+        t.add_argument("--confirm", required=True, metavar="NAME", help="the tenant's name again")
+        if name == "reset":
+            t.add_argument(
+                "--final-status",
+                choices=signing.FINAL_STATUSES,
+                default=None,
+                help="status of the empty tenant (default suspended)",
+            )
+        t.set_defaults(func=cmd_tenant)
+    t = tsub.add_parser("list", parents=[common, jsonopt])
+    t.set_defaults(func=cmd_tenant)
+
+
+def add_document_parsers(
+    dsub: Any, common: argparse.ArgumentParser, jsonopt: argparse.ArgumentParser
+) -> None:
+    for name, text in (
+        ("trash", "move documents to the trash"),
+        ("purge", "queue purge-document for trashed documents (after retention)"),
+    ):
+        d = dsub.add_parser(name, parents=[common, jsonopt], help=text)
+        d.add_argument("--tenant", required=True)
+        d.add_argument("ids", nargs="+", type=int, metavar="ID")
+        d.set_defaults(func=cmd_document_lifecycle)

@@ -1,0 +1,348 @@
+"""The one seam to PostgreSQL: pool, transactions, named queries, error mapping.
+
+Only this module (and ingestd/queue/claims.py) imports psycopg. Callers see domain errors:
+``DatabaseUnavailable`` for anything that a retry later may fix (server down,
+restarting, connection lost), ``DatabaseRefused`` when the server answers but will not
+let us in (no such role or database, authentication, pg_hba.conf), ``SchemaMissing``
+when the tables are not there, ``DatabaseError`` for the rest.
+
+Connection failures carry no SQLSTATE in psycopg 3.3 (libpq reports them as text
+only: ``connection failed: connection to server on socket "..." failed: FATAL:  role
+"root" does not exist``), so they are classified by the server's and libpq's English
+messages; a text we do not recognise (another lc_messages) stays "unavailable",
+today's behaviour, never a false "refused".
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pwd
+import re
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import psycopg
+import psycopg_pool
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+
+from ingestd.db import sql
+from ingestd.errors import DatabaseError, DatabaseRefused, DatabaseUnavailable, SchemaMissing
+
+Row = dict[str, Any]
+
+# SQLSTATE classes that mean "try again later", not "your query is wrong":
+# 08 connection exception, 57P0x operator intervention (shutdown, cannot connect now),
+# 53 insufficient resources, 40 serialization failure / deadlock.
+_TRANSIENT_PREFIXES = ("08", "57P", "53", "40")
+
+
+# -- database.url ------------------------------------------------------------------------
+_URL = re.compile(r"^postgres(?:ql)?://")
+# libpq ends the user info at the first "/": "postgresql://u:a/b@h/db" is host "u", port
+# "a" and database "b@h/db" to it, and yet a password is written in the file.
+_URL_USERINFO = re.compile(r"^(postgres(?:ql)?://[^@/?#]*:)([^@]+)@")
+_QUERY_PASSWORD = re.compile(r"([?&]password=)([^&#]+)")
+_KEYWORD_PASSWORD = re.compile(r"(\bpassword\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s']+)")
+_USE_PGPASS = (
+    "must not contain a password (config files end up in backups, tickets and `ps`); "
+    "put it in ~/.pgpass or PGPASSFILE of the user ingestd runs as, or use peer auth"
+)
+
+
+def _parse_conninfo(conninfo: str) -> tuple[dict[str, Any] | None, str]:
+    """(libpq's parameters, "") or (None, why libpq cannot parse it)."""
+    try:
+        return psycopg.conninfo.conninfo_to_dict(conninfo), ""
+    except psycopg.Error as exc:
+        return None, " ".join(str(exc).split())
+
+
+def _has_password(conninfo: str, params: dict[str, Any] | None) -> bool:
+    if params is not None:
+        if params.get("password"):
+            return True  # user info (percent-decoded), ?password=, password = 'a b'
+        return bool(_URL_USERINFO.match(conninfo)) and "@" in str(params.get("dbname", ""))
+    # libpq cannot parse it (the refusal must still not show a password): by shape.
+    if _URL.match(conninfo):
+        return bool(_URL_USERINFO.match(conninfo) or _QUERY_PASSWORD.search(conninfo))
+    return bool(_KEYWORD_PASSWORD.search(conninfo))
+
+
+def check_conninfo(conninfo: str) -> None:
+    """ValueError saying why ``conninfo`` (database.url) is refused: empty, not readable
+    by libpq (psycopg's own parser), a port that is no number, or a password in any
+    form (URL user info, ``?password=``, ``password=...``)."""
+    if not conninfo.strip():
+        raise ValueError("must not be empty; leave database.url out for the embedded cluster")
+    params, why = _parse_conninfo(conninfo)
+    if _has_password(conninfo, params):
+        raise ValueError(_USE_PGPASS)
+    if params is None:
+        raise ValueError(f"must be a postgresql:// URL or libpq key=value string: {why}")
+    for port in str(params.get("port", "")).split(","):
+        if port and not port.isdigit():
+            raise ValueError(f"port {port!r} is not a number")
+
+
+def redact_conninfo(conninfo: str) -> str:
+    """``conninfo`` with its password shown as ``***`` (unchanged if it has none)."""
+    params, _ = _parse_conninfo(conninfo)
+    if not _has_password(conninfo, params):
+        return conninfo
+    if _URL.match(conninfo):
+        shown = _QUERY_PASSWORD.sub(r"\1***", _URL_USERINFO.sub(r"\1***@", conninfo))
+    else:
+        shown = _KEYWORD_PASSWORD.sub(r"\1***", conninfo)
+    return shown if shown != conninfo else "<not shown: it contains a password>"
+
+
+# -- errors --------------------------------------------------------------------------------
+def _cause(exc: BaseException) -> str:
+    """psycopg's message on one line, without its "connection failed:" preamble."""
+    text = "; ".join(" ".join(line.split()) for line in str(exc).splitlines() if line.strip())
+    for prefix in ("connection failed: ", "connection is bad: "):
+        text = text.removeprefix(prefix)
+    return text
+
+
+def _os_user() -> str:
+    try:
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        return str(os.geteuid())
+
+
+def _role_hint(role: str) -> str:
+    if role == _os_user():
+        # libpq's default role is the login name: `sudo ingestd status` asks for "root".
+        run = "runuser -u ingestd --" if os.geteuid() == 0 else "sudo -u ingestd"
+        return (
+            f"this command ran as the OS user {role!r}, and PostgreSQL has no role of "
+            f"that name: run as the ingestd user: {run} ingestd ..."
+        )
+    return (
+        f"create it (sudo -u postgres createuser {role}) or name an existing role "
+        "with user= in database.url"
+    )
+
+
+# (what the server or libpq says, how to fix it); {role} and {db} come from the message
+# or from the connection. Texts as PostgreSQL 15 and libpq send them.
+_REFUSALS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r'role "(?P<role>[^"]*)" does not exist'), "{role_hint}"),
+    (
+        re.compile(r'database "(?P<db>[^"]*)" does not exist'),
+        "create it: sudo -u postgres createdb -O {role} {db}; then run `ingestd migrate`",
+    ),
+    (
+        re.compile(
+            r'password authentication failed for user "(?P<role>[^"]*)"'
+            r"|fe_sendauth: no password supplied"
+        ),
+        "check the password in ~/.pgpass or PGPASSFILE of the user ingestd runs as "
+        "(never in database.url), or use peer authentication",
+    ),
+    (
+        re.compile(r'(?:Peer|Ident) authentication failed for user "(?P<role>[^"]*)"'),
+        "peer authentication admits only the OS user named like the role: run ingestd as "
+        "{role} (runuser -u {role} -- ingestd ...) or map the users in pg_ident.conf",
+    ),
+    (
+        re.compile(r"no pg_hba\.conf entry for|pg_hba\.conf rejects connection"),
+        "add a line for this host, role and database to pg_hba.conf on the database "
+        "server and reload it",
+    ),
+    (re.compile(r'role "(?P<role>[^"]*)" is not permitted to log in'), "ALTER ROLE {role} LOGIN"),
+    (
+        re.compile(r'permission denied for database "(?P<db>[^"]*)"'),
+        "GRANT CONNECT ON DATABASE {db} TO {role}",
+    ),
+)
+
+
+def _refusal(cause: str, role: str, db: str) -> str | None:
+    """The hint for a permanent refusal, or None when ``cause`` is not one."""
+    for pattern, hint in _REFUSALS:
+        m = pattern.search(cause)
+        if m is not None:
+            found = {k: v for k, v in m.groupdict().items() if v is not None}
+            names = {"role": found.get("role", role), "db": found.get("db", db)}
+            return hint.format(role_hint=_role_hint(names["role"]), **names)
+    return None
+
+
+def _connect_error(exc: psycopg.Error) -> DatabaseError:
+    """A failed connection attempt as a domain error: refused (permanent) or unavailable."""
+    cause = _cause(exc)
+    pgconn = exc.pgconn
+    role = (pgconn.user or b"").decode(errors="replace") if pgconn is not None else ""
+    db = (pgconn.db or b"").decode(errors="replace") if pgconn is not None else ""
+    if isinstance(exc, psycopg.ProgrammingError):  # libpq refused the conninfo itself
+        return DatabaseRefused(f"database.url cannot be used: {cause}")
+    hint = _refusal(cause, role or _os_user(), db or role or _os_user())
+    if hint is None and (exc.sqlstate or "").startswith(("28", "3D")):
+        hint = "check database.url, the role and pg_hba.conf"  # should libpq ever say
+    if hint is not None:
+        return DatabaseRefused(f"database refused the connection: {cause}; {hint}")
+    return DatabaseUnavailable(f"database unavailable: {cause}")
+
+
+def _schema_missing(exc: psycopg.Error) -> SchemaMissing:
+    cause = " ".join(str(exc).split("\n", 1)[0].split())
+    if exc.sqlstate == "3F000":
+        hint = (
+            "check the search_path in database.url (options=-csearch_path=...), "
+            "then run `ingestd migrate`"
+        )
+    else:
+        hint = "run `ingestd migrate` (as the ingestd user) against this database"
+    return SchemaMissing(f"database schema missing: {cause}; {hint}")
+
+
+def _map_error(exc: BaseException) -> DatabaseError:
+    """A query's failure (a pool timeout: Database._error, a connection: _connect_error)."""
+    if isinstance(exc, psycopg.Error):
+        state = exc.sqlstate or ""
+        if state in ("42P01", "3F000"):  # undefined_table, invalid_schema_name
+            return _schema_missing(exc)
+        if isinstance(exc, psycopg.OperationalError) and (
+            not state or state.startswith(_TRANSIENT_PREFIXES)
+        ):
+            return DatabaseUnavailable(f"database unavailable: {_cause(exc)}")
+        if state.startswith(_TRANSIENT_PREFIXES):
+            return DatabaseUnavailable(f"database busy: {exc}".strip())
+        return DatabaseError(f"database error [{state or '?'}]: {exc}".strip())
+    return DatabaseError(str(exc))
+
+
+def jsonb(value: Any) -> Any:
+    """Wrap a value for a JSONB parameter."""
+    return Jsonb(value)
+
+
+class Tx:
+    """A connection inside a transaction, speaking named queries only."""
+
+    def __init__(self, conn: psycopg.Connection[Row]) -> None:
+        self._conn = conn
+
+    def one(self, name: str, params: Mapping[str, Any] | None = None) -> Row | None:
+        return self._conn.execute(sql.query(name), params or {}).fetchone()
+
+    def all(self, name: str, params: Mapping[str, Any] | None = None) -> list[Row]:
+        return self._conn.execute(sql.query(name), params or {}).fetchall()
+
+    def run(self, name: str, params: Mapping[str, Any] | None = None) -> int:
+        return self._conn.execute(sql.query(name), params or {}).rowcount
+
+    def raw(self, statement: str, params: Mapping[str, Any] | None = None) -> list[Row]:
+        """Ad-hoc SQL for migrations and tests; product code uses named queries."""
+        # No params -> simple query protocol, which allows several statements at once.
+        cur = self._conn.execute(statement.encode(), params if params else None)
+        return cur.fetchall() if cur.description else []
+
+
+class Database:
+    """A psycopg connection pool that hands out transactions and maps errors."""
+
+    def __init__(
+        self,
+        conninfo: str,
+        *,
+        min_size: int = 1,
+        max_size: int = 4,
+        connect_timeout: float = 5.0,
+        name: str = "ingestd",
+    ) -> None:
+        self.conninfo = conninfo
+        self._timeout = connect_timeout
+        self._max_size = max_size
+        self._pool: psycopg_pool.ConnectionPool[psycopg.Connection[Row]] = (
+            psycopg_pool.ConnectionPool(
+                conninfo,
+                min_size=min_size,
+                max_size=max_size,
+                kwargs={
+                    "row_factory": dict_row,
+                    "connect_timeout": max(1, int(connect_timeout)),
+                    "application_name": name,
+                },
+                connection_class=psycopg.Connection[Row],
+                open=False,
+                timeout=connect_timeout,
+                # Keep trying in the background while the server is down: the daemon
+                # must come up and spool uploads even when Postgres does not.
+                reconnect_timeout=0,
+                name=name,
+            )
+        )
+
+    def open(self) -> Database:
+        self._pool.open(wait=False)
+        return self
+
+    def close(self) -> None:
+        self._pool.close()
+
+    def __enter__(self) -> Database:
+        return self.open()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _error(self, exc: psycopg.Error | psycopg_pool.PoolTimeout) -> DatabaseError:
+        if not isinstance(exc, psycopg_pool.PoolTimeout):
+            return _map_error(exc)
+        # The pool says only "couldn't get a connection after 5.00 sec"; its connection
+        # errors went to its log. One direct attempt tells down from refused from busy.
+        try:
+            connect_once(self.conninfo, timeout=self._timeout).close()
+        except DatabaseError as direct:
+            return direct
+        return DatabaseUnavailable(
+            f"database busy: no free connection within {self._timeout:g} s "
+            f"(all {self._max_size} of the pool in use; database.pool_max_size)"
+        )
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[Tx]:
+        """Yield a Tx; COMMIT on normal exit, ROLLBACK on exception. Errors are mapped."""
+        try:
+            with self._pool.connection(timeout=self._timeout) as conn, conn.transaction():
+                yield Tx(conn)
+        except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
+            raise self._error(exc) from exc
+
+    @contextlib.contextmanager
+    def autocommit(self) -> Iterator[Tx]:
+        """Yield a Tx on a connection in autocommit mode (CREATE DATABASE, LISTEN...)."""
+        try:
+            with self._pool.connection(timeout=self._timeout) as conn:
+                conn.autocommit = True
+                try:
+                    yield Tx(conn)
+                finally:
+                    conn.autocommit = False
+        except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
+            raise self._error(exc) from exc
+
+
+def connect_once(conninfo: str, *, autocommit: bool = True, timeout: float = 5.0) -> Any:
+    """A single un-pooled connection (admin tasks, probes, tests). A failure is
+    ``DatabaseRefused`` (permanent, with a hint) or ``DatabaseUnavailable`` (retry)."""
+    try:
+        return psycopg.connect(
+            conninfo,
+            autocommit=autocommit,
+            row_factory=dict_row,
+            connect_timeout=max(1, round(timeout)),
+        )
+    except psycopg.Error as exc:
+        raise _connect_error(exc) from exc
+
+
+def conninfo_with(conninfo: str, **overrides: Any) -> str:
+    """``conninfo`` with some parameters replaced (e.g. another dbname)."""
+    return psycopg.conninfo.make_conninfo(conninfo, **overrides)

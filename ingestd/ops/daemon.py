@@ -1,0 +1,326 @@
+"""``ingestd serve``: the long-running ingest daemon: SFTP server, spool intake, hot folders.
+
+Signal handlers only set flags; the main loop reads them. SIGTERM/SIGINT stop
+gracefully (running intakes finish: each is one short transaction), SIGHUP reloads the
+config (a broken new config is logged and the old one kept).
+
+Under systemd (Type=notify) the daemon reports READY=1 once the SFTP listener and the hot
+folders run, RELOADING=1 ... READY=1 around a reload, WATCHDOG=1 from the main loop at half
+of WatchdogSec, and STOPPING=1 when it begins to stop (ingestd/ops/sdnotify.py; a no-op
+without $NOTIFY_SOCKET).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import signal
+import threading
+import time
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from ingestd import log
+from ingestd.archive.verify import LAST_RUN_DIR
+from ingestd.config.settings import Config, load_config
+from ingestd.db.database import Database
+from ingestd.db.schema import migrate
+from ingestd.errors import ConfigError, DatabaseError, DatabaseUnavailable, StateUnusable
+from ingestd.ops import health, statedir
+from ingestd.ops.daemon_state import DaemonState
+from ingestd.ops.events import EventLog
+from ingestd.ops.metrics_server import (
+    DaemonCollector,
+    MetricsEndpoint,
+    QueueCollector,
+    register_queue_collector,
+    unregister,
+)
+from ingestd.ops.runtime import make_intake, open_database
+from ingestd.ops.sdnotify import Notifier
+from ingestd.sources.hotfolders import HotFolders
+from ingestd.sources.sftp import hostkeys
+from ingestd.sources.sftp.bans import UNBAN_DIR
+from ingestd.sources.sftp.service import SftpService
+from ingestd.sources.sftp.spool import Spool
+from ingestd.sources.sftp.tenant_status import TenantStatusCache
+
+
+class Flags:
+    """Set by the signal handlers, read by the main loop.
+
+    A handler runs in the main thread between two bytecodes, possibly while that thread
+    holds an Event's internal lock (inside ``wait`` or ``clear``): a handler taking that
+    lock again would hang the daemon for good. So a handler only sets ``reload``, sets
+    ``stop`` (an Event other threads wait on; the main thread only reads it, lock-free)
+    and writes a byte to the pipe the main loop sleeps on.
+    """
+
+    def __init__(self) -> None:
+        self.stop = threading.Event()
+        self.reload = False
+        self._r, self._w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self._saved: dict[int, Any] = {}
+
+    def install(self) -> None:
+        for sig, handler in (
+            (signal.SIGTERM, self._on_stop),
+            (signal.SIGINT, self._on_stop),
+            (signal.SIGHUP, self._on_reload),
+        ):
+            self._saved[sig] = signal.signal(sig, handler)
+
+    def sleep(self, seconds: float) -> None:
+        """Until a signal comes or ``seconds`` have passed."""
+        readable, _, _ = select.select([self._r], [], [], seconds)
+        if readable:
+            with contextlib.suppress(BlockingIOError):
+                while os.read(self._r, 512):
+                    pass
+
+    def close(self) -> None:
+        """The previous handlers back first: no late signal may write to a closed fd."""
+        for sig, handler in self._saved.items():
+            signal.signal(sig, handler)
+        os.close(self._r)
+        os.close(self._w)
+
+    def _poke(self) -> None:
+        with contextlib.suppress(BlockingIOError):  # full: a wake-up is pending anyway
+            os.write(self._w, b"\0")
+
+    def _on_stop(self, signum: int, frame: FrameType | None) -> None:
+        self.stop.set()
+        self._poke()
+
+    def _on_reload(self, signum: int, frame: FrameType | None) -> None:
+        self.reload = True
+        self._poke()
+
+
+class _SchemaWhenReachable(threading.Thread):
+    """Migrate now, or as soon as the database answers.
+
+    The daemon must come up with Postgres down: SFTP uploads go to the spool and hot-folder
+    files stay put, both retried by their loops. This thread keeps trying the (idempotent)
+    migration meanwhile, so a database that returns empty gets its schema.
+    """
+
+    def __init__(self, db: Database, stop: threading.Event) -> None:
+        super().__init__(name="schema", daemon=True)
+        self.db, self.stop = db, stop
+        self.log = log.get_logger(component="daemon")
+
+    def run(self) -> None:
+        delay = 1.0
+        while not self.stop.is_set():
+            try:
+                migrate(self.db)
+                return
+            except DatabaseUnavailable as exc:
+                self.log.warning("daemon.database_unavailable", detail=exc.message, retry_in=delay)
+            except DatabaseError as exc:
+                self.log.error("daemon.migrate_failed", detail=exc.message, retry_in=delay)
+            self.stop.wait(delay)
+            delay = min(delay * 2, 30.0)
+
+
+def _status(config: Config, sftp: SftpService) -> str:
+    """The STATUS= line systemctl shows: what the daemon serves right now."""
+    if sftp.server is None:
+        where = "off (no accounts)"
+    else:
+        host, port = sftp.server.address
+        where = f"on [{host}]:{port}" if ":" in host else f"on {host}:{port}"
+    return f"serving: {len(config.watch)} hot folders, sftp {where}"
+
+
+class _Metrics(MetricsEndpoint):
+    collector: QueueCollector
+
+
+def _health(config: Config, sftp: SftpService, state: DaemonState) -> health.Health:
+    """/healthz: the loops of serve turn (the SFTP accept loop while SFTP is on).
+    /readyz: the database as the state thread's probe last saw it (no second probe), the
+    spool's directories and the archive writable."""
+    spool = sftp.spool
+
+    def database() -> str | None:
+        age, limit = checks.loop_age("daemon.state")
+        if age > limit:
+            return f"the database probe has not run for {age:.0f} s"
+        if state.database_up is None:
+            return "not probed yet"
+        if not state.database_up:
+            return f"unreachable since {state.down_since}: {state.last_error}"
+        return None
+
+    checks = health.Health(
+        [
+            health.Loop("daemon"),
+            health.Loop("daemon.state"),
+            health.Loop("watch.settle"),
+            health.Loop("watch.folders"),
+            health.Loop("spool.intake"),
+            health.Loop("sftp.accept", lambda: sftp.server is not None),
+        ],
+        {
+            "database": database,
+            "spool": health.writable(spool.partial_dir, spool.queue_dir, spool.inbox_root),
+            "archive": health.writable(config.paths.archive_dir),
+        },
+    )
+    return checks
+
+
+def _state_turned(period: float) -> dict[str, float]:
+    """A provider of the state thread, called once per turn: that loop's heartbeat; the
+    state file shows the seconds since each loop's last turn."""
+    health.beat("daemon.state", period)
+    return health.HEARTBEATS.ages()
+
+
+def _start_metrics(
+    config: Config, db: Database, logger: Any, checks: health.Health, spool: Spool
+) -> _Metrics | None:
+    """/metrics, /healthz and /readyz on metrics.listen, with the queue, spool and verify
+    gauges; a taken port is logged, not fatal (ingesting matters more than being
+    watched). Changes need a restart."""
+    # Where `ingestd verify` records its runs: made here, so that a sandboxed verify unit
+    # (ProtectSystem=strict) can be given this directory, and nothing else, to write.
+    with contextlib.suppress(OSError, StateUnusable):
+        statedir.make_dirs(config.paths.state_dir, config.paths.state_dir / LAST_RUN_DIR, 0o750)
+    if not config.metrics.enabled:
+        return None
+    try:
+        endpoint = _Metrics(config.metrics.listen, health=checks)
+    except OSError as exc:
+        logger.error("daemon.metrics_failed", listen=config.metrics.listen, error=str(exc))
+        return None
+    endpoint.collector = register_queue_collector(db)
+    endpoint.add_collector(DaemonCollector(spool.snapshot, config.paths.state_dir))
+    host, port = endpoint.address
+    logger.info("daemon.metrics", listen=f"{host}:{port}")
+    return endpoint
+
+
+def check_state(config: Config) -> None:
+    """StateUnusable unless this process can use every directory and file ``ingestd
+    serve`` needs: the state directory, its host keys (with SFTP accounts), unban
+    requests and failed folder, the spool, the archive."""
+    p = config.paths
+    dirs = [p.state_dir, p.state_dir / "failed", p.spool, *statedir.subdirs(p.spool), p.archive_dir]
+    files: list[Path] = []
+    if config.sftp.accounts:
+        dirs += [hostkeys.key_dir(p.state_dir), p.state_dir / UNBAN_DIR]
+        files += hostkeys.key_paths(p.state_dir)
+    statedir.check_usable(dirs, files)
+
+
+def serve(config: Config, config_path: Path | None, notifier: Notifier | None = None) -> int:
+    logger = log.get_logger(component="daemon")
+    # Before anything starts: a state directory this user cannot use (root-owned host
+    # keys, a read-only mount) needs an operator, not a restart loop (exit 10).
+    check_state(config)
+    notifier = notifier or Notifier()
+    flags = Flags()
+    flags.install()
+    # A database that refuses us (no such role or database) ends the start (exit 3); one
+    # that is down does not: uploads are spooled until it answers.
+    with open_database(config, migrate_schema=False, require_server=False) as db:
+        schema = _SchemaWhenReachable(db, flags.stop)
+        schema.start()
+        intake = make_intake(config, db)
+        # Operator events decided here (quarantines, refused uploads, bans); buffered on
+        # disk while the database is down, flushed into the outbox when it is back.
+        events = EventLog(db, config.paths.state_dir)
+        events.start()
+        hot = HotFolders(config, intake, events=events)
+        sftp = SftpService(
+            config,
+            intake,
+            tenant_status=TenantStatusCache(
+                db,
+                interval=config.sftp.tenant_status_refresh,
+                max_age=config.sftp.tenant_status_max_age,
+            ),
+            events=events,
+        )
+        # The spool first: uploads acknowledged before a crash are ingested at once.
+        try:
+            sftp.start()
+            hot.start()
+        except OSError as exc:  # what the check at start could not foresee (a race)
+            problem = statedir.unusable(exc)
+            if problem is None:
+                raise
+            hot.stop()
+            sftp.stop()
+            events.stop()
+            raise problem from None
+        # For `ingestd status` while Postgres is down: since when, and what waits.
+        # A turn of the state thread: its 2 s pause, and a probe of a database that is
+        # down waits for the pool, then for one direct connection.
+        turn = 2.0 + 2 * config.database.connect_timeout
+        state = DaemonState(
+            db,
+            config.paths.state_dir,
+            {
+                "hotfolders": hot.status_snapshot,
+                "spool": sftp.spool.snapshot,
+                "loops": lambda: _state_turned(turn),
+            },
+        )
+        state.start()
+        endpoint = _start_metrics(config, db, logger, _health(config, sftp, state), sftp.spool)
+        notifier.ready(_status(config, sftp))
+        logger.info(
+            "daemon.ready", hot_folders=len(config.watch), sftp_accounts=len(config.sftp.accounts)
+        )
+        ping_every = notifier.watchdog_interval
+        next_ping = time.monotonic()
+        try:
+            while not flags.stop.is_set():
+                health.beat("daemon", 1.0)
+                if ping_every is not None and time.monotonic() >= next_ping:
+                    notifier.watchdog()
+                    next_ping = time.monotonic() + ping_every
+                wait = 1.0 if ping_every is None else min(1.0, next_ping - time.monotonic())
+                flags.sleep(max(0.0, wait))
+                if flags.reload:
+                    flags.reload = False  # SIGHUPs meanwhile: this reload reads their config
+                    notifier.reloading()
+                    try:
+                        new = load_config(config_path)
+                    except ConfigError as exc:
+                        logger.error(
+                            "daemon.reload_failed", error=exc.message, problems=exc.problems
+                        )
+                        notifier.ready(f"{_status(config, sftp)}; reload failed, old config kept")
+                        continue
+                    log.configure(new.log.level, new.log.format)
+                    new_intake = make_intake(new, db)
+                    hot.intake = new_intake
+                    hot.reload(new)
+                    sftp.reload(new, new_intake)
+                    config = new
+                    notifier.ready(_status(config, sftp))
+                    logger.info("daemon.reloaded", hot_folders=len(new.watch))
+        finally:
+            notifier.stopping("stopping" if flags.stop.is_set() else "stopping (error)")
+            logger.info("daemon.stopping")
+            schema.join(5)
+            state.stop()
+            sftp.stop_listening()
+            hot.stop()
+            sftp.stop()
+            events.stop()
+            if endpoint is not None:
+                endpoint.close()
+                unregister(endpoint.collector)
+    logger.info("daemon.stopped")
+    notifier.close()
+    flags.close()
+    return 0

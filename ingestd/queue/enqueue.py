@@ -1,0 +1,52 @@
+"""Job kinds and the one producer of jobs: ``enqueue``, inside the caller's transaction.
+
+Intake, the CLI, tenant commands and job appliers (deliveries) all insert jobs here, so
+the retired-kind check and the payload's correlation id are applied the same way for
+every producer. The worker side (claim, outcomes) is ``ingestd/queue/claims.py``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ingestd.db.database import Tx, jsonb
+from ingestd.errors import IngestdError
+from ingestd.queue.kinds import RETIRED_KINDS, JobKind
+
+
+class JobKindRetired(IngestdError):
+    """A retired job kind (seed 004) was enqueued; its work runs inside analyze-document."""
+
+
+def enqueue(
+    tx: Tx,
+    *,
+    tenant_id: int,
+    kind: JobKind | str,
+    payload: dict[str, Any] | None = None,
+    document_id: int | None = None,
+    derive_title: bool = False,
+    trace: str | None = None,
+) -> int:
+    """Insert one job inside the caller's transaction; returns its id.
+
+    ``trace`` (the file's correlation id) goes into the payload, so every log line of
+    the job can carry it.
+    """
+    if kind in RETIRED_KINDS:
+        raise JobKindRetired(f"job kind {kind!r} is retired; its work runs inside analyze-document")
+    body = dict(payload or {})
+    if trace is not None:
+        body.setdefault("trace", trace)
+    row = tx.one(
+        "job_insert",
+        {
+            "tenant_id": tenant_id,
+            "document_id": document_id,
+            "kind": str(kind),
+            "payload": jsonb(body),
+            "derive_title": derive_title,
+        },
+    )
+    assert row is not None
+    return int(row["id"])

@@ -1,0 +1,210 @@
+"""Take completed uploads from the spool through intake, oldest first.
+
+The same ``Intake.ingest`` as hot folders and the CLI. A transient failure (database
+down, tenant suspended, archive not writable) leaves the spool entry where it is and
+retries it with exponential backoff; a permanent refusal moves the bytes to the failed
+folder with a note, so nothing is lost and nothing blocks the queue.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from ingestd.errors import IngestdError, TenantError
+from ingestd.intake.ingest import Intake, IntakeItem, Outcome
+from ingestd.log import get_logger
+from ingestd.ops import health, metrics
+from ingestd.ops.events import EventLog
+from ingestd.sources import retry
+from ingestd.sources.quarantine import ERROR_SUFFIX, quarantine
+from ingestd.sources.sftp.spool import Entry, Spool
+
+
+class SpoolIntake:
+    def __init__(
+        self,
+        spool: Spool,
+        intake: Intake,
+        *,
+        failed_root: Path,
+        workers: int = 2,
+        retry_max_delay: float = 60.0,
+        events: EventLog | None = None,
+    ) -> None:
+        self.spool = spool
+        self.intake = intake
+        self.failed_root = failed_root
+        self.workers = workers
+        self.retry_max_delay = retry_max_delay
+        self.events = events
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="spool-intake")
+        self._inflight = 0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.log = get_logger(component="spool")
+        # Housekeeping the loop runs now and then (the service sets it: abandoned uploads).
+        self.housekeeping: Callable[[], object] | None = None
+        self.housekeeping_interval = 600.0
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="spool-loop", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 30.0) -> None:
+        self._stop.set()
+        self.spool.wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+        # Running intakes finish (each is one short transaction); queued ones stay spooled.
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def sweep_abandoned(self, tenant_of: Callable[[str], str | None], max_age: float) -> int:
+        """Move temp-named uploads older than ``max_age`` seconds to the failed folder."""
+        moved = 0
+        now = time.time()
+        for account_dir in sorted(self.spool.inbox_root.iterdir()):
+            account = account_dir.name
+            for dirpath, _dirs, files in os.walk(account_dir):
+                for name in files:
+                    path = Path(dirpath, name)
+                    try:
+                        st = path.lstat()
+                    except FileNotFoundError:
+                        continue
+                    if now - st.st_mtime < max_age:
+                        continue
+                    tenant = tenant_of(account) or "_no_account"
+                    subdir = os.path.relpath(dirpath, account_dir)
+                    subdir = "" if subdir == "." else subdir
+                    failed = self.failed_root / tenant / "sftp" / account
+                    note = quarantine(
+                        path,
+                        failed,
+                        subdir=subdir,
+                        tenant=tenant,
+                        reason="abandoned_upload",
+                        detail=f"temp-named upload not renamed within {int(max_age)} s",
+                    )
+                    self.spool.release(account, st.st_size)
+                    metrics.SPOOL_QUARANTINED.labels(tenant, "abandoned_upload").inc()
+                    self.log.warning(
+                        "spool.abandoned_upload",
+                        account=account,
+                        tenant=tenant,
+                        filename=name,
+                        subdir=subdir,
+                        note=str(note),
+                    )
+                    moved += 1
+        return moved
+
+    def _loop(self) -> None:
+        next_housekeeping = time.monotonic()
+        while not self._stop.is_set():
+            health.beat("spool.intake", 1.0)
+            if self.housekeeping is not None and time.monotonic() >= next_housekeeping:
+                next_housekeeping = time.monotonic() + self.housekeeping_interval
+                try:
+                    self.housekeeping()
+                except Exception:
+                    self.log.exception("spool.housekeeping_failed")
+            with self._lock:
+                free = 2 * self.workers - self._inflight
+            claimed = self.spool.claim_ready(time.monotonic(), free) if free > 0 else []
+            for entry in claimed:
+                with self._lock:
+                    self._inflight += 1
+                self._pool.submit(self._ingest, entry)
+            due = self.spool.next_due()
+            timeout = 1.0 if due is None else max(0.01, min(1.0, due - time.monotonic()))
+            self.spool.wake.wait(timeout)
+            self.spool.wake.clear()
+
+    def _ingest(self, entry: Entry) -> None:
+        # The spool id is the upload's correlation id: intake and every job carry it.
+        log = self.log.bind(
+            tenant=entry.tenant,
+            account=entry.account,
+            filename=entry.filename,
+            spool_id=entry.id,
+            trace=entry.id,
+        )
+        cause: retry.Cause | None = None
+        try:
+            item = IntakeItem(
+                path=self.spool.data_path(entry),
+                tenant=entry.tenant,
+                source=f"sftp:{entry.account}",
+                filename=entry.filename,
+                subdir=entry.subdir,
+                tags=tuple(entry.tags),
+                owned=True,
+                trace=entry.id,
+            )
+            result = self.intake.ingest(item)
+            if result.outcome is Outcome.refused:
+                failed = self.failed_root / entry.tenant / "sftp" / entry.account
+                note = quarantine(
+                    item.path,
+                    failed,
+                    subdir=entry.subdir,
+                    tenant=entry.tenant,
+                    reason=str(result.reason),
+                    detail=result.detail,
+                    name=entry.filename,
+                )
+                metrics.SPOOL_QUARANTINED.labels(entry.tenant, str(result.reason)).inc()
+                log.warning("spool.quarantined", reason=str(result.reason), note=str(note))
+                if self.events is not None:
+                    self.events.emit(
+                        "file.quarantined",
+                        "warning",
+                        entry.tenant,
+                        {
+                            "filename": entry.filename,
+                            "source": item.source,
+                            "reason": str(result.reason),
+                            "detail": result.detail,
+                            "moved_to": str(note).removesuffix(ERROR_SUFFIX),
+                        },
+                        trace_id=entry.id,
+                    )
+            self.spool.finish(entry)
+        except FileNotFoundError:
+            # The data file is gone: intake finished it before a crash, or an admin moved it.
+            log.warning("spool.entry_missing")
+            self.spool.finish(entry)
+        except TenantError as exc:
+            cause = retry.Cause.tenant_inactive
+            if cause not in entry.reported:
+                entry.reported.add(cause)
+                log.warning("spool.tenant_not_active", detail=exc.message)
+        except Exception as exc:
+            # Everything else keeps the upload in the spool: it was acknowledged, so it
+            # is only ever ingested or quarantined for what it is, never lost to an outage.
+            cause = retry.cause_of(exc) or retry.Cause.internal
+            if cause is retry.Cause.internal:
+                log.exception("spool.intake_error")
+            else:
+                detail = exc.message if isinstance(exc, IngestdError) else str(exc)
+                log.warning(
+                    "spool.retry", cause=str(cause), attempt=entry.attempts + 1, detail=detail
+                )
+        finally:
+            if cause is not None:
+                self.spool.unclaim(entry, retry.delay(entry.attempts, self.retry_max_delay, cause))
+                metrics.SPOOL_RETRIED.labels(entry.tenant, str(cause)).inc()
+            with self._lock:
+                self._inflight -= 1
+            self.spool.wake.set()
+
+    def idle(self) -> bool:
+        with self._lock:
+            inflight = self._inflight
+        return inflight == 0 and self.spool.snapshot()["pending"] == 0

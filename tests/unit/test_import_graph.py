@@ -1,0 +1,175 @@
+"""The import graph of the product code, computed from the source files: no cycles, and
+every import points down the layers below (the path of a file, then what runs it)."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+# Lowest first. A module may import its own layer and the ones before it. Prefixes name
+# packages or modules; the longest prefix that matches a module decides its layer.
+LAYERS: list[list[str]] = [
+    # Leaves: vocabulary every layer speaks, importing nothing of ours but errors.
+    [
+        "ingestd",
+        "ingestd.errors",
+        "ingestd.log",
+        "ingestd.durable",
+        "ingestd.queue.kinds",
+        "ingestd.intake.titles",
+    ],
+    ["ingestd.db"],  # the pool, the schema, the embedded cluster, the SQL files
+    ["ingestd.config"],  # the config schema (checks conninfo with db's parser)
+    # Process plumbing the domain code reports to.
+    [
+        "ingestd.ops.statedir",
+        "ingestd.ops.faults",
+        "ingestd.ops.metrics",
+        "ingestd.ops.health",
+        "ingestd.ops.logflood",
+        "ingestd.ops.sdnotify",
+    ],
+    ["ingestd.archive", "ingestd.queue", "ingestd.tenants", "ingestd.ops.events"],
+    ["ingestd.intake"],  # the one hand-off: archive + row + job in one transaction
+    ["ingestd.sources"],  # hot folders and SFTP decide when a file is complete
+    ["ingestd.ops", "ingestd.demo"],  # the daemon wiring it all; demo data
+    ["worker"],  # the runtime and job handlers build on the core
+    ["ingestd.cli"],  # the entry point: the only part of ingestd that may import worker
+]
+
+
+def _modules() -> dict[str, Path]:
+    mods: dict[str, Path] = {}
+    for pkg in ("ingestd", "worker"):
+        for path in (REPO / pkg).rglob("*.py"):
+            parts = list(path.relative_to(REPO).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            mods[".".join(parts)] = path
+    return mods
+
+
+def _runtime_imports(tree: ast.Module) -> Iterator[ast.Import | ast.ImportFrom]:
+    """Every import, at any depth (a function's lazy import counts), except those under
+    ``if TYPE_CHECKING:``, which never run."""
+    stack: list[ast.AST] = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            stack.extend(node.orelse)
+            continue
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            yield node
+        stack.extend(ast.iter_child_nodes(node))
+
+
+def _graph() -> dict[str, set[str]]:
+    mods = _modules()
+
+    def resolve(name: str) -> str | None:
+        while name and name not in mods:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    edges: dict[str, set[str]] = {m: set() for m in mods}
+    for mod, path in mods.items():
+        for node in _runtime_imports(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                targets = [resolve(a.name) for a in node.names]
+            elif node.module and node.level == 0:
+                targets = [
+                    f"{node.module}.{a.name}"
+                    if f"{node.module}.{a.name}" in mods
+                    else resolve(node.module)
+                    for a in node.names
+                ]
+            else:
+                targets = []
+            edges[mod] |= {t for t in targets if t is not None and t != mod}
+    return edges
+
+
+def _layer(mod: str) -> int | None:
+    best: tuple[int, int] | None = None
+    for i, prefixes in enumerate(LAYERS):
+        for prefix in prefixes:
+            matches = mod == prefix or (prefix != "ingestd" and mod.startswith(prefix + "."))
+            if matches and (best is None or len(prefix) > best[1]):
+                best = (i, len(prefix))
+    return None if best is None else best[0]
+
+
+def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in sorted(edges):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(edges[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(edges[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                comp = []
+                while True:
+                    top = stack.pop()
+                    on_stack.discard(top)
+                    comp.append(top)
+                    if top == node:
+                        break
+                if len(comp) > 1:
+                    found.append(sorted(comp))
+    return found
+
+
+def test_no_import_cycles() -> None:
+    """No two product modules import each other, directly or around a circle."""
+    assert _cycles(_graph()) == []
+
+
+def test_every_module_has_a_layer() -> None:
+    """A new module is placed in LAYERS on purpose, not by accident of its name."""
+    assert [m for m in _graph() if _layer(m) is None] == []
+
+
+def test_imports_point_down_the_layers() -> None:
+    """No module imports a layer above its own: worker builds on ingestd, and only the
+    CLI, the entry point, imports worker."""
+    edges = _graph()
+    upward = [
+        f"{mod} -> {target}"
+        for mod, targets in sorted(edges.items())
+        for target in sorted(targets)
+        if (_layer(target) or 0) > (_layer(mod) or 0)
+    ]
+    assert upward == []
+
+
+def test_the_checker_sees_a_cycle_and_an_upward_import() -> None:
+    """The graph code finds what it is for (a cycle, a layer skipped upward)."""
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == [["a", "b", "c"]]
+    assert _layer("ingestd.sources.sftp.vfs") > _layer("ingestd.intake.ingest")  # type: ignore[operator]
+    assert _layer("worker.runner") > _layer("ingestd.ops.daemon")  # type: ignore[operator]
+    assert _layer("ingestd.cli.main") > _layer("worker.runner")  # type: ignore[operator]
