@@ -32,8 +32,11 @@ class ExitCode(enum.IntEnum):
 class IngestdError(Exception):
     """Base class: an error with a message meant for a sysadmin and an exit code.
 
-    ``transient``: the one question every loop asks (hot folders, spool, worker): try the
-    same thing again later (the file stays where it is), or not.
+    ``transient`` is the one question every loop asks (hot folders, spool, worker): is the
+    input fine and the failure the environment's (a database down or refusing us, a disk
+    full, a tenant suspended, a writer still at work), so the same input is kept and
+    tried again later? Or is it about the input itself, so trying again cannot help?
+    The loops decide from this attribute alone; which class it is only names the cause.
     """
 
     exit_code: ExitCode = ExitCode.internal
@@ -53,9 +56,11 @@ class ConfigError(IngestdError):
 
 
 class DatabaseError(IngestdError):
-    """A database failure that is not the caller's fault and not transient."""
+    """A database failure that is not the caller's fault: the input is kept and tried
+    again (a process that cannot start without the database exits with its code)."""
 
     exit_code = ExitCode.database_unavailable
+    transient = True
 
 
 class DatabaseUnavailable(DatabaseError):
@@ -82,13 +87,17 @@ class SchemaMissing(DatabaseError):
 class StateUnusable(IngestdError):
     """A directory or file ingestd must use (state dir, host keys, spool) cannot be read
     or written by this user: wrong owner, mode or a read-only mount. Restarting does
-    not help (systemd: RestartPreventExitStatus)."""
+    not help (systemd: RestartPreventExitStatus); a file met meanwhile is kept."""
 
     exit_code = ExitCode.state_unusable
+    transient = True
 
 
 class TenantError(IngestdError):
+    """The tenant is missing or not active: its files wait where they are."""
+
     exit_code = ExitCode.tenant_invalid
+    transient = True
 
 
 class TenantNotFound(TenantError):

@@ -17,6 +17,7 @@ import errno
 import hashlib
 import os
 import secrets
+import shutil
 import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -25,7 +26,7 @@ from pathlib import Path
 from typing import Protocol
 
 from ingestd.durable import fsync_dir
-from ingestd.errors import ArchiveError
+from ingestd.errors import ArchiveError, ExitCode, IngestdError
 from ingestd.ops import statedir
 
 TEMP_PREFIX = ".tmp-"
@@ -34,8 +35,10 @@ FILE_MODE = 0o440
 DIR_MODE = 0o750
 
 
-class TooLarge(Exception):
-    """The source grew past the size limit while it was being copied."""
+class TooLarge(IngestdError):
+    """Permanent: the source grew past the size limit while it was being copied."""
+
+    exit_code = ExitCode.refused
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,15 +61,39 @@ class ArchivedFile:
     reused: bool  # an identical file was already there (crash recovery); not rewritten
 
 
+@dataclass(frozen=True, slots=True)
+class StoredFacts:
+    """What the store can say about one stored file, for ``verify``."""
+
+    regular: bool  # a file as the store writes it (not a link, directory or device)
+    size: int
+    mode: int  # permission bits as stored (0440 when nothing changed them)
+    sha256: str | None  # None unless asked for (re-hashing reads every byte)
+
+
 class ArchiveStore(Protocol):
+    """Everything the rest of ingestd does with archived files; nothing outside the
+    archive package touches their paths."""
+
+    # -- intake: store a file (stage it, then commit or discard) -----------------------
     def stage(self, tenant: str, src_fd: int, *, max_bytes: int, when: datetime) -> StagedFile: ...
     def adopt(
         self, tenant: str, src_path: Path, src_fd: int, *, max_bytes: int, when: datetime
     ) -> StagedFile: ...
     def commit(self, staged: StagedFile, extension: str) -> ArchivedFile: ...
     def discard(self, staged: StagedFile, *, prune_dirs: bool = False) -> None: ...
-    def path_of(self, relpath: str) -> Path: ...
+
+    # -- analysis: read a file as a local path (a remote backend would fetch it) --------
+    def reading(self, relpath: str) -> contextlib.AbstractContextManager[Path]: ...
+
+    # -- lifecycle: a tenant's room, a purged document, a deleted tenant ----------------
+    def prepare_tenant(self, tenant: str) -> None: ...
+    def remove(self, relpath: str) -> bool: ...
+    def remove_tenant(self, tenant: str) -> int: ...
+
+    # -- verify -------------------------------------------------------------------------
     def iter_files(self) -> Iterator[str]: ...
+    def inspect(self, relpath: str, *, rehash: bool) -> StoredFacts | None: ...
 
 
 def makedirs_durable(
@@ -232,6 +259,50 @@ class LocalArchive:
                 return  # not empty (or not ours to remove): stop there
             d = d.parent
 
+    @contextlib.contextmanager
+    def reading(self, relpath: str) -> Iterator[Path]:
+        """The stored file itself (read-only, 0440): nothing to fetch on a local disk."""
+        yield self.path_of(relpath)
+
+    def prepare_tenant(self, tenant: str) -> None:
+        """The tenant's directory, made before its first file (provision-tenant)."""
+        makedirs_durable(self._tenant_root(tenant), owner=self._owner)
+
+    def remove(self, relpath: str) -> bool:
+        """Unlink one stored file (purge, past retention); False if it was already gone
+        (a retried purge). WORM files are 0440 in 0750 directories: unlinking needs the
+        directory's write bit only, which the service user has."""
+        path = self.path_of(relpath)
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            return False
+        fsync_dir(path.parent)
+        return True
+
+    def remove_tenant(self, tenant: str) -> int:
+        """Remove the tenant's directory and everything in it (delete-tenant, after the
+        signed request was checked); the number of files removed."""
+        return remove_tree(self._tenant_root(tenant))
+
+    def inspect(self, relpath: str, *, rehash: bool) -> StoredFacts | None:
+        """Facts about a stored file as it is on disk, None if it is gone. Links are not
+        followed: a link where a file should be is reported as not regular."""
+        path = self.root / relpath
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            return None
+        regular = stat.S_ISREG(st.st_mode)
+        digest = sha256_of(path) if rehash and regular else None
+        return StoredFacts(regular, st.st_size, stat.S_IMODE(st.st_mode), digest)
+
+    def _tenant_root(self, tenant: str) -> Path:
+        # The name is a path component: one plain name, nothing that walks elsewhere.
+        if not tenant or tenant in (".", "..") or "/" in tenant or "\x00" in tenant:
+            raise ArchiveError(f"not a tenant name: {tenant!r}")
+        return self.root / tenant
+
     def iter_files(self) -> Iterator[str]:
         """Every file below the root as a relative path, temp files included."""
         if not self.root.is_dir():
@@ -240,6 +311,19 @@ class LocalArchive:
             rel = os.path.relpath(dirpath, self.root)
             for f in files:
                 yield f if rel == "." else f"{rel}/{f}"
+
+
+def remove_tree(root: Path) -> int:
+    """Remove ``root`` and everything below it; the number of files. Symlinks are
+    removed, never followed (the archive's and the derived tree's own clean-up)."""
+    if root.is_symlink():
+        root.unlink()
+        return 1
+    if not root.exists():
+        return 0
+    count = sum(len(files) for _, _, files in os.walk(root))
+    shutil.rmtree(root)
+    return count
 
 
 def _hash_fd(src_fd: int, max_bytes: int, out: int | None) -> tuple[str, int]:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import stat
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -23,7 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from ingestd.archive.store import FILE_MODE, LocalArchive, is_temp, sha256_of
+from ingestd.archive.store import FILE_MODE, ArchiveStore, is_temp
 from ingestd.db.database import Database
 from ingestd.ops import statedir
 
@@ -53,43 +52,35 @@ class VerifyReport:
         return sum(1 for p in self.problems if p.kind == kind)
 
 
-def verify_archive(db: Database, archive: LocalArchive, *, rehash: bool = True) -> VerifyReport:
+def verify_archive(db: Database, archive: ArchiveStore, *, rehash: bool = True) -> VerifyReport:
     report = VerifyReport()
     with db.transaction() as tx:
         rows = tx.all("verify_documents")
     referenced: set[str] = set()
     for row in rows:
         rel = str(row["archive_path"])
+        doc_id = int(row["id"])
         referenced.add(rel)
         report.checked += 1
-        path = archive.root / rel
-        try:
-            st = os.lstat(path)
-        except FileNotFoundError:
-            report.problems.append(Problem("missing", rel, "file is gone", int(row["id"])))
+        facts = archive.inspect(rel, rehash=False)
+        if facts is None:
+            report.problems.append(Problem("missing", rel, "file is gone", doc_id))
             continue
-        if not stat.S_ISREG(st.st_mode):
-            report.problems.append(Problem("altered", rel, "not a regular file", int(row["id"])))
+        if not facts.regular:
+            report.problems.append(Problem("altered", rel, "not a regular file", doc_id))
             continue
-        if st.st_size != row["size_bytes"]:
-            report.problems.append(
-                Problem(
-                    "altered",
-                    rel,
-                    f"size {st.st_size}, recorded {row['size_bytes']}",
-                    int(row["id"]),
-                )
-            )
+        if facts.size != row["size_bytes"]:
+            detail = f"size {facts.size}, recorded {row['size_bytes']}"
+            report.problems.append(Problem("altered", rel, detail, doc_id))
             continue
-        if rehash and sha256_of(path) != row["sha256"]:
-            report.problems.append(Problem("altered", rel, "SHA-256 differs", int(row["id"])))
-            continue
-        if stat.S_IMODE(st.st_mode) != FILE_MODE:
-            report.problems.append(
-                Problem(
-                    "mode", rel, f"mode {stat.S_IMODE(st.st_mode):o}, expected 440", int(row["id"])
-                )
-            )
+        if rehash:  # only once the cheap checks passed: this reads every byte
+            hashed = archive.inspect(rel, rehash=True)
+            if hashed is None or hashed.sha256 != row["sha256"]:
+                report.problems.append(Problem("altered", rel, "SHA-256 differs", doc_id))
+                continue
+        if facts.mode != FILE_MODE:
+            detail = f"mode {facts.mode:o}, expected 440"
+            report.problems.append(Problem("mode", rel, detail, doc_id))
     for rel in archive.iter_files():
         if rel in referenced:
             continue

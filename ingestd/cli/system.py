@@ -12,6 +12,7 @@ from ingestd.cli.common import load, print_json, shown
 from ingestd.config.settings import default_config_path, load_config
 from ingestd.errors import ConfigError, ExitCode, IngestdError
 from ingestd.ops import machine as checks
+from ingestd.states import JobStatus
 
 
 # -- check-config -----------------------------------------------------------------------
@@ -160,7 +161,7 @@ def _print_status(report: dict[str, Any]) -> None:
             (f"jobs {k}", v) for k, v in sorted(t["jobs"].items())
         ]
         for label, counts in rows:
-            n = [counts.get(k, 0) for k in ("queued", "processing", "done", "failed", "attention")]
+            n = [counts.get(k, 0) for k in JobStatus]
             print(f"{name:<20} {label:<24} {n[0]:>7} {n[1]:>7} {n[2]:>7} {n[3]:>7} {n[4]:>7}")
     if report["queue"]:
         print()

@@ -22,6 +22,7 @@ from ingestd.db.database import Tx
 from ingestd.errors import ExitCode, TenantError, TenantNotFound
 from ingestd.queue.enqueue import enqueue
 from ingestd.queue.kinds import JobKind
+from ingestd.states import TenantStatus
 from ingestd.tenants import signing
 
 WAIT_POLL = 0.2
@@ -57,7 +58,7 @@ def cmd_tenant(args: argparse.Namespace) -> int:
                         print(f"{r['name']:<24} {r['status']:<10} {r['documents']:>9}")
                 return ExitCode.ok
             if args.tenant_cmd == "create":
-                row = tx.one("tenant_insert", {"name": args.name, "status": "creating"})
+                row = tx.one("tenant_insert", {"name": args.name, "status": TenantStatus.creating})
                 if row is None:
                     raise TenantError(f"tenant {args.name!r} already exists")
                 job = _enqueue(
@@ -80,9 +81,10 @@ def cmd_tenant(args: argparse.Namespace) -> int:
 
 
 def _set_status(tx: Tx, args: argparse.Namespace) -> int:
-    target, sources = {"suspend": ("suspended", ["active"]), "activate": ("active", ["suspended"])}[
-        args.tenant_cmd
-    ]
+    target, sources = {
+        "suspend": (TenantStatus.suspended, [TenantStatus.active]),
+        "activate": (TenantStatus.active, [TenantStatus.suspended]),
+    }[args.tenant_cmd]
     row = tx.one(
         "tenant_set_status", {"name": args.name, "status": target, "from_statuses": sources}
     )
@@ -123,7 +125,7 @@ def _wait_active(db: Any, name: str, seconds: float) -> int:
     while time.monotonic() < deadline:  # bounded by --wait
         with db.transaction() as tx:
             status = _tenant(tx, name)["status"]
-        if status == "active":
+        if status == TenantStatus.active:
             print(f"tenant {name} is active")
             return ExitCode.ok
         time.sleep(WAIT_POLL)

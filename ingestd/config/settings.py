@@ -384,12 +384,12 @@ class WorkerConfig(_Section):
     # Per-kind wall-clock limit of one attempt, in seconds; the child is killed past it.
     timeouts: dict[str, Annotated[float, Field(gt=0, le=86400)]] = Field(
         default_factory=lambda: {
-            "analyze-document": 1800.0,
-            "purge-document": 600.0,
-            "provision-tenant": 600.0,
-            "delete-tenant": 3600.0,
-            "deliver-webhook": 120.0,
-            "notify": 300.0,
+            str(JobKind.analyze_document): 1800.0,
+            str(JobKind.purge_document): 600.0,
+            str(JobKind.provision_tenant): 600.0,
+            str(JobKind.delete_tenant): 3600.0,
+            str(JobKind.deliver_webhook): 120.0,
+            str(JobKind.notify): 300.0,
         }
     )
     # The limit for kinds not listed in timeouts (site or test plugins).

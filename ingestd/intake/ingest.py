@@ -38,6 +38,7 @@ from ingestd.config.settings import IntakeConfig
 from ingestd.db.database import Database
 from ingestd.durable import fsync_dir
 from ingestd.errors import (
+    ExitCode,
     IngestdError,
     SourceProtected,
     SourceUnavailable,
@@ -52,6 +53,7 @@ from ingestd.ops import metrics
 from ingestd.ops.faults import crashpoint
 from ingestd.queue.enqueue import enqueue
 from ingestd.queue.kinds import JobKind
+from ingestd.states import TenantStatus
 
 MAX_TAG_LENGTH = 100  # tags.name CHECK in 0002_tags.sql
 
@@ -129,7 +131,12 @@ class IntakeResult:
         return self.outcome is not Outcome.refused
 
 
-class Refused(Exception):
+class Refused(IngestdError):
+    """Permanent: the file itself is not taken (its type, size, name, a link, a
+    duplicate); intake answers with ``Outcome.refused`` and the reason."""
+
+    exit_code = ExitCode.refused
+
     def __init__(self, reason: Reason, detail: str) -> None:
         super().__init__(detail)
         self.reason = reason
@@ -366,7 +373,7 @@ class Intake:
                 row = tx.one("tenant_lock_for_intake", {"name": item.tenant})
                 if row is None:
                     raise TenantNotFound(f"tenant {item.tenant!r} does not exist")
-                if row["status"] != "active":
+                if row["status"] != TenantStatus.active:
                     raise TenantNotActive(item.tenant, str(row["status"]))
                 tenant_id = int(row["id"])  # the locked row (a re-created tenant has a new id)
                 # Linked to its WORM name only under the tenant's FOR SHARE lock: marking
@@ -425,7 +432,7 @@ class Intake:
             if archived is None:  # never linked: the staged copy is ours to drop
                 # Staging may have re-created the directories of a tenant being wiped.
                 gone = isinstance(exc, TenantNotFound) or (
-                    isinstance(exc, TenantNotActive) and exc.status == "deleting"
+                    isinstance(exc, TenantNotActive) and exc.status == TenantStatus.deleting
                 )
                 self.archive.discard(staged, prune_dirs=gone)
             raise
@@ -490,7 +497,7 @@ class Intake:
             row = tx.one("tenant_by_name", {"name": tenant})
         if row is None:
             raise TenantNotFound(f"tenant {tenant!r} does not exist")
-        if row["status"] != "active":
+        if row["status"] != TenantStatus.active:
             raise TenantNotActive(tenant, str(row["status"]))
         return int(row["id"])
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator
 
-from ingestd.archive.store import LocalArchive
+from ingestd.archive.store import ArchiveStore, LocalArchive
 from ingestd.config.pathcheck import ProtectedPaths
 from ingestd.config.settings import Config
 from ingestd.db.database import Database, connect_once
@@ -72,7 +72,8 @@ def probe(conninfo: str, timeout: float, *, require_server: bool = True) -> None
             raise
 
 
-def make_archive(config: Config) -> LocalArchive:
+def make_archive(config: Config) -> ArchiveStore:
+    """The archive backend the config names (today: the local WORM filesystem)."""
     return LocalArchive(config.paths.archive_dir)
 
 

@@ -15,8 +15,8 @@ from ingestd.errors import (
     ArchiveError,
     DatabaseError,
     IngestdError,
-    SourceProtected,
     SourceUnavailable,
+    StateUnusable,
     TenantError,
 )
 
@@ -37,8 +37,10 @@ class Cause(enum.StrEnum):
 
 
 def cause_of(exc: BaseException) -> Cause | None:
-    """The retry cause of ``exc``, or None for an error that retrying cannot fix."""
-    if isinstance(exc, SourceProtected):
+    """The retry cause of ``exc``, or None for an error that retrying cannot fix. Decided
+    by ``transient`` alone (an exception that is not ours, a bug or an OSError, is
+    retried); the class only names the cause for the logs and metrics."""
+    if isinstance(exc, IngestdError) and not exc.transient:
         return None
     if isinstance(exc, TenantError):
         return Cause.tenant_inactive
@@ -48,9 +50,9 @@ def cause_of(exc: BaseException) -> Cause | None:
         return Cause.database
     if isinstance(exc, ArchiveError):
         return Cause.archive
-    if isinstance(exc, SourceUnavailable | OSError):
+    if isinstance(exc, SourceUnavailable | OSError | StateUnusable):
         return Cause.source
-    if isinstance(exc, IngestdError) and exc.transient:
+    if isinstance(exc, IngestdError):
         return Cause.changed
     return Cause.internal
 

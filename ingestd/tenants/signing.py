@@ -27,13 +27,14 @@ from typing import Any
 from ingestd.config.filemodes import check_secret_file
 from ingestd.errors import ConfigError, IngestdError
 from ingestd.ops import statedir
+from ingestd.states import TenantStatus
 
 SECRET_FILE = "server.secret"  # noqa: S105 (a file name, not a secret)
 SECRET_BYTES = 32
 MAX_AGE = datetime.timedelta(minutes=5)  # seed 004: no more than five minutes old
 MAX_SKEW = datetime.timedelta(seconds=30)  # clocks of admin host and worker host
 ACTIONS = ("delete", "reset")
-FINAL_STATUSES = ("active", "suspended")
+FINAL_STATUSES = (TenantStatus.active, TenantStatus.suspended)
 _NONCE = re.compile(r"^[0-9a-f]{32,128}$")
 _PURPOSE = b"ingestd/delete-tenant/v1"
 
@@ -210,7 +211,7 @@ def verify(
         tenant_name=tenant_name,
         action=action,
         remove_tenant=bool(remove),
-        final_status=final or "suspended",
+        final_status=final or TenantStatus.suspended,
         nonce=nonce,
         issued_at=issued,
     )

@@ -14,12 +14,14 @@ from typing import Any
 import pytest
 
 from ingestd.archive.store import LocalArchive, StagedFile
-from ingestd.db.database import Database, jsonb
+from ingestd.db.database import Database
 from ingestd.errors import TenantNotActive, TenantNotFound
 from ingestd.intake.ingest import Intake, IntakeItem, Outcome
 from ingestd.intake.titles import TitleRules
 from ingestd.ops.runtime import make_intake
 from ingestd.ops.sdnotify import Notifier
+from ingestd.queue.enqueue import enqueue
+from ingestd.queue.kinds import JobKind
 from ingestd.tenants import signing
 from tests.conftest import Env, run_cli
 from tests.fixtures.files import pdf_bytes, write
@@ -133,15 +135,8 @@ def test_create_provisions_and_activates_idempotently(life: Env, db: Database) -
     assert (paths.archive_dir / "acme").is_dir() and (paths.derived_dir / "acme").is_dir()
 
     with db.transaction() as tx:
-        tx.one(
-            "job_insert",
-            {
-                "tenant_id": tid,
-                "document_id": None,
-                "kind": "provision-tenant",
-                "payload": jsonb({"members": ["alice", "bob"]}),
-                "derive_title": False,
-            },
+        enqueue(
+            tx, tenant_id=tid, kind=JobKind.provision_tenant, payload={"members": ["alice", "bob"]}
         )
     _drain(life, db)
     assert _snapshot(db, tid) == snap
@@ -183,16 +178,7 @@ def test_delete_refusals_delete_nothing(life: Env, db: Database) -> None:
     archived = life.config.paths.archive_dir / path["archive_path"]
     with db.transaction() as tx:  # a tenant that is not deleting: beta stays active
         valid_beta = signing.delete_request(secret, beta, "beta", "delete")
-        tx.one(
-            "job_insert",
-            {
-                "tenant_id": beta,
-                "document_id": None,
-                "kind": "delete-tenant",
-                "payload": jsonb(valid_beta),
-                "derive_title": False,
-            },
-        )
+        enqueue(tx, tenant_id=beta, kind=JobKind.delete_tenant, payload=valid_beta)
     _rows(db, "UPDATE tenants SET status = 'deleting' WHERE id = %(t)s RETURNING id", {"t": acme})
     base = signing.delete_request(secret, acme, "acme", "delete")
     cases = _tampered(base)
@@ -213,16 +199,7 @@ def test_delete_refusals_delete_nothing(life: Env, db: Database) -> None:
             {"n": replay["nonce"], "t": acme},
         )
         ids = {
-            name: tx.one(
-                "job_insert",
-                {
-                    "tenant_id": acme,
-                    "document_id": None,
-                    "kind": "delete-tenant",
-                    "payload": jsonb(p),
-                    "derive_title": False,
-                },
-            )["id"]  # type: ignore[index]
+            name: enqueue(tx, tenant_id=acme, kind=JobKind.delete_tenant, payload=p)
             for name, p in cases.items()
         }
     _drain(life, db)

@@ -133,3 +133,49 @@ def test_adopt_copies_across_filesystems(tmp_path: Path) -> None:
         final = Path(other) / "archive" / archived.relpath
         assert final.read_bytes() == b"%PDF-1.4 across"
         assert os.stat(final).st_ino != os.stat(src).st_ino
+
+
+def test_reading_inspect_and_remove_go_through_the_store(tmp_path: Path) -> None:
+    """A stored file is read, described (size, mode, hash on request) and removed only
+    through the store; removing it twice says it was already gone."""
+    archive = LocalArchive(tmp_path / "archive")
+    data = os.urandom(4096)
+    rel = archive.commit(_stage(archive, data, tmp_path), "pdf").relpath
+    with archive.reading(rel) as path:
+        assert path.read_bytes() == data
+    facts = archive.inspect(rel, rehash=False)
+    assert facts is not None and facts.regular and facts.size == len(data)
+    assert facts.mode == FILE_MODE and facts.sha256 is None
+    hashed = archive.inspect(rel, rehash=True)
+    assert hashed is not None and hashed.sha256 == hashlib.sha256(data).hexdigest()
+    assert archive.remove(rel) is True
+    assert archive.inspect(rel, rehash=True) is None
+    assert archive.remove(rel) is False
+
+
+def test_inspect_does_not_follow_a_link_in_place_of_a_file(tmp_path: Path) -> None:
+    """A symlink where an archived file should be is reported as not regular, unread."""
+    archive = LocalArchive(tmp_path / "archive")
+    (tmp_path / "archive" / "acme").mkdir(parents=True)
+    (tmp_path / "elsewhere").write_bytes(b"x" * 10)
+    (tmp_path / "archive" / "acme" / "f.pdf").symlink_to(tmp_path / "elsewhere")
+    facts = archive.inspect("acme/f.pdf", rehash=True)
+    assert facts is not None and not facts.regular and facts.sha256 is None
+
+
+def test_tenant_room_is_made_and_removed_by_name_only(tmp_path: Path) -> None:
+    """prepare_tenant makes the tenant's directory; remove_tenant removes it with its
+    files and counts them; a name that would walk out of the archive is refused."""
+    archive = LocalArchive(tmp_path / "archive")
+    archive.prepare_tenant("acme")
+    assert (tmp_path / "archive" / "acme").is_dir()
+    archive.commit(_stage(archive, b"one", tmp_path), "pdf")
+    archive.commit(_stage(archive, b"two", tmp_path), "pdf")
+    assert archive.remove_tenant("acme") == 2
+    assert not (tmp_path / "archive" / "acme").exists()
+    assert archive.remove_tenant("acme") == 0
+    (tmp_path / "keep").mkdir()
+    for bad in ("..", "../keep", "", "a/b"):
+        with pytest.raises(ArchiveError):
+            archive.remove_tenant(bad)
+    assert (tmp_path / "keep").is_dir()

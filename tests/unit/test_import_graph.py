@@ -15,6 +15,7 @@ LAYERS: list[list[str]] = [
     # Leaves: vocabulary every layer speaks, importing nothing of ours but errors.
     [
         "ingestd",
+        "ingestd.states",
         "ingestd.errors",
         "ingestd.log",
         "ingestd.durable",

@@ -19,12 +19,16 @@ from typing import Any
 
 from ingestd.config.settings import Config
 from ingestd.db.database import Database, Tx
+from ingestd.errors import IngestdError
 from ingestd.queue.claims import Job
 from ingestd.queue.kinds import RETIRED_KINDS
+from ingestd.states import TenantStatus
 
 
-class PermanentError(Exception):
+class PermanentError(IngestdError):
     """A failure retrying cannot fix: the job goes to ``failed`` at once."""
+
+    transient = False
 
 
 class NeedsAttention(PermanentError):
@@ -76,7 +80,7 @@ BUILTIN_MODULES = (
 def register(
     name: str,
     *,
-    tenant_status: Iterable[str] = ("active",),
+    tenant_status: Iterable[str] = (TenantStatus.active,),
     apply: Applier | None = None,
     failed_event: str | None = "job.failed",
 ) -> Callable[[Handler], Handler]:

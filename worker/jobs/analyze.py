@@ -38,8 +38,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from ingestd.archive.store import LocalArchive
 from ingestd.db.database import Tx
+from ingestd.ops.runtime import make_archive
 from ingestd.queue.claims import Job
 from ingestd.queue.enqueue import enqueue
 from ingestd.queue.kinds import JobKind
@@ -175,16 +175,14 @@ def analyze_document(ctx: JobContext) -> None:
         doc = tx.one("job_document", {"id": job.document_id, "tenant_id": job.tenant_id})
     if doc is None:
         raise NeedsAttention(f"document {job.document_id} of tenant {job.tenant} not found")
-    archive = LocalArchive(cfg.paths.archive_dir)
-    original = archive.path_of(str(doc["archive_path"]))
-    verify_original(original, doc)
-
     force = bool(job.payload.get("force"))
     out_dir = derived_dir(cfg.paths.derived_dir, str(doc["archive_path"]))
-    text = None if force else load_text(out_dir, str(doc["sha256"]))
-    if text is None:
-        text = run_ocr(ctx, original, str(doc["mime_type"]), out_dir)
-        save_text(out_dir, str(doc["sha256"]), text)
+    with make_archive(cfg).reading(str(doc["archive_path"])) as original:
+        verify_original(original, doc)
+        text = None if force else load_text(out_dir, str(doc["sha256"]))
+        if text is None:
+            text = run_ocr(ctx, original, str(doc["mime_type"]), out_dir)
+            save_text(out_dir, str(doc["sha256"]), text)
     pages: list[str] = text["pages"]
     full = "\n\n".join(pages)
     rel_dir = out_dir.relative_to(cfg.paths.derived_dir)

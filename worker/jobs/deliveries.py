@@ -16,6 +16,7 @@ from ingestd.config.rules import WebhookConfig
 from ingestd.db.database import Tx
 from ingestd.queue.claims import Job
 from ingestd.queue.kinds import JobKind
+from ingestd.states import TenantStatus
 from worker.analysis.workflows import deliver_webhook
 from worker.jobs import JobContext, PermanentError, register
 
@@ -41,7 +42,7 @@ def apply_delivered(tx: Tx, job: Job, data: dict[str, Any]) -> None:
 
 @register(
     JobKind.deliver_webhook,
-    tenant_status=("active", "suspended"),
+    tenant_status=(TenantStatus.active, TenantStatus.suspended),
     apply=apply_delivered,
     failed_event="delivery.failed",
 )

@@ -15,6 +15,7 @@ from ingestd.config.settings import Config
 from ingestd.db.database import Database
 from ingestd.queue.enqueue import enqueue
 from ingestd.queue.kinds import JobKind
+from ingestd.states import TenantStatus
 from worker.jobs import JobContext, PermanentError, register
 from worker.notify import Event, deliver, find_sink, matching_sinks
 
@@ -46,7 +47,7 @@ def relay(db: Database, config: Config) -> int:
     return len(rows)
 
 
-@register(JobKind.notify, tenant_status=("active",), failed_event=None)
+@register(JobKind.notify, tenant_status=(TenantStatus.active,), failed_event=None)
 def notify_event(ctx: JobContext) -> None:
     """Deliver one event to one sink, both as they are now (the event from the table, the
     sink from the current config: a moved receiver or a rotated secret applies to pending

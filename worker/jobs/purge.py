@@ -12,17 +12,16 @@ between leaves the rows, the retry finds the files already gone and finishes.
 
 from __future__ import annotations
 
-import contextlib
 import datetime
-import os
 from typing import Any
 
-from ingestd.archive.store import LocalArchive
+from ingestd.archive.store import remove_tree
 from ingestd.db.database import Tx
+from ingestd.ops.runtime import make_archive
 from ingestd.queue.claims import Job
+from ingestd.queue.kinds import JobKind
 from worker.jobs import JobContext, PermanentError, register
 from worker.jobs.analyze import derived_dir
-from worker.jobs.tenants import remove_tree
 
 
 def retention_until(ingested: datetime.datetime, years: int) -> datetime.datetime:
@@ -37,7 +36,7 @@ def apply_purge(tx: Tx, job: Job, data: dict[str, Any]) -> None:
     tx.run("document_purge", {"id": data["document_id"], "tenant_id": job.tenant_id})
 
 
-@register("purge-document", apply=apply_purge)
+@register(JobKind.purge_document, apply=apply_purge)
 def purge_document(ctx: JobContext) -> None:
     job, cfg = ctx.job, ctx.config
     doc_id = job.document_id or job.payload.get("document_id")
@@ -61,11 +60,8 @@ def purge_document(ctx: JobContext) -> None:
         )
     removed = remove_tree(derived_dir(cfg.paths.derived_dir, str(doc["archive_path"])))
     original = "kept: shared with another document" if doc["sharing"] else "removed"
-    if not doc["sharing"]:
-        path = LocalArchive(cfg.paths.archive_dir).path_of(str(doc["archive_path"]))
-        with contextlib.suppress(FileNotFoundError):  # a retry after the unlink
-            os.unlink(path)
-            removed += 1
+    if not doc["sharing"] and make_archive(cfg).remove(str(doc["archive_path"])):
+        removed += 1  # (False: a retry after the unlink)
     ctx.log.warning(
         "document.purged_files",
         document_id=doc_id,

@@ -19,15 +19,18 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import shutil
 import time
 from pathlib import Path
 from typing import Any
 
+from ingestd.archive.store import remove_tree
 from ingestd.config.settings import TENANT_NAME, Config
 from ingestd.db.database import Tx, jsonb
+from ingestd.errors import IngestdError
+from ingestd.ops.runtime import make_archive
 from ingestd.queue.claims import Job
+from ingestd.queue.kinds import JobKind
+from ingestd.states import TenantStatus
 from ingestd.tenants import signing
 from worker.jobs import JobContext, PermanentError, register
 
@@ -67,18 +70,21 @@ WAIT_FOR_RUNNING = 0.5  # seconds between looks at the tenant's still-running jo
 RUNNING_WAIT_MAX = 600.0  # then the attempt fails and is retried
 
 
-class TenantJobsRunning(Exception):
+class TenantJobsRunning(IngestdError):
     """Jobs of the tenant that started before it was marked deleting still run; retried."""
+
+    transient = True
 
 
 def tenant_dirs(config: Config, tenant: str) -> list[Path]:
-    """The tenant's own directories; the name is checked again (it is a path component)."""
+    """The tenant's own directories outside the archive (derived data, refused files);
+    the name is checked again (it is a path component). Its archive is the store's."""
     import re
 
     if not re.match(TENANT_NAME, tenant):
         raise PermanentError(f"tenant name {tenant!r} is not a safe path component")
     p = config.paths
-    return [p.archive_dir / tenant, p.derived_dir / tenant, p.state_dir / "failed" / tenant]
+    return [p.derived_dir / tenant, p.state_dir / "failed" / tenant]
 
 
 # -- provision ------------------------------------------------------------------------------
@@ -90,15 +96,20 @@ def apply_provision(tx: Tx, job: Job, data: dict[str, Any]) -> None:
     tx.run("tenant_activate_provisioned", ids)
 
 
-@register("provision-tenant", tenant_status=("creating", "active"), apply=apply_provision)
+@register(
+    JobKind.provision_tenant,
+    tenant_status=(TenantStatus.creating, TenantStatus.active),
+    apply=apply_provision,
+)
 def provision_tenant(ctx: JobContext) -> None:
     members = ctx.job.payload.get("members", [])
     if not isinstance(members, list) or not all(
         isinstance(m, str) and 0 < len(m) <= 200 for m in members
     ):
         raise PermanentError("provision-tenant: payload 'members' must be a list of names")
-    for d in tenant_dirs(ctx.config, ctx.job.tenant)[:2]:  # archive and derived
-        d.mkdir(mode=0o750, parents=True, exist_ok=True)
+    derived = tenant_dirs(ctx.config, ctx.job.tenant)[0]  # (the name checked first)
+    make_archive(ctx.config).prepare_tenant(ctx.job.tenant)
+    derived.mkdir(mode=0o750, parents=True, exist_ok=True)
     first = ctx.config.analysis.languages_for(ctx.job.tenant)[0]
     ctx.data = {"members": members, "search_config": SEARCH_CONFIGS.get(first, "simple")}
     ctx.result.update(members=len(members), search_config=ctx.data["search_config"])
@@ -123,7 +134,7 @@ def apply_delete(tx: Tx, job: Job, data: dict[str, Any]) -> None:
     tx.run("tenant_nonce_finished", {"nonce": data["nonce"]})
 
 
-@register("delete-tenant", tenant_status=("deleting",), apply=apply_delete)
+@register(JobKind.delete_tenant, tenant_status=(TenantStatus.deleting,), apply=apply_delete)
 def delete_tenant(ctx: JobContext) -> None:
     job, cfg = ctx.job, ctx.config
     try:
@@ -161,8 +172,9 @@ def delete_tenant(ctx: JobContext) -> None:
     with ctx.db.transaction() as tx:
         tx.run("tenant_queued_jobs_delete", {"tenant_id": job.tenant_id, "job_id": job.id})
     wait_for_running_jobs(ctx)
-    removed = 0
-    for d in tenant_dirs(cfg, job.tenant):
+    dirs = tenant_dirs(cfg, job.tenant)  # (the name checked first)
+    removed = make_archive(cfg).remove_tenant(job.tenant)
+    for d in dirs:
         removed += remove_tree(d)
     removed += remove_spool_entries(cfg.paths.spool, job.tenant)
     first = cfg.analysis.languages_for(job.tenant)[0]
@@ -194,20 +206,6 @@ def wait_for_running_jobs(ctx: JobContext) -> None:
                 f"{RUNNING_WAIT_MAX:.0f} s; retrying"
             )
         time.sleep(WAIT_FOR_RUNNING)
-
-
-def remove_tree(root: Path) -> int:
-    """Remove ``root`` and everything below it; the number of files. WORM files are 0440
-    in 0750 directories: unlinking needs the directory's write bit only, which the
-    service user has. Symlinks are removed, never followed."""
-    if root.is_symlink():
-        root.unlink()
-        return 1
-    if not root.exists():
-        return 0
-    count = sum(len(files) for _, _, files in os.walk(root))
-    shutil.rmtree(root)
-    return count
 
 
 def remove_spool_entries(spool: Path, tenant: str) -> int:
