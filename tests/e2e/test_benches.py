@@ -37,3 +37,9 @@ def test_bench_small_mode_prints_its_table(bench: str) -> None:
     table = [line for line in proc.stdout.splitlines() if line.startswith("|")]
     assert len(table) >= 3, proc.stdout[-2000:]
     assert "ratio" in table[0] or "vs baseline" in table[0], table[0]
+
+
+def test_every_benchmark_has_a_small_mode_here() -> None:
+    """A new bench/ script cannot be left out of `make test`: each one is listed above."""
+    scripts = {p.stem for p in (REPO / "bench").glob("*.py") if not p.stem.startswith("_")}
+    assert scripts == set(SMALL)
