@@ -9,8 +9,9 @@ from typing import Any
 
 from ingestd.cli import tenants as tenant_cli
 from ingestd.cli.common import load, print_json, shown
-from ingestd.errors import ExitCode, IngestdError, TenantNotFound
+from ingestd.errors import ExitCode, IngestdError
 from ingestd.intake.ingest import IntakeItem, Outcome
+from ingestd.tenants import lookup
 
 
 # -- ingest -----------------------------------------------------------------------------
@@ -81,9 +82,7 @@ def cmd_documents_analyze(args: argparse.Namespace) -> int:
     queued: list[dict[str, int]] = []
     missing: list[int] = []
     with open_database(config) as db, db.transaction() as tx:
-        tenant = tx.one("tenant_by_name", {"name": args.tenant})
-        if tenant is None:
-            raise TenantNotFound(f"tenant {args.tenant!r} does not exist")
+        tenant = lookup.by_name(tx, args.tenant)
         for doc_id in args.ids:
             row = tx.one("job_document", {"id": doc_id, "tenant_id": tenant["id"]})
             if row is None:
@@ -166,9 +165,7 @@ def cmd_documents_mark_done(args: argparse.Namespace) -> int:
     done: list[int] = []
     missing: list[int] = []
     with open_database(config) as db, db.transaction() as tx:
-        tenant = tx.one("tenant_by_name", {"name": args.tenant})
-        if tenant is None:
-            raise TenantNotFound(f"tenant {args.tenant!r} does not exist")
+        tenant = lookup.by_name(tx, args.tenant)
         for doc_id in args.ids:
             row = tx.one("document_mark_done", {"id": doc_id, "tenant_id": tenant["id"]})
             (done if row else missing).append(doc_id)

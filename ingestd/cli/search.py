@@ -10,7 +10,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ingestd.errors import ExitCode, TenantNotFound
+from ingestd.errors import ExitCode
+from ingestd.tenants import lookup
 
 
 def cmd_search(args: argparse.Namespace) -> int:
@@ -19,9 +20,7 @@ def cmd_search(args: argparse.Namespace) -> int:
 
     config = load(args)
     with open_database(config) as db, db.transaction() as tx:
-        tenant = tx.one("tenant_by_name", {"name": args.tenant})
-        if tenant is None:
-            raise TenantNotFound(f"tenant {args.tenant!r} does not exist")
+        tenant = lookup.by_name(tx, args.tenant)
         rows = tx.all(
             "search", {"tenant_id": tenant["id"], "query": args.query, "limit": args.limit}
         )

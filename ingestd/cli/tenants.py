@@ -19,20 +19,17 @@ import time
 from typing import Any
 
 from ingestd.db.database import Tx
-from ingestd.errors import ExitCode, TenantError, TenantNotFound
+from ingestd.errors import ExitCode, TenantError
 from ingestd.queue.enqueue import enqueue
 from ingestd.queue.kinds import JobKind
 from ingestd.states import TenantStatus
-from ingestd.tenants import signing
+from ingestd.tenants import lookup, signing
 
 WAIT_POLL = 0.2
 
 
 def _tenant(tx: Tx, name: str) -> dict[str, Any]:
-    row = tx.one("tenant_by_name", {"name": name})
-    if row is None:
-        raise TenantNotFound(f"tenant {name!r} does not exist")
-    return row
+    return lookup.by_name(tx, name)
 
 
 def _enqueue(

@@ -54,6 +54,7 @@ from ingestd.ops.faults import crashpoint
 from ingestd.queue.enqueue import enqueue
 from ingestd.queue.kinds import JobKind
 from ingestd.states import TenantStatus
+from ingestd.tenants import lookup
 
 MAX_TAG_LENGTH = 100  # tags.name CHECK in 0002_tags.sql
 
@@ -370,12 +371,8 @@ class Intake:
         archived: ArchivedFile | None = None
         try:
             with self.db.transaction() as tx:
-                row = tx.one("tenant_lock_for_intake", {"name": item.tenant})
-                if row is None:
-                    raise TenantNotFound(f"tenant {item.tenant!r} does not exist")
-                if row["status"] != TenantStatus.active:
-                    raise TenantNotActive(item.tenant, str(row["status"]))
-                tenant_id = int(row["id"])  # the locked row (a re-created tenant has a new id)
+                row = lookup.by_name(tx, item.tenant, query="tenant_lock_for_intake")
+                tenant_id = lookup.active_id(row)  # the locked row (a re-created tenant: new id)
                 # Linked to its WORM name only under the tenant's FOR SHARE lock: marking
                 # the tenant suspended or deleting waits for this transaction, so every file
                 # archived for a tenant is either recorded before delete-tenant looks, or
@@ -494,12 +491,8 @@ class Intake:
 
     def _active_tenant_id(self, tenant: str) -> int:
         with self.db.transaction() as tx:
-            row = tx.one("tenant_by_name", {"name": tenant})
-        if row is None:
-            raise TenantNotFound(f"tenant {tenant!r} does not exist")
-        if row["status"] != TenantStatus.active:
-            raise TenantNotActive(tenant, str(row["status"]))
-        return int(row["id"])
+            row = lookup.by_name(tx, tenant)
+        return lookup.active_id(row)
 
 
 def _iso(d: date | None) -> str | None:

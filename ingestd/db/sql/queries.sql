@@ -7,7 +7,7 @@ SELECT id, name, status, created_at FROM tenants WHERE name = %(name)s;
 -- name: tenant_lock_for_intake
 -- FOR SHARE: a concurrent suspend/delete waits for this intake transaction to end,
 -- so no document can slip into a tenant that is being wiped.
-SELECT id, status FROM tenants WHERE name = %(name)s FOR SHARE;
+SELECT id, name, status FROM tenants WHERE name = %(name)s FOR SHARE;
 
 -- name: tenant_insert
 INSERT INTO tenants (name, status) VALUES (%(name)s, %(status)s)
