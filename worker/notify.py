@@ -5,7 +5,7 @@ per sink it names); ``render`` turns an event into a one-line summary, a paragra
 what happened and what to do; ``deliver`` sends it to one ``[[notify]]`` sink:
 
 - **webhook**: a JSON POST ``{"event", "event_id", "severity", "tenant", "detail",
-  "trace_id", "created_at", "text"}`` through ``worker.analysis.workflows.deliver_webhook``, so it
+  "trace_id", "created_at", "text"}`` through ``worker.webhooks.deliver_webhook``, so it
   is signed and bounded exactly like workflow webhooks. ``X-Ingestd-Event-Id`` is
   ``<event_id>:<sink>``: the same on every retry of the same notification, so receivers
   drop duplicates (delivery is at least once). ``text`` is the e-mail's subject, which
@@ -45,8 +45,9 @@ from typing import Any
 from ingestd.config.notify import NotifySink, SmtpConfig, address_of
 from ingestd.config.settings import Config
 from ingestd.errors import ConfigError, IngestdError
-from worker.analysis.workflows import Deadline, deliver_webhook
+from worker.deadline import Deadline
 from worker.jobs import PermanentError
+from worker.webhooks import deliver_webhook
 
 SUBJECT_PREFIX = "[ingestd]"
 _SUBJECT_MAX = 180  # characters of the summary in a subject; the body has it all
