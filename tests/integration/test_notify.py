@@ -40,7 +40,7 @@ from ingestd.ops.sdnotify import Notifier
 from tests.conftest import Env, read_events, run_cli, wait_until
 from tests.fixtures.scans import encrypted_pdf
 from worker.jobs import PermanentError, notify
-from worker.notify import SmtpError, SmtpRefused, send_mail
+from worker.notify.smtp import SmtpError, SmtpRefused, send_mail
 from worker.runner import Runner
 from worker.webhooks import verify_signature
 
