@@ -18,6 +18,7 @@ from collections.abc import MutableMapping
 from typing import Any, Literal, TextIO
 
 import structlog
+from structlog.typing import FilteringBoundLogger
 
 Format = Literal["auto", "json", "console"]
 
@@ -106,8 +107,12 @@ def _route_stdlib(out: TextIO, renderer: Any) -> None:
     logging.captureWarnings(True)
 
 
-def get_logger(**initial: Any) -> Any:
-    return structlog.get_logger(**initial)
+def get_logger(**initial: Any) -> FilteringBoundLogger:
+    """A logger with ``initial`` bound. Its type is what ``configure`` sets up
+    (``make_filtering_bound_logger``); structlog hands out a lazy proxy that builds that
+    logger from the configuration in force when it is first used (or bound)."""
+    logger: FilteringBoundLogger = structlog.get_logger(**initial)
+    return logger
 
 
 def new_trace_id() -> str:

@@ -205,7 +205,7 @@ class _Hook(http.server.BaseHTTPRequestHandler):
     secret = b""
 
     def do_POST(self) -> None:
-        from worker.analysis.workflows import verify_signature
+        from worker.webhooks import verify_signature
 
         body = self.rfile.read(int(self.headers["Content-Length"]))
         ok = verify_signature(

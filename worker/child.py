@@ -9,11 +9,12 @@ one exception is the first child of ``ingestd worker``: started before the worke
 thread (``fork=True`` and a single thread, checked), it is forked and so skips a fresh
 interpreter's imports (about half a second on each worker start).
 
-Protocol (pickled tuples over the Pipe):
-  parent -> child   ("run", Job) | ("config", Config) | ("stop",)
-  child -> parent   ("ready", pid) once, then per job ("ok", (result, data))
-                    | ("permanent", message)
-                    | ("error", "ExcType: message" + traceback tail)
+Protocol (pickled frozen dataclasses over the Pipe):
+  parent -> child   Run(job) | Reconfigure(config) | Stop()
+  child -> parent   Ready(pid) once, then per job a ``worker.outcomes.Result``:
+                    Done(summary, data)
+                    | Ended(Ending.permanent | Ending.attention, message)
+                    | Ended(Ending.error, "ExcType: message" + traceback tail)
 
 The child puts itself in its own process group (a timeout kill reaches the programs the
 handler started), dies with its parent (PR_SET_PDEATHSIG: a SIGKILLed worker leaves no
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import enum
 import multiprocessing
 import multiprocessing.connection
 import os
@@ -32,10 +34,10 @@ import signal
 import threading
 import traceback
 from collections.abc import Sequence
+from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from pathlib import Path
 from types import FrameType
-from typing import Any
 
 from ingestd import log
 from ingestd.config.settings import Config
@@ -43,11 +45,49 @@ from ingestd.db.database import Database
 from ingestd.errors import IngestdError
 from ingestd.queue.claims import Job
 from worker.jobs import JobContext, Kind, NeedsAttention, PermanentError, load
+from worker.outcomes import Done, Ended, Ending, Result
 
 _PR_SET_PDEATHSIG = 1
 TRACEBACK_FRAMES = 3
 
-Result = tuple[str, Any]
+
+# -- the messages -------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Run:
+    """Parent -> child: run this job, answer with its ``Result``."""
+
+    job: Job
+
+
+@dataclass(frozen=True)
+class Reconfigure:
+    """Parent -> child: use this config from the next job on (a SIGHUP reload)."""
+
+    config: Config
+
+
+@dataclass(frozen=True)
+class Stop:
+    """Parent -> child: exit (only sent to an idle child)."""
+
+
+@dataclass(frozen=True)
+class Ready:
+    """Child -> parent, once: the job kinds are loaded, jobs may come."""
+
+    pid: int
+
+
+Order = Run | Reconfigure | Stop
+
+
+class Woke(enum.Enum):
+    """What ended a ``Child.wait``."""
+
+    answered = "answered"  # the child sent its answer (receive() it)
+    exited = "exited"  # the child is gone
+    woken = "woken"  # one of the extra descriptors is readable (a signal's wake-up byte)
+    timed_out = "timed_out"  # none of these within the timeout
 
 
 class ChildStartError(IngestdError):
@@ -88,15 +128,15 @@ class Child:
         child_end.close()
         self._proc, self._conn, self._new_config = proc, parent_end, None
         ready = multiprocessing.connection.wait([parent_end, proc.sentinel], timeout)
-        msg: Any = None
+        msg: object = None
         if parent_end in ready:
             with contextlib.suppress(EOFError, OSError):
                 msg = parent_end.recv()
-        if not (isinstance(msg, tuple) and msg[:1] == ("ready",)):
+        if not isinstance(msg, Ready):
             why = "did not start in time" if not ready else self.describe_exit()
             self.kill()
             raise ChildStartError(f"job child {why}; see the log lines above")
-        return int(msg[1])
+        return msg.pid
 
     def reconfigure(self, config: Config) -> None:
         """A reloaded config, for the child's next job (sent with it: a child busy for an
@@ -108,22 +148,26 @@ class Child:
         """Hand the idle child a job; its answer comes back through wait()/receive()."""
         assert self._conn is not None
         if self._new_config is not None:
-            self._conn.send(("config", self._new_config))
+            self._send(Reconfigure(self._new_config))
             self._new_config = None
-        self._conn.send(("run", job))
+        self._send(Run(job))
 
-    def wait(self, timeout: float, extra: Sequence[int] = ()) -> str | None:
-        """Block until the child answers ("message"), exits ("exited"), an fd in ``extra``
-        is readable ("wake") or ``timeout`` passes (None)."""
+    def _send(self, order: Order) -> None:
+        assert self._conn is not None
+        self._conn.send(order)
+
+    def wait(self, timeout: float, extra: Sequence[int] = ()) -> Woke:
+        """Block until the child answers, exits, an fd in ``extra`` is readable or
+        ``timeout`` passes; which one it was."""
         assert self._conn is not None and self._proc is not None
         ready = multiprocessing.connection.wait(
             [self._conn, self._proc.sentinel, *extra], max(0.0, timeout)
         )
         if self._conn in ready:
-            return "message"
+            return Woke.answered
         if self._proc.sentinel in ready:
-            return "exited"
-        return "wake" if ready else None
+            return Woke.exited
+        return Woke.woken if ready else Woke.timed_out
 
     def receive(self) -> Result | None:
         """The child's answer, or None if it died instead."""
@@ -132,9 +176,9 @@ class Child:
             msg = self._conn.recv()
         except (EOFError, OSError):
             return None
-        if isinstance(msg, tuple) and len(msg) == 2 and isinstance(msg[0], str):
-            return (msg[0], msg[1])
-        return ("error", f"job child sent an unexpected message {msg!r:.200}")
+        if isinstance(msg, Done | Ended):
+            return msg
+        return Ended(Ending.error, f"job child sent an unexpected message {msg!r:.200}")
 
     def describe_exit(self) -> str:
         """'signal 9' / 'exit code 3' once the child is gone (waits a little for it)."""
@@ -168,7 +212,7 @@ class Child:
         """Ask an idle child to exit; kill it if it does not."""
         if self._proc is not None and self._proc.is_alive() and self._conn is not None:
             with contextlib.suppress(OSError, ValueError):
-                self._conn.send(("stop",))
+                self._send(Stop())
             self._proc.join(timeout)
         self.kill()
 
@@ -199,7 +243,7 @@ def describe_exception(exc: BaseException) -> str:
 def run_job(job: Job, kinds: dict[str, Kind], config: Config, db: Database) -> Result:
     kind = kinds.get(job.kind)
     if kind is None:  # the parent refuses these first; kept for a child on old plugins
-        return ("permanent", f"unknown job kind {job.kind!r}; not retried")
+        return Ended(Ending.permanent, f"unknown job kind {job.kind!r}; not retried")
     logger = log.get_logger(
         component="job",
         job_id=job.id,
@@ -212,12 +256,12 @@ def run_job(job: Job, kinds: dict[str, Kind], config: Config, db: Database) -> R
     try:
         kind.handler(ctx)
     except NeedsAttention as exc:
-        return ("attention", str(exc) or type(exc).__name__)
+        return Ended(Ending.attention, str(exc) or type(exc).__name__)
     except PermanentError as exc:
-        return ("permanent", str(exc) or type(exc).__name__)
+        return Ended(Ending.permanent, str(exc) or type(exc).__name__)
     except BaseException as exc:  # SystemExit from a handler is a failed attempt too
-        return ("error", describe_exception(exc))
-    return ("ok", (ctx.result, ctx.data))
+        return Ended(Ending.error, describe_exception(exc))
+    return Done(ctx.result, ctx.data)
 
 
 def child_main(
@@ -238,28 +282,28 @@ def child_main(
         name="ingestd-job",
     ).open()
     try:
-        conn.send(("ready", os.getpid()))
-        while True:  # ends with ("stop",) or the parent's end of the pipe closing
+        conn.send(Ready(os.getpid()))
+        while True:  # ends with Stop() or the parent's end of the pipe closing
             try:
                 msg = conn.recv()
             except (EOFError, OSError):
                 break
-            if msg[0] == "stop":
+            if isinstance(msg, Stop):
                 break
-            if msg[0] == "config":
-                config = msg[1]
+            if isinstance(msg, Reconfigure):
+                config = msg.config
                 log.configure(config.log.level, config.log.format)
                 continue
-            if msg[0] == "run":
-                result = run_job(msg[1], kinds, config, db)
+            if isinstance(msg, Run):
+                result = run_job(msg.job, kinds, config, db)
                 try:
                     conn.send(result)
                 except (BrokenPipeError, EOFError):
                     break
                 except Exception as exc:  # unpicklable: what it derived cannot be written
                     conn.send(
-                        (
-                            "error",
+                        Ended(
+                            Ending.error,
                             f"job result could not be sent to the worker: "
                             f"{type(exc).__name__}: {exc}",
                         )

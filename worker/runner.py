@@ -12,6 +12,11 @@ One job at a time per worker process; run more processes (``ingestd-worker@N``) 
 Signal handlers only set flags and write a byte to a wake-up pipe; the loop waits on that
 pipe together with the child's pipe, the child's exit and the LISTEN socket, so a signal,
 a result, a crash and a notification are each seen at once, without polling.
+
+Its parts: ``worker/signals.py`` (the flags and the wake-up pipe), ``worker/listener.py``
+(LISTEN), ``worker/heartbeat.py`` (the lease), ``worker/child.py`` (the job child),
+``worker/recording.py`` (writing an outcome), ``worker/housekeeping.py`` (rescue, relay,
+prune). This module is the loop that ties them together.
 """
 
 from __future__ import annotations
@@ -19,32 +24,31 @@ from __future__ import annotations
 import contextlib
 import os
 import select
-import signal
-import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from types import FrameType
-from typing import Any, TypeVar
 
 from ingestd import log
 from ingestd.config.settings import Config, load_config
-from ingestd.db.database import Database, connect_once
+from ingestd.db.database import Database
 from ingestd.errors import ConfigError, DatabaseError, DatabaseUnavailable, ExitCode, IngestdError
-from ingestd.ops import health, metrics
+from ingestd.ops import health
 from ingestd.ops.metrics_server import MetricsEndpoint
 from ingestd.ops.sdnotify import Notifier
-from ingestd.queue.claims import NOTIFY_CHANNEL, Job, Queue, WorkerIdentity, WorkerIdInUse
-from worker.child import Child, Result
-from worker.jobs import Kind, load, notify, refusal
-
-T = TypeVar("T")
+from ingestd.queue.claims import Job, Queue, WorkerIdentity, WorkerIdInUse
+from worker import housekeeping
+from worker.child import Child, Woke
+from worker.heartbeat import Heartbeat
+from worker.jobs import Kind, load, refusal
+from worker.listener import Listener
+from worker.outcomes import Ended, Ending, Result, elapsed, number
+from worker.probes import start_metrics
+from worker.recording import DB_RETRY_DELAYS, record_outcome, record_refusal
+from worker.signals import Flags
 
 PRUNE_EVERY = 3600.0
-PRUNE_MAX_BATCHES = 20  # 5,000 rows each
 RESCUE_EVERY_MAX = 5.0
 IDENTITY_EVERY = 10.0  # how often the worker id's session is checked (one SELECT 1)
-DB_RETRY_DELAYS = (0.5, 1.0, 2.0, 4.0, 8.0)
 
 
 class PluginError(IngestdError):
@@ -59,205 +63,6 @@ def load_kinds(plugins: Sequence[str]) -> dict[str, Kind]:
         return load(plugins)
     except ImportError as exc:
         raise PluginError(f"cannot import job kinds from --plugin {exc.name!r}: {exc}") from exc
-
-
-class Flag:
-    """A boolean a signal handler may set. Not a threading.Event: Event.set() takes a
-    lock, and a handler running while the main thread holds that lock (in clear() or
-    is_set()) would wait for itself forever. A plain attribute store cannot block."""
-
-    __slots__ = ("_value",)
-
-    def __init__(self) -> None:
-        self._value = False
-
-    def set(self) -> None:
-        self._value = True
-
-    def clear(self) -> None:
-        self._value = False
-
-    def is_set(self) -> bool:
-        return self._value
-
-
-class Flags:
-    """Set by signal handlers (nothing else happens in a handler) and by ``Runner.stop``."""
-
-    def __init__(self) -> None:
-        self.stop = Flag()
-        self.reload = Flag()
-        self.stop_at = 0.0
-        self.signal_name = ""
-        self._r, self._w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-        self._saved: dict[int, Any] = {}
-
-    def fileno(self) -> int:
-        return self._r
-
-    def install(self) -> None:
-        for sig, handler in (
-            (signal.SIGTERM, self._on_stop),
-            (signal.SIGINT, self._on_stop),
-            (signal.SIGHUP, self._on_reload),
-        ):
-            self._saved[sig] = signal.signal(sig, handler)
-
-    def restore(self) -> None:
-        for sig, handler in self._saved.items():
-            signal.signal(sig, handler)
-        self._saved.clear()
-
-    def close(self) -> None:
-        os.close(self._r)
-        os.close(self._w)
-
-    def poke(self) -> None:
-        with contextlib.suppress(BlockingIOError):
-            os.write(self._w, b"\0")
-
-    def clear_wake(self) -> None:
-        with contextlib.suppress(BlockingIOError):
-            while os.read(self._r, 512):
-                pass
-
-    def request_stop(self, why: str) -> None:
-        if not self.stop.is_set():
-            self.stop_at = time.monotonic()
-            self.signal_name = why
-            self.stop.set()
-        self.poke()
-
-    def _on_stop(self, signum: int, frame: FrameType | None) -> None:
-        self.request_stop(signal.Signals(signum).name)
-
-    def _on_reload(self, signum: int, frame: FrameType | None) -> None:
-        self.reload.set()
-        self.poke()
-
-
-class Listener:
-    """LISTEN ingestd_jobs on a dedicated autocommit connection. Best effort: while it is
-    down the worker polls every poll_interval and reconnects now and then."""
-
-    RECONNECT_EVERY = 5.0
-
-    def __init__(self, conninfo: str, connect_timeout: float, logger: Any) -> None:
-        self.conninfo = conninfo
-        self.connect_timeout = connect_timeout
-        self.log = logger
-        self._conn: Any = None
-        self._retry_at = 0.0
-
-    def fileno(self) -> int | None:
-        if self._conn is None and time.monotonic() >= self._retry_at:
-            self._connect()
-        return int(self._conn.fileno()) if self._conn is not None else None
-
-    def _connect(self) -> None:
-        try:
-            conn = connect_once(self.conninfo, autocommit=True, timeout=self.connect_timeout)
-            try:
-                conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
-            except BaseException:
-                conn.close()
-                raise
-            self._conn = conn
-        except Exception as exc:  # psycopg's own errors: only db.py knows their classes
-            self._retry_at = time.monotonic() + self.RECONNECT_EVERY
-            self.log.warning(
-                "worker.listen_failed", error=str(exc).strip()[:300], retry_in=self.RECONNECT_EVERY
-            )
-
-    def drain(self) -> int:
-        """Consume the notifications that arrived; their content does not matter."""
-        if self._conn is None:
-            return 0
-        try:
-            return sum(1 for _ in self._conn.notifies(timeout=0))
-        except Exception as exc:  # the connection broke (server restart): reconnect later
-            self.log.warning("worker.listen_lost", error=str(exc).strip()[:300])
-            self.close()
-            self._retry_at = time.monotonic() + 0.5
-            return 0
-
-    def close(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            with contextlib.suppress(Exception):
-                conn.close()
-
-
-class Heartbeat(threading.Thread):
-    """Renews the running job's lease every lease/3 s from a thread of the parent: the
-    main thread only waits, but a heartbeat must not depend on it (nor on the child)."""
-
-    def __init__(
-        self, queue: Callable[[], Queue], on_lost: Callable[[], None], logger: Any
-    ) -> None:
-        super().__init__(name="heartbeat", daemon=True)
-        self._queue = queue
-        self._on_lost = on_lost
-        self.log = logger
-        self._cond = threading.Condition()
-        self._job: Job | None = None
-        self._due = 0.0
-        self._closed = False
-        self.lost = threading.Event()
-
-    def _interval(self) -> float:
-        return self._queue().config.lease_seconds / 3
-
-    @property
-    def job(self) -> Job | None:
-        """The running job, if any (for the health check)."""
-        return self._job
-
-    def begin(self, job: Job) -> None:
-        with self._cond:
-            self._job = job
-            self._due = time.monotonic() + self._interval()
-            self.lost.clear()
-            self._cond.notify()
-
-    def end(self) -> None:
-        with self._cond:
-            self._job = None
-            self._cond.notify()
-
-    def close(self) -> None:
-        with self._cond:
-            self._closed = True
-            self._cond.notify()
-        if self.is_alive():
-            self.join(10)
-
-    def run(self) -> None:
-        while True:  # until close()
-            with self._cond:
-                while not self._closed:
-                    if self._job is None:
-                        self._cond.wait()
-                    elif (left := self._due - time.monotonic()) > 0:
-                        self._cond.wait(left)
-                    else:
-                        break
-                if self._closed:
-                    return
-                job = self._job
-                assert job is not None
-                self._due = time.monotonic() + self._interval()
-            try:
-                ours = self._queue().heartbeat(job)
-            except DatabaseError as exc:
-                self.log.warning("job.heartbeat_failed", job_id=job.id, error=exc.message)
-                continue
-            if not ours:
-                with self._cond:
-                    current = self._job is job
-                if current:
-                    self.lost.set()
-                    self._on_lost()
 
 
 class Runner:
@@ -321,7 +126,9 @@ class Runner:
             self.flags.install()
         try:
             self.heartbeat.start()
-            self._start_metrics()
+            self.metrics_endpoint = start_metrics(
+                self.db, self.config, self.metrics_offset, self.log
+            )
             child_pid = self.child.pid if self.child.alive() else self.child.start()
             self.notifier.ready("idle")
             self._status_text = "idle"
@@ -349,41 +156,6 @@ class Runner:
             self.log.info("worker.stopped", jobs=self.jobs_run)
             self.notifier.close()
         return 0
-
-    def _start_metrics(self) -> None:
-        m = self.config.metrics
-        if self.metrics_offset is None or not m.enabled:
-            return
-        try:
-            self.metrics_endpoint = MetricsEndpoint(
-                m.worker_listen, self.metrics_offset, health=self._health()
-            )
-        except OSError as exc:  # port taken: run without, say so (jobs matter more)
-            self.log.error(
-                "worker.metrics_failed",
-                listen=m.worker_listen,
-                offset=self.metrics_offset,
-                error=str(exc),
-            )
-            return
-        host, port = self.metrics_endpoint.address
-        self.log.info("worker.metrics", listen=f"{host}:{port}")
-
-    def _health(self) -> health.Health:
-        """/healthz: the loop turns; /readyz: the database answers, derived is writable."""
-
-        def database() -> str | None:
-            try:
-                with self.db.transaction() as tx:
-                    tx.raw("SELECT 1")
-            except DatabaseError as exc:
-                return exc.message
-            return None
-
-        return health.Health(
-            ["worker"],
-            {"database": database, "derived": health.writable(self.config.paths.derived_dir)},
-        )
 
     def _turn_period(self) -> float:
         """The longest turn without a job: the poll interval, or the backoff while the
@@ -460,9 +232,7 @@ class Runner:
         ends only when nothing is ready and no job of any worker still runs (a dead
         worker's job is rescued and run first)."""
         self._rescue()
-        with self.db.transaction() as tx:
-            rows = tx.all("status_queue")
-        return sum(int(r["ready"]) for r in rows), sum(int(r["running"]) for r in rows)
+        return housekeeping.queue_counts(self.db)
 
     def _idle_wait(self, at_most: float | None = None) -> None:
         self._set_status("idle")
@@ -506,12 +276,7 @@ class Runner:
         try:
             reason = refusal(job)
             if reason is not None:
-                self._record(
-                    jl,
-                    lambda: self.queue.fail(job, reason, permanent=True, failed_event="job.failed"),
-                )
-                jl.warning("job.refused", error=reason, seconds=_secs(t0))
-                _observe(job, "refused", t0)
+                record_refusal(self.queue, jl, job, reason, t0)
                 finished = True
                 return
             self._set_status(f"job {job.id} {job.kind} tenant {job.tenant}")
@@ -524,7 +289,8 @@ class Runner:
             finally:
                 self.heartbeat.end()
             self.jobs_run += 1
-            finished = self._outcome(job, jl, result, t0, timeout)
+            record_outcome(self.queue, self.kinds, job, jl, result, t0, timeout)
+            finished = True  # the job is no longer ours
         finally:
             if not finished:
                 # An error of our own (database gone mid-way, a bug): hand the job back
@@ -532,7 +298,7 @@ class Runner:
                 self.child.kill()
                 with contextlib.suppress(DatabaseError):
                     if self.queue.release(job):
-                        jl.warning("job.released", seconds=_secs(t0), reason="worker error")
+                        jl.warning("job.released", seconds=elapsed(t0), reason="worker error")
 
     def _ensure_child(self) -> None:
         if not self.child.alive():
@@ -541,7 +307,8 @@ class Runner:
             self.log.info("worker.child_started", child_pid=pid)
 
     def _run_in_child(self, job: Job, timeout: float) -> Result:
-        """The child's answer, or ("died"|"timeout"|"released"|"lost", message)."""
+        """The child's answer, or how the runner ended the attempt (died, timeout,
+        released, lost)."""
         self.child.run(job)
         deadline = time.monotonic() + timeout
         while True:  # bounded by the deadline
@@ -553,161 +320,40 @@ class Runner:
             what = self.child.wait(
                 min(deadline, grace_end, self._next_watchdog) - now, [self.flags.fileno()]
             )
-            if what == "message":
+            if what is Woke.answered:
                 answer = self.child.receive()
                 if answer is not None:
                     return answer
-                what = "exited"
-            if what == "exited":
+                what = Woke.exited
+            if what is Woke.exited:
                 died = f"worker child died ({self.child.describe_exit()})"
                 self.child.kill()
-                return ("died", died)
-            if what == "wake":
+                return Ended(Ending.died, died)
+            if what is Woke.woken:
                 self.flags.clear_wake()
             self._watchdog_tick()
             if self.flags.reload.is_set():
                 self._reload()
             if self.heartbeat.lost.is_set():
                 self.child.kill()
-                return ("lost", "the lease was lost (rescued by another worker)")
+                return Ended(Ending.lost, "the lease was lost (rescued by another worker)")
             now = time.monotonic()
             if now >= grace_end:
                 self.child.kill()
-                return (
-                    "released",
-                    f"shutdown grace of {_num(self.config.worker.shutdown_grace)} s ran out",
-                )
+                grace = number(self.config.worker.shutdown_grace)
+                return Ended(Ending.released, f"shutdown grace of {grace} s ran out")
             if now >= deadline:
                 self.child.kill()
-                return ("timeout", f"timed out after {_num(timeout)} s")
-
-    def _outcome(self, job: Job, jl: Any, result: Result, t0: float, timeout: float) -> bool:
-        """Record what happened; True once the job is no longer ours."""
-        kind, detail = result
-        seconds = _secs(t0)
-        if kind == "ok":
-            summary, data = detail if isinstance(detail, tuple) else (detail, {})
-            registered = self.kinds.get(job.kind)
-            apply = registered.apply if registered is not None else None
-            try:
-                ours = self._record(jl, lambda: self.queue.done(job, apply, data))
-            except Exception as exc:  # the applier failed: a failed attempt, not a lost job
-                kind, detail = "error", f"writing the job's results failed: {describe(exc)}"
-            else:
-                if ours:
-                    jl.info("job.done", seconds=seconds, result=summary or None)
-                    _observe(job, "done", t0)
-                    if isinstance(summary, dict) and summary.get("ocr"):
-                        metrics.OCR_PAGES.labels(job.tenant).inc(int(summary.get("pages") or 0))
-                else:
-                    jl.warning(
-                        "job.lost",
-                        seconds=seconds,
-                        error="finished, but the job was no longer ours (lease expired)",
-                    )
-                return True
-        if kind == "released":
-            if self._record(jl, lambda: self.queue.release(job)):
-                jl.warning("job.released", seconds=seconds, reason=detail)
-            _observe(job, "released", t0)
-            return True
-        if kind == "lost":
-            jl.warning("job.lost", seconds=seconds, error=detail)
-            return True
-        if kind == "timeout":
-            jl.error("job.timeout", seconds=seconds, timeout=timeout)
-        elif kind == "died":
-            jl.error("job.child_died", seconds=seconds, error=detail)
-        if kind in ("timeout", "died"):
-            kind, detail = _limit_rule(job, kind, str(detail), timeout)
-        permanent = kind in ("permanent", "attention")
-        attention = kind == "attention"
-        registered = self.kinds.get(job.kind)
-        event = registered.failed_event if registered is not None else "job.failed"
-        outcome = self._record(
-            jl,
-            lambda: self.queue.fail(
-                job, str(detail), permanent=permanent, attention=attention, failed_event=event
-            ),
-        )
-        _observe(
-            job,
-            "lost" if outcome is None else "retry" if outcome.status == "queued" else "failed",
-            t0,
-        )
-        if outcome is None:
-            jl.warning("job.lost", seconds=seconds, error=str(detail))
-        elif outcome.status == "queued":
-            jl.warning(
-                "job.retry",
-                seconds=seconds,
-                attempt=outcome.retry_count,
-                next_attempt_at=outcome.next_attempt_at.isoformat(),
-                error=str(detail),
-            )
-        elif attention:
-            jl.error(
-                "job.needs_attention",
-                seconds=seconds,
-                attempt=outcome.retry_count + 1,
-                reason=str(detail),
-            )
-        else:
-            jl.error(
-                "job.failed",
-                seconds=seconds,
-                attempt=outcome.retry_count,
-                permanent=permanent,
-                error=str(detail),
-            )
-        return True
-
-    def _record(self, jl: Any, write: Callable[[], T]) -> T | None:
-        """Write an outcome, retrying while the database is briefly away. If it stays
-        away, the lease runs out and another worker's rescue counts the attempt."""
-        for delay in (*DB_RETRY_DELAYS, None):
-            try:
-                return write()
-            except DatabaseUnavailable as exc:
-                if delay is None:
-                    jl.error("job.outcome_lost", error=exc.message)
-                    return None
-                jl.warning("worker.database_unavailable", error=exc.message, retry_in=delay)
-                time.sleep(delay)  # no flag check: the outcome is worth the short wait
-        return None
+                return Ended(Ending.timeout, f"timed out after {number(timeout)} s")
 
     # -- housekeeping ---------------------------------------------------------------------
     def _rescue(self) -> None:
         every = min(RESCUE_EVERY_MAX, self.config.worker.lease_seconds / 2)
         self._next_rescue = time.monotonic() + every
-        rows = self.queue.rescue()
-        _count_failed_rescues(rows)
-        # New operator events become notify jobs at the same pace (the outbox's relay).
-        try:
-            notify.relay(self.db, self.config)
-        except DatabaseError:
-            raise  # the loop's backoff handles an outage
-        except Exception:  # a bug in matching must not stop the worker's jobs
-            self.log.exception("worker.relay_failed")
-        if rows:
-            self.log.warning(
-                "worker.rescued",
-                count=len(rows),
-                jobs=[
-                    {"id": r["id"], "status": r["status"], "worker": r["worker_id"]}
-                    for r in rows[:50]
-                ],
-            )
+        housekeeping.rescue(self.queue, self.db, self.config, self.log)
 
     def _prune(self) -> None:
-        total = 0
-        for _ in range(PRUNE_MAX_BATCHES):
-            n = self.queue.prune()
-            total += n
-            if n < 5000:
-                break
-        if total:
-            self.log.info("worker.pruned", jobs=total, older_than_s=self.config.worker.prune_after)
+        housekeeping.prune(self.queue, self.config, self.log)
 
     def _reload(self) -> None:
         self.flags.reload.clear()
@@ -763,46 +409,3 @@ class Runner:
             running_job=job,
             shutdown_grace=self.config.worker.shutdown_grace if job else None,
         )
-
-
-def _limit_rule(job: Job, kind: str, detail: str, timeout: float) -> tuple[str, str]:
-    """A job killed at its time limit, or whose child died (the OOM killer, a crash in a
-    C library), is retried once: the machine may have been busy, or short of memory for
-    a moment. The second time it is the file: a document's job ends needing attention
-    with the limit named, any other job fails for good; no more blind retries, each of
-    which would take the same time or memory again."""
-    if job.retry_count < 1:
-        return "error", detail
-    limit = (
-        f"the limit worker.timeouts.{job.kind} ({_num(timeout)} s)"
-        if kind == "timeout"
-        else "the memory or the program it needs (the child died)"
-    )
-    detail = f"{detail}; again after a retry: it exceeds {limit}"
-    return ("attention" if job.document_id is not None else "permanent"), detail
-
-
-def _observe(job: Job, outcome: str, t0: float) -> None:
-    metrics.JOB_SECONDS.labels(job.kind, outcome).observe(time.monotonic() - t0)
-    if outcome in ("failed", "refused"):
-        metrics.JOBS_FAILED.labels(job.tenant, job.kind).inc()
-
-
-def _count_failed_rescues(rows: list[dict[str, Any]]) -> None:
-    """Rescued jobs whose lease ran out once too often are failed for good: counted too."""
-    for r in rows:
-        if r["status"] == "failed":
-            metrics.JOBS_FAILED.labels(str(r["tenant"]), str(r["kind"])).inc()
-
-
-def describe(exc: BaseException) -> str:
-    message = exc.message if isinstance(exc, IngestdError) else str(exc)
-    return f"{type(exc).__name__}: {message}"[:2000]
-
-
-def _secs(t0: float) -> float:
-    return round(time.monotonic() - t0, 3)
-
-
-def _num(x: float) -> str:
-    return f"{x:g}"

@@ -344,7 +344,7 @@ class _Handler(FileSystemEventHandler):
         try:
             self._dispatch(event)
         except Exception:  # an event must never kill the observer thread
-            self.hot.log.exception("watch.event_error", event=repr(event))
+            self.hot.log.exception("watch.event_error", fs_event=repr(event))
 
     def _dispatch(self, event: FileSystemEvent) -> None:
         src = os.fsdecode(event.src_path)

@@ -22,8 +22,8 @@ from ingestd.queue.enqueue import enqueue
 from ingestd.sources.hotfolders import HotFolders
 from tests.conftest import Env, run_cli, wait_until
 from tests.fixtures.scans import encrypted_pdf, image_pdf, truncated_pdf
-from worker.analysis.workflows import verify_signature
 from worker.runner import Runner
+from worker.webhooks import verify_signature
 
 WORKER = {"poll_interval": 0.1, "lease_seconds": 30, "retry_base": 0.05, "max_retries": 3}
 # Each OCR here is a few small pages: one tesseract per page is plenty.

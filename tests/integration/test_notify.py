@@ -39,10 +39,10 @@ from ingestd.ops.runtime import make_intake
 from ingestd.ops.sdnotify import Notifier
 from tests.conftest import Env, read_events, run_cli, wait_until
 from tests.fixtures.scans import encrypted_pdf
-from worker.analysis.workflows import verify_signature
 from worker.jobs import PermanentError, notify
-from worker.notify import SmtpError, SmtpRefused, send_mail
+from worker.notify.smtp import SmtpError, SmtpRefused, send_mail
 from worker.runner import Runner
+from worker.webhooks import verify_signature
 
 WORKER = {"poll_interval": 0.1, "lease_seconds": 30, "retry_base": 0.05, "max_retries": 3}
 # Deliveries retry fast here (production: 30 s, 1 min, 2 min ...).

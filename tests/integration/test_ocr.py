@@ -1,4 +1,4 @@
-"""worker/analysis/ocr.py and worker/programs.py with the real ocrmypdf, tesseract and pdfium.
+"""worker/analysis/ocr/ and worker/programs.py with the real ocrmypdf, tesseract and pdfium.
 
 Pages are small (A6 at 300 dpi) with a few lines of large text: each OCR run takes a
 second or two and tesseract reads every word. The source file is made read-only (0440)
@@ -28,10 +28,10 @@ from worker.analysis.ocr import (
     OcrOptions,
     OcrResult,
     OcrTimeout,
-    _tesseract_info,
     analyze_file,
     available_languages,
 )
+from worker.analysis.ocr.installation import tesseract_info
 
 PDF = "application/pdf"
 PAGES = [
@@ -330,7 +330,7 @@ def test_missing_osd_pack_is_a_config_error_when_rotating(
     for lang in ("deu", "eng"):
         (tessdata / f"{lang}.traineddata").symlink_to(installed / f"{lang}.traineddata")
     monkeypatch.setenv("TESSDATA_PREFIX", str(tessdata))
-    _tesseract_info.cache_clear()
+    tesseract_info.cache_clear()
     try:
         src = archived(scans.image_pdf(src_dir / "scan.pdf", PAGES[:1], size=scans.A6))
         with pytest.raises(OcrConfigError, match="tesseract-ocr-osd"):
@@ -338,7 +338,7 @@ def test_missing_osd_pack_is_a_config_error_when_rotating(
         assert available_languages() == {"deu", "eng"}
     finally:
         monkeypatch.undo()
-        _tesseract_info.cache_clear()
+        tesseract_info.cache_clear()
 
 
 def test_available_languages_lists_installed_packs() -> None:

@@ -14,7 +14,10 @@ import pytest
 from ingestd.config.notify import EVENT_TYPES, SmtpConfig, secret_envs, secret_files
 from ingestd.config.settings import Config, parse_config
 from ingestd.errors import ConfigError
-from worker.notify import Event, build_message, email_body, matching_sinks, render
+from worker.notify import matching_sinks
+from worker.notify.events import Event
+from worker.notify.mail import build_message, email_body
+from worker.notify.rendering import render
 
 SMTP = {"host": "mail.example.org", "from_address": "ingestd <ingestd@example.org>"}
 HOOK = {"url": "https://hooks.example.org/ingestd", "secret_env": "HOOK_SECRET"}

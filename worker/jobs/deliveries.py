@@ -17,8 +17,8 @@ from ingestd.db.database import Tx
 from ingestd.queue.claims import Job
 from ingestd.queue.kinds import JobKind
 from ingestd.states import TenantStatus
-from worker.analysis.workflows import deliver_webhook
 from worker.jobs import JobContext, PermanentError, register
+from worker.webhooks import deliver_webhook
 
 
 def webhook_of(ctx: JobContext, workflow: str) -> WebhookConfig:

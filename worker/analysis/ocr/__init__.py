@@ -1,0 +1,141 @@
+"""OCR of one archived file: a searchable PDF, the text of every page, a thumbnail.
+
+Every input becomes a PDF first (images through img2pdf, losslessly: JPEG data is passed
+through, multi-frame TIFFs become one page per frame) and goes through the ``ocrmypdf``
+command line, not its Python API: a separate process group can be killed at the
+deadline with everything it started (tesseract, ghostscript), and a crash in a C library
+stays out of the job child. Tesseract runs single-threaded (``OMP_THREAD_LIMIT=1``):
+ocrmypdf already runs one page per core, and tesseract's own threads on top of that make
+a 2-core machine slower, not faster (DESIGN.md, measurements).
+
+Text per page comes from ocrmypdf's sidecar for the pages it OCRed; pages it skipped
+(they have text already) and every page in "redo" mode (the sidecar lacks their visible
+text) are read from the searchable PDF with pdfium, which also renders the thumbnail of
+page 1 at thumbnail size: ~0.1 s, no second rasterisation of the document.
+
+The source is only ever read (it is a 0440 WORM file). Everything is made in a private
+temp directory inside ``out_dir`` (ocrmypdf's own temp files too, via TMPDIR), fsynced and
+renamed into place, so a re-run replaces the outputs atomically and a killed run leaves
+only a temp directory that the next run removes.
+
+This module is the API and the order of the steps; the steps are its modules: options
+and errors, installation (tesseract, its language packs, ocrmypdf), inspection (the input
+and the page and pixel limits), images (to PDF), engine (the ocrmypdf command line and
+its exit status), text (page text and thumbnail), files (publishing, stale temp dirs).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pypdfium2  # type: ignore[import-untyped]
+
+from ingestd.durable import fsync_dir
+from worker.analysis.ocr.engine import run_ocrmypdf
+from worker.analysis.ocr.errors import (
+    OcrConfigError,
+    OcrError,
+    OcrFailed,
+    OcrInputError,
+    OcrLimitExceeded,
+    OcrTimeout,
+)
+from worker.analysis.ocr.files import TMP_PREFIX, publish, remove_stale_temp_dirs
+from worker.analysis.ocr.images import image_to_pdf
+from worker.analysis.ocr.inspection import check_image, check_pdf, check_source
+from worker.analysis.ocr.installation import check_installation, check_options, tesseract_info
+from worker.analysis.ocr.options import IMAGE_TYPES, PDF, OcrOptions
+from worker.analysis.ocr.text import pages_and_thumbnail
+
+# The API: analyze_file with its options, result and errors (worker/jobs/analyze.py,
+# the CLI's check-config and the tests use these names from here).
+__all__ = [
+    "SEARCHABLE_PDF",
+    "THUMBNAIL",
+    "OcrConfigError",
+    "OcrError",
+    "OcrFailed",
+    "OcrInputError",
+    "OcrLimitExceeded",
+    "OcrOptions",
+    "OcrResult",
+    "OcrTimeout",
+    "analyze_file",
+    "available_languages",
+]
+
+SEARCHABLE_PDF = "searchable.pdf"
+THUMBNAIL = "thumbnail.png"
+STALE_GRACE = 60.0  # seconds past a run's timeout after which its temp dir is debris
+
+
+@dataclass(frozen=True)
+class OcrResult:
+    """What one OCR run made: the text per page and the names of its files."""
+
+    pages: list[str]  # text per page, in order
+    page_count: int
+    searchable_pdf: str  # file name inside out_dir
+    thumbnail: str  # file name inside out_dir
+    engine: str  # e.g. "ocrmypdf 17.13.0, tesseract 5.3.0"
+
+
+def available_languages() -> set[str]:
+    """The language packs tesseract has (``tesseract --list-langs``), cached per process."""
+    return set(tesseract_info()[0])
+
+
+def analyze_file(src: Path, mime_type: str, out_dir: Path, opts: OcrOptions) -> OcrResult:
+    """OCR ``src`` (never written to) into ``out_dir``/searchable.pdf and thumbnail.png."""
+    deadline = time.monotonic() + opts.timeout
+    check_options(opts)
+    engine = check_installation(opts)
+    if mime_type != PDF and mime_type not in IMAGE_TYPES:
+        raise OcrInputError(
+            f"ingestd cannot OCR files of type {mime_type!r} (only PDF, TIFF, JPEG and PNG)"
+        )
+    src, out_dir = Path(src), Path(out_dir)
+    check_source(src)
+    if out_dir.resolve() == src.resolve().parent:
+        raise OcrConfigError(
+            f"OCR output directory {out_dir} is the source's directory; "
+            "nothing may be written next to an archived file"
+        )
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        remove_stale_temp_dirs(out_dir, opts.timeout + STALE_GRACE)
+        work = Path(tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{os.getpid()}-", dir=out_dir))
+    except OSError as exc:
+        raise OcrFailed(f"cannot write into the OCR output directory {out_dir}: {exc}") from None
+    try:
+        if mime_type == PDF:
+            check_pdf(src, opts)
+            pdf_in = src
+        else:
+            check_image(src, opts)
+            pdf_in = image_to_pdf(src, work / "input.pdf", opts.image_dpi)
+        out_pdf, sidecar = work / SEARCHABLE_PDF, work / "sidecar.txt"
+        run_ocrmypdf(pdf_in, out_pdf, sidecar, work, opts, deadline, mime_type)
+        thumb = work / THUMBNAIL
+        pages = pages_and_thumbnail(out_pdf, sidecar, opts, thumb)
+        publish(out_pdf, out_dir / SEARCHABLE_PDF)
+        publish(thumb, out_dir / THUMBNAIL)
+        fsync_dir(out_dir)
+    except OSError as exc:  # disk full, permissions, the directory removed under us
+        raise OcrFailed(f"OCR output in {out_dir}: {exc}") from None
+    except pypdfium2.PdfiumError as exc:
+        raise OcrFailed(f"pdfium cannot read the PDF ocrmypdf wrote: {exc}") from None
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return OcrResult(
+        pages=pages,
+        page_count=len(pages),
+        searchable_pdf=SEARCHABLE_PDF,
+        thumbnail=THUMBNAIL,
+        engine=engine,
+    )

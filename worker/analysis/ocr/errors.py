@@ -1,0 +1,48 @@
+"""The OCR errors, by what fixes them: the file (input, limit), the installation (config),
+nothing yet (failed, timeout: retried); and the program output they quote."""
+
+from __future__ import annotations
+
+from ingestd.errors import ExitCode, IngestdError
+
+ERROR_TAIL_LINES = 12
+ENCRYPTED = "the PDF is encrypted (password-protected); ingestd cannot OCR it"
+
+
+class OcrError(IngestdError):
+    """Base of the OCR errors below; ``message`` is meant for a sysadmin."""
+
+    exit_code = ExitCode.external_program
+
+
+class OcrInputError(OcrError):
+    """Permanent: this file cannot be OCRed (encrypted, damaged, truncated, unsupported)."""
+
+    exit_code = ExitCode.refused
+
+
+class OcrConfigError(OcrError):
+    """The installation lacks something (a language pack, ocrmypdf, tesseract, ghostscript)
+    or the options are wrong: every file would fail until an admin fixes it."""
+
+    exit_code = ExitCode.config_invalid
+
+
+class OcrLimitExceeded(OcrInputError):
+    """Permanent: this file needs more than a configured limit allows (pages, pixels per
+    page, memory). Retrying would take the same resources again: the document needs
+    attention, and the message names the limit."""
+
+
+class OcrFailed(OcrError):
+    """Anything else; worth a retry. The message ends with the tail of ocrmypdf's stderr."""
+
+
+class OcrTimeout(OcrError):
+    """OCR ran past ``OcrOptions.timeout``; ocrmypdf and its children were killed."""
+
+
+def tail_lines(text: str, lines: int = ERROR_TAIL_LINES) -> str:
+    """The last non-blank ``lines`` of a program's output, for an error message."""
+    kept = [line.rstrip() for line in text.strip().splitlines() if line.strip()]
+    return "\n".join(kept[-lines:])

@@ -1,0 +1,32 @@
+"""What an OCR run is asked to do, and the file types it takes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+PDF = "application/pdf"
+IMAGE_TYPES = frozenset({"image/tiff", "image/jpeg", "image/png"})
+
+
+@dataclass(frozen=True)
+class OcrOptions:
+    languages: tuple[str, ...] = ("deu", "eng")
+    # PDF pages that already have text: skip them (their text is still extracted), redo
+    # (replace an old OCR layer) or force (rasterise and OCR everything).
+    mode: Literal["skip", "redo", "force"] = "skip"
+    rotate_pages: bool = True  # tesseract's orientation detection; needs tesseract-ocr-osd
+    # Orientation confidence a page needs before it is turned (ocrmypdf's default 14).
+    # Sparse pages in sans-serif fonts often score lower; lower values also turn pages
+    # tesseract is unsure of, wrongly now and then.
+    rotate_threshold: float = 14.0
+    jobs: int = 0  # ocrmypdf --jobs; 0: its default (all cores)
+    timeout: float = 1800.0  # seconds for the whole file
+    thumbnail_width: int = 400  # px, PNG of page 1
+    image_dpi: int = 300  # for images without (credible) resolution metadata
+    # Limits (None: none). Pages of one file; pixels of one page as OCR rasterises it
+    # (PDF pages at image_dpi, images as they are); address space of each process of
+    # the OCR run.
+    max_pages: int | None = None
+    max_page_pixels: int | None = None
+    memory_limit: int | None = None

@@ -1,0 +1,74 @@
+"""What the worker does between jobs: rescue expired leases, relay events, prune old jobs.
+
+Every worker does it (there is no leader to elect); each step is one short statement
+that is cheap when there is nothing to do and safe when two workers do it at once. When
+the runner calls them is its own business (``Runner._housekeeping``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from structlog.typing import FilteringBoundLogger
+
+from ingestd.config.settings import Config
+from ingestd.db.database import Database
+from ingestd.errors import DatabaseError
+from ingestd.ops import metrics
+from ingestd.queue.claims import Queue
+from worker.jobs import notify
+from worker.outcomes import JobStatus
+
+PRUNE_MAX_BATCHES = 20  # batches of one prune pass
+PRUNE_BATCH = 5000  # rows Queue.prune deletes at most per call
+LOGGED_RESCUES = 50  # rescued jobs named in one log line
+
+
+def rescue(queue: Queue, db: Database, config: Config, log: FilteringBoundLogger) -> None:
+    """Take back the jobs whose lease ran out (their worker died or hangs), then relay
+    new operator events into notify jobs at the same pace (the outbox's relay)."""
+    rows = queue.rescue()
+    count_failed_rescues(rows)
+    try:
+        notify.relay(db, config)
+    except DatabaseError:
+        raise  # the loop's backoff handles an outage
+    except Exception:  # a bug in matching must not stop the worker's jobs
+        log.exception("worker.relay_failed")
+    if rows:
+        log.warning(
+            "worker.rescued",
+            count=len(rows),
+            jobs=[
+                {"id": r["id"], "status": r["status"], "worker": r["worker_id"]}
+                for r in rows[:LOGGED_RESCUES]
+            ],
+        )
+
+
+def count_failed_rescues(rows: Sequence[Mapping[str, Any]]) -> None:
+    """Rescued jobs whose lease ran out once too often are failed for good: counted too."""
+    for r in rows:
+        if r["status"] == JobStatus.failed:
+            metrics.JOBS_FAILED.labels(str(r["tenant"]), str(r["kind"])).inc()
+
+
+def prune(queue: Queue, config: Config, log: FilteringBoundLogger) -> None:
+    """Delete finished jobs older than worker.prune_after, a bounded number of batches
+    per pass (the next pass, an hour later, goes on)."""
+    total = 0
+    for _ in range(PRUNE_MAX_BATCHES):
+        n = queue.prune()
+        total += n
+        if n < PRUNE_BATCH:
+            break
+    if total:
+        log.info("worker.pruned", jobs=total, older_than_s=config.worker.prune_after)
+
+
+def queue_counts(db: Database) -> tuple[int, int]:
+    """(ready, running) jobs over all tenants and workers."""
+    with db.transaction() as tx:
+        rows = tx.all("status_queue")
+    return sum(int(r["ready"]) for r in rows), sum(int(r["running"]) for r in rows)

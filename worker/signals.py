@@ -1,0 +1,90 @@
+"""The worker's signal handling: flags a handler sets, and a wake-up pipe it writes to.
+
+A handler only sets a flag and writes a byte to the pipe; the loop waits on the pipe's
+read end together with everything else it waits for, so a signal is seen at once, and
+nothing that could block (a lock, I/O beyond one byte) ever runs inside a handler.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from types import FrameType
+from typing import Any
+
+
+class Flag:
+    """A boolean a signal handler may set. Not a threading.Event: Event.set() takes a
+    lock, and a handler running while the main thread holds that lock (in clear() or
+    is_set()) would wait for itself forever. A plain attribute store cannot block."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self) -> None:
+        self._value = False
+
+    def set(self) -> None:
+        self._value = True
+
+    def clear(self) -> None:
+        self._value = False
+
+    def is_set(self) -> bool:
+        return self._value
+
+
+class Flags:
+    """Set by signal handlers (nothing else happens in a handler) and by ``Runner.stop``."""
+
+    def __init__(self) -> None:
+        self.stop = Flag()
+        self.reload = Flag()
+        self.stop_at = 0.0
+        self.signal_name = ""
+        self._r, self._w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self._saved: dict[int, Any] = {}
+
+    def fileno(self) -> int:
+        return self._r
+
+    def install(self) -> None:
+        for sig, handler in (
+            (signal.SIGTERM, self._on_stop),
+            (signal.SIGINT, self._on_stop),
+            (signal.SIGHUP, self._on_reload),
+        ):
+            self._saved[sig] = signal.signal(sig, handler)
+
+    def restore(self) -> None:
+        for sig, handler in self._saved.items():
+            signal.signal(sig, handler)
+        self._saved.clear()
+
+    def close(self) -> None:
+        os.close(self._r)
+        os.close(self._w)
+
+    def poke(self) -> None:
+        with contextlib.suppress(BlockingIOError):
+            os.write(self._w, b"\0")
+
+    def clear_wake(self) -> None:
+        with contextlib.suppress(BlockingIOError):
+            while os.read(self._r, 512):
+                pass
+
+    def request_stop(self, why: str) -> None:
+        if not self.stop.is_set():
+            self.stop_at = time.monotonic()
+            self.signal_name = why
+            self.stop.set()
+        self.poke()
+
+    def _on_stop(self, signum: int, frame: FrameType | None) -> None:
+        self.request_stop(signal.Signals(signum).name)
+
+    def _on_reload(self, signum: int, frame: FrameType | None) -> None:
+        self.reload.set()
+        self.poke()
