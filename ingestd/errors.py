@@ -41,6 +41,9 @@ class IngestdError(Exception):
 
     exit_code: ExitCode = ExitCode.internal
     transient: bool = False
+    # Permanent, and about a document itself (encrypted, damaged, over a limit): it stays
+    # archived and waits for an operator (re-queue or mark done) instead of failing.
+    attention: bool = False
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
@@ -48,7 +51,11 @@ class IngestdError(Exception):
 
 
 class ConfigError(IngestdError):
+    """The config (or a file it names, like a secret) is wrong: the input waiting on it is
+    fine, and is tried again once an operator fixes it (a command exits with the code)."""
+
     exit_code = ExitCode.config_invalid
+    transient = True
 
     def __init__(self, message: str, problems: list[str] | None = None) -> None:
         super().__init__(message)

@@ -44,7 +44,7 @@ from ingestd.config.settings import Config
 from ingestd.db.database import Database
 from ingestd.errors import IngestdError
 from ingestd.queue.claims import Job
-from worker.jobs import JobContext, Kind, NeedsAttention, PermanentError, load
+from worker.jobs import JobContext, Kind, load
 from worker.outcomes import Done, Ended, Ending, Result
 
 _PR_SET_PDEATHSIG = 1
@@ -255,10 +255,12 @@ def run_job(job: Job, kinds: dict[str, Kind], config: Config, db: Database) -> R
     ctx = JobContext(job=job, config=config, db=db, log=logger)
     try:
         kind.handler(ctx)
-    except NeedsAttention as exc:
-        return Ended(Ending.attention, str(exc) or type(exc).__name__)
-    except PermanentError as exc:
-        return Ended(Ending.permanent, str(exc) or type(exc).__name__)
+    except IngestdError as exc:
+        # Retry or not is the error's own ``transient``; attention, its ``attention``.
+        if exc.transient:
+            return Ended(Ending.error, describe_exception(exc))
+        ending = Ending.attention if exc.attention else Ending.permanent
+        return Ended(ending, exc.message or type(exc).__name__)
     except BaseException as exc:  # SystemExit from a handler is a failed attempt too
         return Ended(Ending.error, describe_exception(exc))
     return Done(ctx.result, ctx.data)

@@ -34,7 +34,11 @@ GROUP_GONE_WAIT = 10.0  # seconds to wait for SIGKILLed processes to be gone (bo
 
 
 class ProgramError(IngestdError):
+    """An external program failed to run or to finish; worth a retry unless the caller
+    maps it to something that says otherwise."""
+
     exit_code = ExitCode.external_program
+    transient = True
 
 
 class ProgramNotFound(ProgramError):

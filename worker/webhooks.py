@@ -52,6 +52,8 @@ _WHITESPACE = re.compile(r"\s+")
 class WebhookError(IngestdError):
     """A webhook was not accepted (non-2xx, timeout, network error); worth a retry."""
 
+    transient = True
+
     def __init__(self, url: str, status: int | None, detail: str) -> None:
         shown = f"HTTP {status}" if status is not None else "no response"
         super().__init__(f"webhook {url}: {shown}" + (f": {detail}" if detail else ""))

@@ -36,6 +36,8 @@ class NeedsAttention(PermanentError):
     unsupported): it stays archived and ends in ``attention`` with this reason, for an
     operator to re-queue or mark done without text."""
 
+    attention = True
+
 
 @dataclass
 class JobContext:

@@ -313,14 +313,9 @@ def run_ocr(ctx: JobContext, original: Path, mime_type: str, out_dir: Path) -> d
         raise OcrRetryOnce(
             f"{exc.message}; retried once (the machine may have been busy), then it needs attention"
         ) from None
-    except ocr.OcrInputError as exc:
-        # Encrypted, damaged, unsupported: the file itself. Kept in the archive, and the
-        # document says it needs attention, with this reason.
-        raise NeedsAttention(exc.message) from None
-    except ocr.OcrConfigError as exc:
-        # A missing language pack needs an admin first (then `ingestd jobs retry`), and
-        # check-config names it beforehand.
-        raise PermanentError(exc.message) from None
+    # OcrInputError (encrypted, damaged, over a limit: the document needs attention) and
+    # OcrConfigError (a missing language pack: failed until an admin fixes it, then
+    # `ingestd jobs retry`; check-config names it beforehand) say so themselves.
     return {
         "pages": res.pages,
         "page_count": res.page_count,
@@ -334,6 +329,8 @@ def run_ocr(ctx: JobContext, original: Path, mime_type: str, out_dir: Path) -> d
 
 class OcrRetryOnce(ocr.OcrError):
     """An OCR timeout on the first attempt: retried once, not blindly max_retries times."""
+
+    transient = True
 
 
 def derived_dir(root: Path, archive_path: str) -> Path:

@@ -76,6 +76,8 @@ def webhook_payload(event: Event, rendered: Rendered) -> dict[str, Any]:
 class NotifyError(IngestdError):
     """A notification was not delivered this time; worth a retry."""
 
+    transient = True
+
 
 def deliver(config: Config, sink: NotifySink, event: Event) -> dict[str, Any]:
     """Send ``event`` to ``sink``; what to note in the job's result. Raises NotifyError

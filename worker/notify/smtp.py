@@ -27,6 +27,8 @@ _WHITESPACE = re.compile(r"\s+")
 class SmtpError(IngestdError):
     """The relay did not take the message (down, 4xx, TLS, AUTH ...); worth a retry."""
 
+    transient = True
+
     def __init__(self, relay: str, code: int | None, reply: str) -> None:
         super().__init__(f"smtp {relay}: " + (f"{code} {reply}" if code is not None else reply))
         self.relay = relay

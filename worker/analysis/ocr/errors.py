@@ -16,9 +16,11 @@ class OcrError(IngestdError):
 
 
 class OcrInputError(OcrError):
-    """Permanent: this file cannot be OCRed (encrypted, damaged, truncated, unsupported)."""
+    """Permanent: this file cannot be OCRed (encrypted, damaged, truncated, unsupported).
+    The document stays archived and needs attention, with this message as the reason."""
 
     exit_code = ExitCode.refused
+    attention = True
 
 
 class OcrConfigError(OcrError):
@@ -37,9 +39,14 @@ class OcrLimitExceeded(OcrInputError):
 class OcrFailed(OcrError):
     """Anything else; worth a retry. The message ends with the tail of ocrmypdf's stderr."""
 
+    transient = True
+
 
 class OcrTimeout(OcrError):
-    """OCR ran past ``OcrOptions.timeout``; ocrmypdf and its children were killed."""
+    """OCR ran past ``OcrOptions.timeout``; ocrmypdf and its children were killed (the
+    analysis retries it once, then the document needs attention)."""
+
+    transient = True
 
 
 def tail_lines(text: str, lines: int = ERROR_TAIL_LINES) -> str:
