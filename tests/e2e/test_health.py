@@ -189,7 +189,7 @@ def test_healthz_503_names_a_stuck_settle_loop(make_env: Any, tmp_path: Path, te
         wait_until(lambda: probe(port, "/healthz")[0] == 200, timeout=10, interval=0.1)
         # A real stall of the unchanged loop: the lock every settle pass needs is held
         # elsewhere, as a deadlock would hold it (or as lstat blocks on a dead NFS mount).
-        with hot._lock:
+        with hot.files.lock:
             wait_until(lambda: probe(port, "/healthz")[0] == 503, timeout=30, interval=0.2)
             _, live = probe(port, "/healthz")
             settle = live["checks"]["watch.settle"]

@@ -240,7 +240,7 @@ def test_suspended_tenant_files_stay_in_place(
         )
     _env, hot, folder = hot_env()
     src = write(folder / "waiting.pdf", pdf_bytes(seed=700))
-    wait_until(lambda: hot.snapshot()["pending"] == 1 and hot._pending[src].attempts >= 1)
+    wait_until(lambda: hot.snapshot()["pending"] == 1 and hot.files.pending[src].attempts >= 1)
     assert src.exists() and _count(db) == 0
     assert not (tmp_path / "failed").exists() or not any((tmp_path / "failed").iterdir())
     with db.transaction() as tx:

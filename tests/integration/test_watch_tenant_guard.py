@@ -32,8 +32,8 @@ class Hot:
 
     def attempts(self, path: Path) -> int:
         """How often intake was tried for ``path`` (0 once it left the pending set)."""
-        with self.hot._lock:
-            pending = self.hot._pending.get(path)
+        with self.hot.files.lock:
+            pending = self.hot.files.pending.get(path)
         return pending.attempts if pending else 0
 
 

@@ -1,6 +1,6 @@
 """The fail2ban filter matches exactly the failed-login lines the SFTP server writes.
 
-The lines come from the server's own authentication code (``_ServerPolicy``) rendered by
+The lines come from the server's own authentication code (``ServerPolicy``) rendered by
 ``ingestd.log``'s JSON set-up, so a renamed event or key breaks this test, not fail2ban
 in production.
 """
@@ -20,8 +20,10 @@ import pytest
 from ingestd import log
 from ingestd.config.settings import parse_config
 from ingestd.sources.sftp.accounts import hash_password
+from ingestd.sources.sftp.auth import ServerPolicy
 from ingestd.sources.sftp.bans import BanList
-from ingestd.sources.sftp.server import Connection, SftpServer, _ServerPolicy
+from ingestd.sources.sftp.connections import Connection
+from ingestd.sources.sftp.server import SftpServer
 from ingestd.sources.sftp.spool import Spool
 
 CONFIG = Path(__file__).parents[2] / "config" / "fail2ban"
@@ -77,8 +79,8 @@ def server_lines(tmp_path: Path) -> Iterator[list[str]]:
         bans = BanList(config.sftp.bans, None)
         server = SftpServer(config, Spool(tmp_path / "spool", []), [], bans)
 
-        def policy(ip: str) -> _ServerPolicy:
-            return _ServerPolicy(server, Connection(f"c-{ip}", ip, 40000))
+        def policy(ip: str) -> ServerPolicy:
+            return ServerPolicy(server, Connection(f"c-{ip}", ip, 40000))
 
         p = policy("192.0.2.7")
         p.check_auth_password("nobody", "x")  # unknown_user

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from ingestd.durable import fsync_dir
+from ingestd.errors import ExitCode, IngestdError
 from ingestd.log import get_logger
 
 DIR_MODE = 0o700
@@ -86,8 +87,15 @@ def _new_id() -> str:
     return f"{time.time_ns():020d}-{secrets.token_hex(4)}"
 
 
-class QuotaExceeded(Exception):
-    """A reservation would take the account over its quota; says by how much, for the client."""
+class QuotaExceeded(IngestdError):
+    """A reservation would take the account over its quota; says by how much, for the client.
+
+    Transient: the account's pending bytes go as intake takes its uploads, and the same
+    upload fits again then (the client is refused now and may send it later).
+    """
+
+    exit_code = ExitCode.refused
+    transient = True
 
     def __init__(self, used: int, limit: int) -> None:
         super().__init__(f"account holds {used} pending bytes, quota is {limit}")

@@ -15,13 +15,14 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from ingestd.errors import IngestdError, TenantError
-from ingestd.intake.ingest import Intake, IntakeItem, Outcome
+from ingestd.errors import TenantError
+from ingestd.intake.ingest import Intake, IntakeItem
 from ingestd.log import get_logger
 from ingestd.ops import health, metrics
 from ingestd.ops.events import EventLog
 from ingestd.sources import retry
-from ingestd.sources.quarantine import ERROR_SUFFIX, quarantine
+from ingestd.sources.handoff import Handoff, Source, Step
+from ingestd.sources.quarantine import quarantine
 from ingestd.sources.sftp.spool import Entry, Spool
 
 
@@ -42,6 +43,7 @@ class SpoolIntake:
         self.workers = workers
         self.retry_max_delay = retry_max_delay
         self.events = events
+        self.handoff = Handoff(Source.spool, events)
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="spool-intake")
         self._inflight = 0
         self._lock = threading.Lock()
@@ -135,71 +137,47 @@ class SpoolIntake:
             spool_id=entry.id,
             trace=entry.id,
         )
-        cause: retry.Cause | None = None
-        try:
-            item = IntakeItem(
-                path=self.spool.data_path(entry),
-                tenant=entry.tenant,
-                source=f"sftp:{entry.account}",
-                filename=entry.filename,
-                subdir=entry.subdir,
-                tags=tuple(entry.tags),
-                owned=True,
-                trace=entry.id,
-            )
-            result = self.intake.ingest(item)
-            if result.outcome is Outcome.refused:
-                failed = self.failed_root / entry.tenant / "sftp" / entry.account
-                note = quarantine(
-                    item.path,
-                    failed,
-                    subdir=entry.subdir,
-                    tenant=entry.tenant,
-                    reason=str(result.reason),
-                    detail=result.detail,
-                    name=entry.filename,
-                )
-                metrics.SPOOL_QUARANTINED.labels(entry.tenant, str(result.reason)).inc()
-                log.warning("spool.quarantined", reason=str(result.reason), note=str(note))
-                if self.events is not None:
-                    self.events.emit(
-                        "file.quarantined",
-                        "warning",
-                        entry.tenant,
-                        {
-                            "filename": entry.filename,
-                            "source": item.source,
-                            "reason": str(result.reason),
-                            "detail": result.detail,
-                            "moved_to": str(note).removesuffix(ERROR_SUFFIX),
-                        },
-                        trace_id=entry.id,
-                    )
-            self.spool.finish(entry)
-        except FileNotFoundError:
-            # The data file is gone: intake finished it before a crash, or an admin moved it.
-            log.warning("spool.entry_missing")
-            self.spool.finish(entry)
-        except TenantError as exc:
-            cause = retry.Cause.tenant_inactive
-            if cause not in entry.reported:
-                entry.reported.add(cause)
+        item = IntakeItem(
+            path=self.spool.data_path(entry),
+            tenant=entry.tenant,
+            source=f"sftp:{entry.account}",
+            filename=entry.filename,
+            subdir=entry.subdir,
+            tags=tuple(entry.tags),
+            owned=True,
+            trace=entry.id,
+        )
+
+        def tenant_waiting(exc: TenantError) -> None:
+            # Once per upload: it waits in the spool until its tenant is active again.
+            if retry.Cause.tenant_inactive not in entry.reported:
+                entry.reported.add(retry.Cause.tenant_inactive)
                 log.warning("spool.tenant_not_active", detail=exc.message)
-        except Exception as exc:
-            # Everything else keeps the upload in the spool: it was acknowledged, so it
-            # is only ever ingested or quarantined for what it is, never lost to an outage.
-            cause = retry.cause_of(exc) or retry.Cause.internal
-            if cause is retry.Cause.internal:
-                log.exception("spool.intake_error")
+
+        try:
+            # Everything but a refusal keeps the upload in the spool: it was acknowledged,
+            # so it is only ever ingested or quarantined for what it is, never lost to an
+            # outage.
+            done = self.handoff.attempt(
+                self.intake,
+                item,
+                failed_dir=self.failed_root / entry.tenant / "sftp" / entry.account,
+                log=log,
+                attempts=entry.attempts,
+                tenant_waiting=tenant_waiting,
+            )
+            if done.step is Step.gone:
+                # The data file is gone: intake finished it before a crash, or an admin
+                # moved it.
+                log.warning("spool.entry_missing")
+            if done.cause is None:
+                self.spool.finish(entry)
             else:
-                detail = exc.message if isinstance(exc, IngestdError) else str(exc)
-                log.warning(
-                    "spool.retry", cause=str(cause), attempt=entry.attempts + 1, detail=detail
+                self.spool.unclaim(
+                    entry, retry.delay(entry.attempts, self.retry_max_delay, done.cause)
                 )
+                self.handoff.count_retry(entry.tenant, str(done.cause))
         finally:
-            if cause is not None:
-                self.spool.unclaim(entry, retry.delay(entry.attempts, self.retry_max_delay, cause))
-                metrics.SPOOL_RETRIED.labels(entry.tenant, str(cause)).inc()
             with self._lock:
                 self._inflight -= 1
             self.spool.wake.set()

@@ -22,8 +22,8 @@ import time
 from ingestd.db.database import Database
 from ingestd.errors import DatabaseError
 from ingestd.log import get_logger
+from ingestd.sources.handoff import MISSING  # the tenant does not exist: a status of its own
 
-MISSING = "missing"  # the tenant does not exist (a status of its own: the login is refused)
 REFRESH_INTERVAL = 5.0
 # Last known statuses outlive a database restart, not a long outage.
 MAX_AGE = 60.0

@@ -133,10 +133,10 @@ def server_conn(rig: Rig, account: str) -> Any:
     """The server's record of the (only) logged-in connection of ``account``."""
     server = rig.service.server
     assert server is not None
-    with server._lock:
+    with server.admission.lock:
         conns = [
             c
-            for c in server._conns.values()
+            for c in server.admission.conns.values()
             if c.session is not None and c.session.account.username == account
         ]
     assert len(conns) == 1
@@ -733,8 +733,8 @@ def test_unknown_user_and_wrong_password_get_the_same_answer(make_rig: Callable[
             # Whether the server is closing this connection is decided (synchronously)
             # before each answer; the close itself follows a moment later.
             port = t.sock.getsockname()[1]
-            with server._lock:
-                conn = next(c for c in server._conns.values() if c.remote_port == port)
+            with server.admission.lock:
+                conn = next(c for c in server.admission.conns.values() if c.remote_port == port)
             answers[user] = (methods, password_answer, conn.kill.is_set())
     assert len(set(map(repr, answers.values()))) == 1, answers
     assert answers["nobody"] == (

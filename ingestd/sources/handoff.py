@@ -1,0 +1,185 @@
+"""What both sources do once a file is complete: hand it to intake and act on the outcome.
+
+Hot folders and the SFTP spool decide differently *when* a file is complete; from then on
+their path is one. ``Intake.ingest`` takes it. A refusal (the file itself is wrong) goes
+to the failed folder with its note, a metric, a log line and a ``file.quarantined``
+operator event. An exception says by its class whether the file is retried
+(``retry.cause_of``): a tenant that is not active, an outage or a busy source leave the
+file where it is; only a bug is logged with its traceback. What a source does besides
+(the hot folder's ``done`` folder and stuck files, the spool's bookkeeping) it passes in
+as hooks, which run inside the same error handling.
+
+Also here, because both sources say them: the tenant-status reason text, the tags a file
+gets from its sub-folders.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from prometheus_client import Counter
+
+from ingestd.errors import IngestdError, TenantError, TenantNotActive
+from ingestd.intake.ingest import Disposal, Intake, IntakeItem, IntakeResult, Outcome
+from ingestd.ops import metrics
+from ingestd.ops.events import EventLog
+from ingestd.sources import retry
+from ingestd.sources.quarantine import ERROR_SUFFIX, quarantine
+
+# A tenant's status when it is not in the database at all (a status of its own: its
+# files wait, its logins are refused).
+MISSING = "missing"
+
+
+def tenant_reason(status: str) -> str:
+    """The reason a login, an upload or a file is refused or kept for a tenant whose
+    status is ``status`` (``tenant_suspended``, ``tenant_unknown`` ...): metric labels
+    and log lines of both sources use it."""
+    return "tenant_unknown" if status == MISSING else f"tenant_{status}"
+
+
+def tenant_status_of(exc: TenantError) -> str:
+    """The status intake found for a file's tenant: its own, or ``MISSING``."""
+    return exc.status if isinstance(exc, TenantNotActive) else MISSING
+
+
+def subfolder_tags(tags: Iterable[str], subdir: str, *, enabled: bool) -> tuple[str, ...]:
+    """The configured ``tags`` and, if ``enabled``, the folder names of ``subdir`` ("a/b"
+    below the hot folder or inbox), each once, in that order (a folder named like a
+    configured tag, or twice on the path, adds nothing)."""
+    parts = subdir.split("/") if enabled and subdir else []
+    return tuple(dict.fromkeys([*tags, *parts]))
+
+
+class Source(enum.StrEnum):
+    """Which loop hands files over: the prefix of its log events, its metrics."""
+
+    watch = "watch"
+    spool = "spool"
+
+    @property
+    def retried(self) -> Counter:
+        return metrics.WATCH_RETRIED if self is Source.watch else metrics.SPOOL_RETRIED
+
+    @property
+    def quarantined(self) -> Counter:
+        return metrics.WATCH_QUARANTINED if self is Source.watch else metrics.SPOOL_QUARANTINED
+
+
+class Step(enum.Enum):
+    """What became of one attempt to hand a file over."""
+
+    committed = "committed"  # ingested or a duplicate (and the ``committed`` hook ran)
+    quarantined = "quarantined"  # refused for what it is: in the failed folder now
+    gone = "gone"  # the file vanished (a user moved it; intake finished it before a crash)
+    retry = "retry"  # left where it is, to be tried again for ``cause``
+    protected = "protected"  # never to be touched again (the ``protected`` hook decided)
+
+
+@dataclass(frozen=True)
+class Attempt:
+    step: Step
+    cause: retry.Cause | None = None  # set for Step.retry
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class Handoff:
+    """One source's hand-off to intake (its events log: quarantined files are operator
+    events)."""
+
+    source: Source
+    events: EventLog | None = None
+
+    def attempt(
+        self,
+        intake: Intake,
+        item: IntakeItem,
+        *,
+        failed_dir: Path,
+        log: Any,
+        attempts: int,
+        disposal: Disposal = Disposal.delete,
+        before_quarantine: Callable[[], None] | None = None,
+        committed: Callable[[IntakeResult], None] | None = None,
+        tenant_waiting: Callable[[TenantError], None] | None = None,
+        protected: Callable[[str], None] | None = None,
+    ) -> Attempt:
+        """Ingest ``item`` (tried ``attempts`` times before) and act on the outcome.
+
+        Hooks: ``before_quarantine`` may refuse the move to ``failed_dir`` by raising;
+        ``committed`` deals with the source of a committed file; ``tenant_waiting``
+        reports a file kept for its tenant; ``protected`` takes a file that retrying
+        cannot help (``retry.cause_of`` is None) out of the loop. Without it such a file
+        is retried as a bug: the spool's own files are never in the archive.
+        """
+        try:
+            result = intake.ingest(item, disposal=disposal)
+            if result.outcome is Outcome.refused:
+                if before_quarantine is not None:
+                    before_quarantine()
+                self._quarantine(item, result, failed_dir, log)
+                return Attempt(Step.quarantined)
+            if committed is not None:
+                committed(result)
+            return Attempt(Step.committed)
+        except FileNotFoundError:
+            return Attempt(Step.gone)
+        except TenantError as exc:
+            if tenant_waiting is not None:
+                tenant_waiting(exc)
+            return Attempt(Step.retry, retry.Cause.tenant_inactive, exc.message)
+        except Exception as exc:
+            cause = retry.cause_of(exc)
+            detail = exc.message if isinstance(exc, IngestdError) else str(exc)
+            if cause is None and protected is not None:
+                protected(detail)
+                return Attempt(Step.protected, None, detail)
+            cause = cause or retry.Cause.internal
+            if cause is retry.Cause.internal:
+                log.exception(f"{self.source}.intake_error")
+            else:
+                log.warning(
+                    f"{self.source}.retry", cause=str(cause), attempt=attempts + 1, detail=detail
+                )
+            return Attempt(Step.retry, cause, detail)
+
+    def count_retry(self, tenant: str, cause: str) -> None:
+        self.source.retried.labels(tenant, cause).inc()
+
+    def _quarantine(
+        self, item: IntakeItem, result: IntakeResult, failed_dir: Path, log: Any
+    ) -> None:
+        """A permanent refusal: to the failed folder with its note, and tell someone."""
+        reason = str(result.reason)
+        note = quarantine(
+            item.path,
+            failed_dir,
+            subdir=item.subdir,
+            tenant=item.tenant,
+            reason=reason,
+            detail=result.detail,
+            # A file ingestd wrote itself (the spool's) sits under an internal name: the
+            # note and the failed folder use the name the client gave it.
+            name=item.filename if item.owned else None,
+        )
+        self.source.quarantined.labels(item.tenant, reason).inc()
+        log.warning(f"{self.source}.quarantined", reason=reason, note=str(note))
+        if self.events is not None:
+            self.events.emit(
+                "file.quarantined",
+                "warning",
+                item.tenant,
+                {
+                    "filename": item.name,
+                    "source": item.source,
+                    "reason": reason,
+                    "detail": result.detail,
+                    "moved_to": str(note).removesuffix(ERROR_SUFFIX),
+                },
+                trace_id=item.trace,
+            )

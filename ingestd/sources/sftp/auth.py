@@ -1,0 +1,263 @@
+"""What a connection may do: log in (password, key; tenant and algorithms checked), then
+open one SFTP subsystem and nothing else.
+
+A login whose credentials are right is still refused while the account's tenant is not
+active (``sftp.auth_refused``; not a failure: it never counts towards a ban). The status
+comes from ``TenantStatusCache``, never from the database directly; when the cache cannot
+tell (database down), the login goes ahead and the uploads wait in the spool.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, Any
+
+import paramiko
+
+from ingestd.ops import metrics
+from ingestd.sources.handoff import tenant_reason
+from ingestd.sources.sftp.accounts import Verdict
+from ingestd.sources.sftp.connections import Connection
+from ingestd.sources.sftp.session import Session
+
+if TYPE_CHECKING:
+    from ingestd.sources.sftp.server import SftpServer
+
+
+def safe(value: str) -> str:
+    """A client-chosen string (user name) as it may appear in a log line: short, one line."""
+    return value[:64].encode("utf-8", "backslashreplace").decode("ascii", "backslashreplace")
+
+
+class ServerPolicy(paramiko.ServerInterface):
+    """paramiko asks this object what a connection may do; only SFTP after a login."""
+
+    def __init__(self, server: SftpServer, conn: Connection) -> None:
+        self.server = server
+        self.conn = conn
+        self.session: Session | None = None
+        self.log = server.log.bind(conn=conn.id, remote_ip=conn.remote_ip)
+        # The account whose key paramiko may still have to verify (see check_auth_publickey).
+        self._key_user: str | None = None
+        self._login_lock = threading.Lock()
+        # Why the last verified login was refused (its tenant is not active).
+        self.refusal: str | None = None
+
+    # -- authentication -------------------------------------------------------------------
+    def get_allowed_auths(self, username: str) -> str:
+        return ",".join(self.server.accounts.auth_methods(username))
+
+    def check_auth_none(self, username: str) -> int:
+        return paramiko.AUTH_FAILED
+
+    def check_auth_password(self, username: str, password: str) -> int:
+        verdict = self.server.accounts.check_password(username, password, self.conn.remote_ip)
+        return self._conclude(username, "password", verdict)
+
+    def check_auth_publickey(self, username: str, key: paramiko.PKey) -> int:
+        verdict = self.server.accounts.check_key(username, key, self.conn.remote_ip)
+        if verdict is not Verdict.ok:
+            return self._conclude(username, "publickey", verdict)
+        # Fix: paramiko asks this *before* it checks the signature, and also for a client's
+        # "would you take this key?" query, which anyone holding the (public) key can send.
+        # Logging in here let a forged signature write sftp.login and escape auth_timeout.
+        # The login happens in key_login(), once paramiko says the transport is authenticated.
+        if self._legacy_refused(username):
+            return paramiko.AUTH_FAILED
+        self._key_user = username
+        return paramiko.AUTH_SUCCESSFUL
+
+    def key_login(self) -> bool:
+        """True once logged in; completes a key login whose signature paramiko verified."""
+        with self._login_lock:
+            transport = self.conn.transport
+            if (
+                self.session is None
+                and self._key_user is not None
+                and transport is not None
+                and transport.is_authenticated()
+                and transport.get_username() == self._key_user
+                and not self.conn.kill.is_set()
+            ):
+                # Checked only now: refusing in check_auth_publickey would tell anyone who
+                # holds the *public* key the tenant's status. paramiko already answered
+                # "authenticated", so the connection is closed instead of a channel opened.
+                if self._tenant_refused(self._key_user, "publickey"):
+                    self.conn.kill.set()
+                elif not self.server.admission.admit_session(self.conn):
+                    self.refusal = "connection_limit"  # logged by admit_session
+                    self.conn.kill.set()
+                else:
+                    self._login(self._key_user, "publickey")
+            return self.session is not None
+
+    def _legacy_refused(self, username: str) -> bool:
+        account = self.server.accounts.get(username)
+        assert account is not None
+        allowed = self.server.cfg.legacy_algorithms or account.legacy_algorithms
+        if self.conn.legacy and not allowed:
+            self.server.auth_log(
+                "warning",
+                "sftp.legacy_refused",
+                self.conn,
+                username=safe(username),
+                algorithms=self.conn.legacy,
+            )
+            return True
+        return False
+
+    def _tenant_refused(self, username: str, method: str) -> bool:
+        """True (and logged) if the verified ``username``'s tenant is known not to be active.
+
+        Unknown (the cache was never filled or is too old: database down) lets the login
+        in. Not an auth failure: the credentials were right, so no ban score, no
+        ``sftp.auth_failed`` line (fail2ban would ban the scanner), and only after the
+        credentials were checked, so nobody without them learns the tenant's status.
+        """
+        cache = self.server.tenant_status
+        account = self.server.accounts.get(username)
+        assert account is not None
+        status = cache.status(account.tenant) if cache is not None else None
+        if status is None or status == "active":
+            return False
+        reason = tenant_reason(status)
+        self.refusal = reason
+        metrics.SFTP_REFUSED.labels(account.tenant, f"login_{reason}").inc()
+        self.log.warning(
+            "sftp.auth_refused",
+            account=account.username,
+            tenant=account.tenant,
+            tenant_status=status,
+            reason=reason,
+            method=method,
+        )
+        return True
+
+    def _login(self, username: str, method: str) -> None:
+        conn = self.conn
+        account = self.server.accounts.get(username)
+        assert account is not None
+        self.session = Session(
+            account=account,
+            remote_ip=conn.remote_ip,
+            conn_id=conn.id,
+            spool=self.server.spool,
+            max_file_size=int(self.server.config.intake.max_file_size),
+            max_filename_bytes=self.server.config.intake.max_filename_bytes,
+            log=self.log.bind(account=account.username, tenant=account.tenant),
+            legacy=conn.legacy,
+            tenant_status=self.server.tenant_status,
+            allowed_types=frozenset(self.server.config.intake.allowed_types),
+            events=self.server.bans.events,
+            max_handles=self.server.cfg.max_handles_per_session,
+            handle_budget=self.server.handles,
+            flood=self.server.flood,
+        )
+        conn.session = self.session
+        conn.authenticated.set()
+        self.log.info("sftp.login", username=account.username, tenant=account.tenant, method=method)
+        metrics.SFTP_LOGINS.labels(account.tenant, method).inc()
+
+    def _conclude(self, username: str, method: str, verdict: Verdict) -> int:
+        conn = self.conn
+        if verdict is Verdict.ok:
+            if self._legacy_refused(username):
+                return paramiko.AUTH_FAILED
+            if self._tenant_refused(username, method):
+                # Counted for max_auth_attempts (a client that keeps trying), not for bans.
+                conn.auth_failures += 1
+                if conn.auth_failures >= self.server.cfg.max_auth_attempts:
+                    self.server.auth_log(
+                        "warning", "sftp.too_many_auth_failures", conn, attempts=conn.auth_failures
+                    )
+                    conn.kill.set()
+                return paramiko.AUTH_FAILED
+            with self._login_lock:
+                if not self.server.admission.admit_session(conn):
+                    # The credentials were right: no failure, no ban score. paramiko
+                    # answers "authenticated"; no channel opens, the connection closes.
+                    self.refusal = "connection_limit"  # logged by admit_session
+                    conn.kill.set()
+                    return paramiko.AUTH_SUCCESSFUL
+                self._login(username, method)
+            return paramiko.AUTH_SUCCESSFUL
+        if verdict is Verdict.wrong_key:
+            # Clients offer every key they hold; a key that does not fit is not an attack.
+            self.server.auth_log("info", "sftp.key_rejected", conn, username=safe(username))
+            return paramiko.AUTH_FAILED
+        conn.auth_failures += 1
+        metrics.SFTP_AUTH_FAILURES.labels(str(verdict)).inc()
+        # The fail2ban line: fixed event name, remote_ip key (see config/fail2ban/). Its
+        # summary under a flood is "sftp.auth_failed.summary", which the filter ignores.
+        self.server.auth_log(
+            "warning",
+            "sftp.auth_failed",
+            conn,
+            username=safe(username),
+            method=method,
+            reason=str(verdict),
+            attempt=conn.auth_failures,
+        )
+        if verdict is not Verdict.source_not_allowed:
+            banned = self.server.bans.failure(
+                conn.remote_ip, unknown_user=verdict is Verdict.unknown_user
+            )
+            if banned is not None:
+                conn.kill.set()
+        if conn.auth_failures >= self.server.cfg.max_auth_attempts:
+            self.server.auth_log(
+                "warning", "sftp.too_many_auth_failures", conn, attempts=conn.auth_failures
+            )
+            conn.kill.set()
+        return paramiko.AUTH_FAILED
+
+    # -- what an authenticated client may open ----------------------------------------------
+    def check_channel_request(self, kind: str, chanid: int) -> int:
+        if kind == "session" and self.key_login():
+            return paramiko.OPEN_SUCCEEDED
+        if self.refusal is not None:
+            return paramiko.OPEN_FAILED_ADMINISTRATIVELY_PROHIBITED  # logged at the login
+        self._refused("channel", kind=kind)
+        return paramiko.OPEN_FAILED_ADMINISTRATIVELY_PROHIBITED
+
+    def check_channel_subsystem_request(self, channel: Any, name: str) -> bool:
+        if name == "sftp" and self.key_login():
+            return bool(super().check_channel_subsystem_request(channel, name))
+        self._refused("subsystem", name=safe(name))
+        return False
+
+    def check_channel_shell_request(self, channel: Any) -> bool:
+        self._refused("shell")
+        return False
+
+    def check_channel_exec_request(self, channel: Any, command: bytes) -> bool:
+        self._refused("exec", command=safe(command.decode("utf-8", "backslashreplace")))
+        return False
+
+    def check_channel_pty_request(self, *args: Any) -> bool:
+        self._refused("pty")
+        return False
+
+    def check_channel_x11_request(self, *args: Any) -> bool:
+        self._refused("x11")
+        return False
+
+    def check_channel_forward_agent_request(self, channel: Any) -> bool:
+        self._refused("agent_forwarding")
+        return False
+
+    def check_port_forward_request(self, address: str, port: int) -> bool:
+        self._refused("remote_port_forwarding", address=safe(address), port=port)
+        return False
+
+    def check_channel_direct_tcpip_request(self, chanid: int, origin: Any, destination: Any) -> int:
+        self._refused("local_port_forwarding", destination=safe(str(destination)))
+        return paramiko.OPEN_FAILED_ADMINISTRATIVELY_PROHIBITED
+
+    def check_channel_env_request(self, channel: Any, name: bytes, value: bytes) -> bool:
+        return False  # clients send LANG etc. unasked; refusing is silent and harmless
+
+    def _refused(self, what: str, **details: Any) -> None:
+        tenant = self.session.account.tenant if self.session is not None else ""
+        metrics.SFTP_REFUSED.labels(tenant, f"request_{what}").inc()
+        self.log.warning("sftp.request_refused", request=what, **details)
