@@ -34,7 +34,8 @@ from ingestd.db.database import Database
 from ingestd.db.schema import migrate
 from ingestd.demo.samples import pdf_bytes
 from ingestd.durable import fsync_dir
-from ingestd.intake.ingest import Intake, IntakeItem, Outcome
+from ingestd.intake.ingest import Intake
+from ingestd.intake.items import IntakeItem, Outcome
 
 
 def primitive(db: Database, workdir: Path, payloads: list[bytes]) -> float:

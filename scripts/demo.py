@@ -169,7 +169,7 @@ def workers_demo() -> None:
 
 def analysis_demo() -> None:
     """What analyze-document derived for each document."""
-    from ingestd.config.settings import load_config
+    from ingestd.config.load import load_config
     from ingestd.ops.runtime import open_database
 
     print("\nwhat the workers derived (title, date, correspondent, tags, text):")

@@ -21,7 +21,8 @@ from typing import Any
 import pytest
 
 from ingestd import log
-from ingestd.config.settings import Config, parse_config
+from ingestd.config.load import parse_config
+from ingestd.config.settings import Config
 from ingestd.db.database import Database, connect_once, conninfo_with
 from ingestd.db.pgcluster import EmbeddedPostgres
 from ingestd.db.schema import migrate

@@ -29,7 +29,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ingestd import log
-from ingestd.config.settings import Config, load_config
+from ingestd.config.load import load_config
+from ingestd.config.settings import Config
 from ingestd.db.database import Database
 from ingestd.errors import ConfigError, DatabaseError, DatabaseUnavailable, ExitCode, IngestdError
 from ingestd.ops import health

@@ -9,7 +9,8 @@ from collections.abc import Callable
 from typing import Any
 
 from ingestd import log
-from ingestd.config.settings import Config, load_config
+from ingestd.config.load import load_config
+from ingestd.config.settings import Config
 
 Handler = Callable[[argparse.Namespace], int]
 

@@ -10,13 +10,13 @@ from typing import Any
 from ingestd.cli import tenants as tenant_cli
 from ingestd.cli.common import load, print_json, shown
 from ingestd.errors import ExitCode, IngestdError
-from ingestd.intake.ingest import IntakeItem, Outcome
+from ingestd.intake.items import IntakeItem, Outcome
 from ingestd.tenants import lookup
 
 
 # -- ingest -----------------------------------------------------------------------------
 def cmd_ingest(args: argparse.Namespace) -> int:
-    from ingestd.intake.ingest import Disposal
+    from ingestd.intake.items import Disposal
     from ingestd.ops.runtime import make_intake, open_database
 
     config = load(args)

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ingestd.cli.common import load, print_json, shown
-from ingestd.config.settings import default_config_path, load_config
+from ingestd.config.load import default_config_path, load_config
 from ingestd.errors import ConfigError, ExitCode, IngestdError
 from ingestd.ops import machine as checks
 from ingestd.states import JobStatus

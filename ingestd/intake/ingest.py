@@ -21,32 +21,29 @@ only removes the source).
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import enum
-import errno
 import os
-import stat
-from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
-from pathlib import Path
 from typing import Any
 
 from ingestd.archive.store import ArchivedFile, ArchiveStore, TooLarge
 from ingestd.config.pathcheck import ProtectedPaths
 from ingestd.config.settings import IntakeConfig
 from ingestd.db.database import Database
-from ingestd.durable import fsync_dir
-from ingestd.errors import (
-    ExitCode,
-    IngestdError,
-    SourceProtected,
-    SourceUnavailable,
-    TenantNotActive,
-    TenantNotFound,
-)
+from ingestd.errors import SourceProtected, TenantNotActive, TenantNotFound
 from ingestd.intake import filetypes
-from ingestd.intake.fsops import move_entry, why_not_removable
+from ingestd.intake.fsops import why_not_removable
+from ingestd.intake.items import (
+    MAX_TAG_LENGTH,
+    Disposal,
+    FileChanged,
+    IntakeItem,
+    IntakeResult,
+    Outcome,
+    Reason,
+    Refused,
+)
+from ingestd.intake.source_file import check_filename, open_regular, remove_source, unavailable
 from ingestd.intake.titles import TitleRules, parse_filename
 from ingestd.log import get_logger, new_trace_id
 from ingestd.ops import metrics
@@ -55,202 +52,6 @@ from ingestd.queue.enqueue import enqueue
 from ingestd.queue.kinds import JobKind
 from ingestd.states import TenantStatus
 from ingestd.tenants import lookup
-
-MAX_TAG_LENGTH = 100  # tags.name CHECK in 0002_tags.sql
-
-
-class Outcome(enum.StrEnum):
-    ingested = "ingested"
-    duplicate = "duplicate"
-    refused = "refused"
-
-
-class Reason(enum.StrEnum):
-    """Why a file was refused. Permanent: retrying the same file cannot succeed."""
-
-    bad_filename = "bad_filename"
-    symlink = "symlink"
-    not_regular = "not_regular"
-    hardlink = "hardlink"
-    empty = "empty"
-    too_large = "too_large"
-    bad_type = "bad_type"
-    duplicate = "duplicate"
-
-
-class Disposal(enum.Enum):
-    delete = "delete"  # remove the source after COMMIT (default)
-    keep = "keep"  # leave it (the caller moves it, or the user asked to keep it)
-
-
-class FileChanged(IngestdError):
-    """Transient: the source changed while it was copied (a writer is still at work)."""
-
-    transient = True
-
-
-@dataclass(frozen=True, slots=True)
-class IntakeItem:
-    path: Path
-    tenant: str
-    source: str = "cli"  # "cli", "sftp:<account>", "watch:<folder>"
-    filename: str | None = None  # the name the client chose; defaults to path.name
-    subdir: str = ""  # sub-folder below the inbox / hot folder, kept as context
-    tags: tuple[str, ...] = ()  # assigned in the intake transaction
-    # The source is a file ingestd wrote and fsynced itself (the SFTP spool): it is linked
-    # into the archive instead of copied, and nobody else can hold a hard link to it.
-    owned: bool = False
-    # The correlation id the file arrived with (the SFTP spool id); one is made if None.
-    trace: str | None = None
-
-    @property
-    def name(self) -> str:
-        return self.filename if self.filename is not None else self.path.name
-
-    @property
-    def source_kind(self) -> str:
-        return self.source.split(":", 1)[0]
-
-
-@dataclass(frozen=True, slots=True)
-class IntakeResult:
-    item: IntakeItem
-    outcome: Outcome
-    sha256: str | None = None
-    document_id: int | None = None
-    job_id: int | None = None
-    reason: Reason | None = None
-    detail: str = ""
-    archive_path: str | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
-    # Committed, but the source could not be removed after COMMIT (why, for the
-    # operator). The caller must not ingest or copy it again: only retry the removal.
-    source_left: str | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.outcome is not Outcome.refused
-
-
-class Refused(IngestdError):
-    """Permanent: the file itself is not taken (its type, size, name, a link, a
-    duplicate); intake answers with ``Outcome.refused`` and the reason."""
-
-    exit_code = ExitCode.refused
-
-    def __init__(self, reason: Reason, detail: str) -> None:
-        super().__init__(detail)
-        self.reason = reason
-        self.detail = detail
-
-
-def check_filename(name: str, max_bytes: int) -> None:
-    try:
-        encoded = name.encode("utf-8")
-    except UnicodeEncodeError:
-        raise Refused(Reason.bad_filename, "file name is not valid UTF-8") from None
-    if any(ord(c) < 32 or 127 <= ord(c) < 160 for c in name):
-        # Newlines and escapes in names forge log lines and break the tools of whoever
-        # reads the archive later.
-        raise Refused(Reason.bad_filename, "file name contains control characters")
-    if len(encoded) > max_bytes:
-        raise Refused(
-            Reason.bad_filename, f"file name is {len(encoded)} bytes, limit is {max_bytes}"
-        )
-    if name in ("", ".", "..") or "/" in name:
-        raise Refused(Reason.bad_filename, "file name is empty or not a plain name")
-
-
-def unavailable(what: str, exc: OSError) -> SourceUnavailable:
-    """An OSError of the environment (not of the file) as the transient error it is."""
-    name = errno.errorcode.get(exc.errno or 0, "EIO")
-    return SourceUnavailable(f"cannot {what}: {exc.strerror or exc} ({name})", name)
-
-
-def _open_regular(path: Path, *, owned: bool = False) -> tuple[int, os.stat_result]:
-    """Open ``path`` only if it is one regular file; never follow a symlink or block.
-
-    Refused (permanent) only for what the file is: a link, not a regular file, a hard
-    link. Any other failure (EMFILE, ENFILE, ENOMEM, EIO, EACCES, ...) is the
-    environment's and transient: ``SourceUnavailable``, the file stays for a retry.
-    """
-    try:
-        before = os.lstat(path)
-    except FileNotFoundError:
-        raise
-    except OSError as exc:
-        raise unavailable("stat the file", exc) from exc
-    if stat.S_ISLNK(before.st_mode):
-        raise Refused(Reason.symlink, "symbolic links are not followed")
-    if not stat.S_ISREG(before.st_mode):
-        kind = {
-            stat.S_IFIFO: "FIFO",
-            stat.S_IFCHR: "character device",
-            stat.S_IFBLK: "block device",
-            stat.S_IFSOCK: "socket",
-            stat.S_IFDIR: "directory",
-        }.get(stat.S_IFMT(before.st_mode), "special file")
-        raise Refused(Reason.not_regular, f"not a regular file ({kind})")
-    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
-    try:
-        fd = os.open(path, flags)
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:  # swapped for a symlink between lstat and open
-            raise Refused(Reason.symlink, "symbolic links are not followed") from exc
-        if isinstance(exc, FileNotFoundError):
-            raise
-        raise unavailable("open the file", exc) from exc
-    try:
-        st = os.fstat(fd)
-    except OSError as exc:
-        os.close(fd)
-        raise unavailable("stat the open file", exc) from exc
-    if (st.st_dev, st.st_ino) != (before.st_dev, before.st_ino) or not stat.S_ISREG(st.st_mode):
-        os.close(fd)
-        raise Refused(Reason.not_regular, "file was replaced while it was opened")
-    if st.st_nlink > 1 and not owned:
-        # A hard link to a file elsewhere (e.g. /etc/shadow) must not be archived with
-        # our privileges, and deleting "the source" would not remove the other name.
-        os.close(fd)
-        raise Refused(Reason.hardlink, f"file has {st.st_nlink} hard links")
-    return fd, st
-
-
-def remove_source(
-    path: Path, protected: ProtectedPaths | None = None, *, owned: bool = False
-) -> None:
-    """Unlink the source after COMMIT, unless its folder resolves into the archive,
-    derived or state directory (``SourceProtected``): whatever the config said, a hot
-    folder swapped for a link into the archive must not wipe it as "duplicates".
-
-    No directory fsync here: if a crash undoes the unlink, the source comes back, a
-    re-run finds its SHA-256 recorded and only removes it again (idempotent intake).
-    Skipping that flush is worth ~25% of intake throughput.
-    """
-    if protected is not None:
-        protected.check(path, action="remove", owned=owned)
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)
-
-
-def move_source(path: Path, target_dir: Path, protected: ProtectedPaths | None = None) -> Path:
-    """Move the source into ``target_dir`` without overwriting anything there; refused
-    like ``remove_source`` for a source inside the archive, derived or state directory.
-    All or nothing (``fsops.move_entry``): a source that cannot be removed leaves no copy
-    in ``target_dir``, so a retry cannot pile up ``name.1.pdf``, ``name.2.pdf`` ..."""
-    if protected is not None:
-        protected.check(path, action="move", owned=False)
-    target_dir.mkdir(parents=True, exist_ok=True)
-    target = target_dir / path.name
-    n = 1
-    while os.path.lexists(target):
-        target = target_dir / f"{path.stem}.{n}{path.suffix}"
-        n += 1
-    move_entry(path, target)
-    fsync_dir(target_dir)
-    with contextlib.suppress(FileNotFoundError):
-        fsync_dir(path.parent)
-    return target
 
 
 class Intake:
@@ -313,7 +114,7 @@ class Intake:
             # Before anything is read or recorded: a file in the archive's own folders
             # (seen through a link or bind mount) is never taken, so never removed.
             self.protected.check(item.path, action="take", owned=item.owned)
-        fd, st = _open_regular(item.path, owned=item.owned)
+        fd, st = open_regular(item.path, owned=item.owned)
         try:
             if st.st_size == 0:
                 raise Refused(Reason.empty, "file is empty")

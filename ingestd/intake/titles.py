@@ -160,7 +160,7 @@ _TRAILING_DATE = re.compile(rf"(?<!\d){_DATE}(?:{_TIME_SEP}{_TIME})?\Z")
 _AUTO_NAME_DATE = re.compile(rf"(?<!\d)(?:{_ISO}|{_COMPACT}(?:\d{{6,9}})?|{_DOTTED})(?!\d)")
 
 
-def _plausible_date(year: int, month: int, day: int, today: datetime.date) -> datetime.date | None:
+def plausible_date(year: int, month: int, day: int, today: datetime.date) -> datetime.date | None:
     """A real calendar date that can be an issue date, else None."""
     try:
         candidate = datetime.date(year, month, day)
@@ -175,7 +175,7 @@ def _plausible_date(year: int, month: int, day: int, today: datetime.date) -> da
 def _date_from_match(match: re.Match[str], today: datetime.date) -> datetime.date | None:
     for year, month, day in _DATE_GROUPS:
         if match.group(year) is not None:
-            return _plausible_date(
+            return plausible_date(
                 int(match.group(year)), int(match.group(month)), int(match.group(day)), today
             )
     return None
@@ -297,7 +297,7 @@ def _clean(text: str) -> str:
     return text.strip(_EDGE_JUNK)
 
 
-def _cap(title: str) -> str:
+def cap_title(title: str) -> str:
     """At most MAX_TITLE_LENGTH characters, cut at a word boundary where there is one."""
     if len(title) <= MAX_TITLE_LENGTH:
         return title
@@ -316,11 +316,11 @@ def parse_filename(
     """Title, issued date and placeholder flag for an uploaded file's name."""
     today = today if today is not None else datetime.date.today()
     stem = _file_stem(name)
-    placeholder_title = _cap(_clean(stem)) or EMPTY_TITLE
+    placeholder_title = cap_title(_clean(stem)) or EMPTY_TITLE
     if rules._matches(stem):
         return FilenameInfo(placeholder_title, _find_auto_name_date(stem, today), True)
     issued, rest = _split_edge_date(stem, today)
-    title = _cap(_clean(rest))
+    title = cap_title(_clean(rest))
     if not title:  # the name was only a date (and separators)
         return FilenameInfo(placeholder_title, issued, True)
     return FilenameInfo(title, issued, False)

@@ -24,7 +24,8 @@ from typing import Any
 
 from ingestd import log
 from ingestd.archive.verify import LAST_RUN_DIR
-from ingestd.config.settings import Config, load_config
+from ingestd.config.load import load_config
+from ingestd.config.settings import Config
 from ingestd.db.database import Database
 from ingestd.db.schema import migrate
 from ingestd.errors import ConfigError, DatabaseError, DatabaseUnavailable, StateUnusable

@@ -24,7 +24,8 @@ from typing import Any
 from prometheus_client import Counter
 
 from ingestd.errors import IngestdError, TenantError, TenantNotActive
-from ingestd.intake.ingest import Disposal, Intake, IntakeItem, IntakeResult, Outcome
+from ingestd.intake.ingest import Intake
+from ingestd.intake.items import Disposal, IntakeItem, IntakeResult, Outcome
 from ingestd.ops import metrics
 from ingestd.ops.events import EventLog
 from ingestd.sources import retry

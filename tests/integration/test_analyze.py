@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from ingestd.db.database import Database
-from ingestd.intake.ingest import IntakeItem, Outcome
+from ingestd.intake.items import IntakeItem, Outcome
 from ingestd.ops.runtime import make_intake
 from ingestd.ops.sdnotify import Notifier
 from ingestd.queue.enqueue import enqueue

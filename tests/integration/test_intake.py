@@ -9,7 +9,7 @@ import pytest
 
 from ingestd.db.database import Database
 from ingestd.errors import TenantNotActive, TenantNotFound
-from ingestd.intake.ingest import Disposal, IntakeItem, Outcome, Reason
+from ingestd.intake.items import Disposal, IntakeItem, Outcome, Reason
 from ingestd.ops.runtime import make_intake
 from tests.conftest import Env
 from tests.fixtures.files import pdf_bytes, png_bytes, write

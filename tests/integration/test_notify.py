@@ -30,10 +30,10 @@ from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import AuthResult, LoginPassword
 
 from ingestd import log
+from ingestd.config.load import parse_config
 from ingestd.config.notify import SmtpConfig
-from ingestd.config.settings import parse_config
 from ingestd.db.database import Database, jsonb
-from ingestd.intake.ingest import IntakeItem, Outcome
+from ingestd.intake.items import IntakeItem, Outcome
 from ingestd.ops.events import EventLog
 from ingestd.ops.runtime import make_intake
 from ingestd.ops.sdnotify import Notifier

@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from ingestd.config.settings import load_config
+from ingestd.config.load import load_config
 from ingestd.db.database import Database
 from ingestd.errors import ConfigError, SourceProtected
-from ingestd.intake.ingest import IntakeItem, Outcome
+from ingestd.intake.items import IntakeItem, Outcome
 from ingestd.ops.daemon_state import read_state
 from ingestd.ops.runtime import make_intake
 from ingestd.sources.hotfolders import HotFolders

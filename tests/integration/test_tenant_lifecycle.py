@@ -16,7 +16,8 @@ import pytest
 from ingestd.archive.store import LocalArchive, StagedFile
 from ingestd.db.database import Database
 from ingestd.errors import TenantNotActive, TenantNotFound
-from ingestd.intake.ingest import Intake, IntakeItem, Outcome
+from ingestd.intake.ingest import Intake
+from ingestd.intake.items import IntakeItem, Outcome
 from ingestd.intake.titles import TitleRules
 from ingestd.ops.runtime import make_intake
 from ingestd.ops.sdnotify import Notifier

@@ -12,7 +12,8 @@ import pytest
 from structlog.testing import capture_logs
 
 from ingestd.db.database import Database
-from ingestd.intake.ingest import Intake, IntakeItem, IntakeResult
+from ingestd.intake.ingest import Intake
+from ingestd.intake.items import IntakeItem, IntakeResult
 from ingestd.ops import metrics
 from ingestd.ops.runtime import make_intake
 from ingestd.sources.hotfolders import HotFolders

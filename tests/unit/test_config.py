@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from ingestd.config.settings import Config, load_config, parse_config
+from ingestd.config.load import load_config, parse_config
+from ingestd.config.settings import Config
 from ingestd.errors import ConfigError
 
 EXAMPLE = Path(__file__).parents[2] / "config" / "ingestd.example.toml"

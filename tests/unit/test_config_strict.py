@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from ingestd.config.settings import parse_config
+from ingestd.config.load import parse_config
 from ingestd.errors import ConfigError
 
 BCRYPT = "$2b$04$" + "a" * 53

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from ingestd import log
-from ingestd.config.settings import parse_config
+from ingestd.config.load import parse_config
 from ingestd.sources.sftp.accounts import hash_password
 from ingestd.sources.sftp.auth import ServerPolicy
 from ingestd.sources.sftp.bans import BanList

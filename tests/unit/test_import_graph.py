@@ -174,3 +174,17 @@ def test_the_checker_sees_a_cycle_and_an_upward_import() -> None:
     assert _layer("ingestd.sources.sftp.vfs") > _layer("ingestd.intake.ingest")  # type: ignore[operator]
     assert _layer("worker.runner") > _layer("ingestd.ops.daemon")  # type: ignore[operator]
     assert _layer("ingestd.cli.main") > _layer("worker.runner")  # type: ignore[operator]
+
+
+def test_no_private_name_is_imported_from_another_module() -> None:
+    """A helper another module needs is public where it lives; `_name` stays private."""
+    found = [
+        f"{mod}: from {node.module} import {alias.name}"
+        for mod, path in sorted(_modules().items())
+        for node in _runtime_imports(ast.parse(path.read_text(), str(path)))
+        if isinstance(node, ast.ImportFrom)
+        and (node.module or "").split(".")[0] in ("ingestd", "worker")
+        for alias in node.names
+        if alias.name.startswith("_") and not alias.name.startswith("__")
+    ]
+    assert found == []

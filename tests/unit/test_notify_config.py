@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 
+from ingestd.config.load import parse_config
 from ingestd.config.notify import EVENT_TYPES, SmtpConfig, secret_envs, secret_files
-from ingestd.config.settings import Config, parse_config
+from ingestd.config.settings import Config
 from ingestd.errors import ConfigError
 from worker.notify import matching_sinks
 from worker.notify.events import Event

@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
+from ingestd.config.load import parse_config
 from ingestd.config.pathcheck import ProtectedPaths, filesystem_problems, read_mounts
-from ingestd.config.settings import Config, parse_config
+from ingestd.config.settings import Config
 from ingestd.errors import ConfigError, SourceProtected
 from tests.fixtures.bindmounts import BindMounts, bind
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from ingestd.config.settings import parse_config
+from ingestd.config.load import parse_config
 from ingestd.errors import ConfigError
 
 # bcrypt of "x" at cost 4 (shape is all the validator looks at).

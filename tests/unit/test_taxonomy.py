@@ -11,6 +11,7 @@ from structlog.testing import capture_logs
 
 from ingestd.config import rules as config_rules
 from ingestd.config import settings as config
+from ingestd.config.load import parse_config
 from ingestd.config.rules import TaxonomyRule
 from ingestd.errors import ConfigError
 from worker.analysis.taxonomy import Matches, RuleSet, match_rules, normalize, split_terms
@@ -299,7 +300,7 @@ def test_broken_regex_is_a_config_problem_with_key_path() -> None:
     """check-config reports the broken regex with its key path."""
     bad = {"tenant": "acme", "kind": "tag", "name": "X", "match": "a[", "algorithm": "regex"}
     with pytest.raises(ConfigError) as exc:
-        config.parse_config({"taxonomy": [bad]})
+        parse_config({"taxonomy": [bad]})
     assert any(p.startswith("taxonomy[0].match:") and "'X'" in p for p in exc.value.problems)
 
 

@@ -17,8 +17,8 @@ import pytest
 from pydantic import ValidationError
 
 from ingestd import __version__
+from ingestd.config.load import parse_config
 from ingestd.config.rules import WebhookConfig, redact_url
-from ingestd.config.settings import parse_config
 from ingestd.errors import ConfigError
 from tests.unit.test_workflows import FACTS
 from worker.analysis.workflows import event_payload

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from ingestd.config.load import parse_config
 from ingestd.config.rules import WorkflowActions, WorkflowRule
-from ingestd.config.settings import parse_config
 from ingestd.errors import ConfigError
 from worker.analysis.workflows import (
     Applied,

@@ -33,7 +33,7 @@ import datetime
 import re
 import unicodedata
 
-from ingestd.intake.titles import _plausible_date
+from ingestd.intake.titles import plausible_date
 
 # Month names and abbreviations as OCR reads them; keys are lower case. An optional
 # trailing dot is part of the surrounding pattern, not of these names.
@@ -206,35 +206,35 @@ def _date_of(match: re.Match[str], today: datetime.date) -> tuple[datetime.date,
     """(date, rank) if ``match`` is a plausible date, else None."""
     g = match.group
     if g("iy") is not None:
-        return _ranked(_plausible_date(int(g("iy")), int(g("im")), int(g("id")), today))
+        return _ranked(plausible_date(int(g("iy")), int(g("im")), int(g("id")), today))
     if g("nd") is not None:
         month = _MONTHS[g("nm").lower()]
-        return _ranked(_plausible_date(int(g("ny")), month, int(g("nd")), today))
+        return _ranked(plausible_date(int(g("ny")), month, int(g("nd")), today))
     if g("um") is not None:
         month = _MONTHS[g("um").lower()]
-        return _ranked(_plausible_date(int(g("uy")), month, int(g("ud")), today))
+        return _ranked(plausible_date(int(g("uy")), month, int(g("ud")), today))
     if g("dd") is not None:
-        return _ranked(_plausible_date(int(g("dy")), int(g("dm")), int(g("dd")), today))
+        return _ranked(plausible_date(int(g("dy")), int(g("dm")), int(g("dd")), today))
     if g("od") is not None:
         digits = _ocr_digits(g("od") + g("om") + g("oy"))
         if digits is None:
             return None
         day, month, year = int(digits[:2]), int(digits[2:4]), int(digits[4:])
-        return _ranked(_plausible_date(year, month, day, today))
+        return _ranked(plausible_date(year, month, day, today))
     if g("sd") is not None:
         yy = int(g("sy"))
         day, month = int(g("sd")), int(g("sm"))
         # The century that does not put the date in the future: 26 -> 2026, 85 -> 1985.
-        date = _plausible_date(2000 + yy, month, day, today) or _plausible_date(
+        date = plausible_date(2000 + yy, month, day, today) or plausible_date(
             1900 + yy, month, day, today
         )
         return (date, _SHORT_YEAR) if date is not None else None
     # Slashes and dashes: day-first (German), month-first only if day-first cannot be.
     a, b, year = int(g("a")), int(g("b")), int(g("ay"))
-    day_first = _plausible_date(year, b, a, today)
+    day_first = plausible_date(year, b, a, today)
     if day_first is not None:
         return day_first, _FULL_YEAR
-    return _ranked(_plausible_date(year, a, b, today) if b > 12 else None)
+    return _ranked(plausible_date(year, a, b, today) if b > 12 else None)
 
 
 def _ranked(date: datetime.date | None) -> tuple[datetime.date, int] | None:

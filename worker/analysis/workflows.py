@@ -24,7 +24,7 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from ingestd.config.rules import WebhookConfig, WorkflowConditions, WorkflowRule, template_fields
-from ingestd.intake.titles import _cap as _cap_title
+from ingestd.intake.titles import cap_title
 
 EVENT_ANALYZED = "document.analyzed"
 
@@ -174,7 +174,7 @@ def render_title(template: str, facts: DocumentFacts) -> str:
         if field is not None:
             out.append(values[field])
     text = _CONTROL_CHARS.sub(" ", "".join(out))
-    return _cap_title(_WHITESPACE.sub(" ", text).strip(_DANGLING))
+    return cap_title(_WHITESPACE.sub(" ", text).strip(_DANGLING))
 
 
 # --- the event -----------------------------------------------------------------------

@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ingestd.states import TenantStatus
 from worker.notify.events import Event
 
 SUBJECT_PREFIX = "[ingestd]"
@@ -139,22 +140,22 @@ def _tenant_event(e: Event) -> Rendered:
     state = e.type.partition(".")[2]
     before = d.get("from")
     if state == "created":
-        status = d.get("status") or "creating"
+        status = d.get("status") or TenantStatus.creating
         return Rendered(
             f"tenant {t} created",
             f"Tenant {t} was created (status {status}); provision-tenant sets it up and "
             "makes it active.",
             ["see all tenants: ingestd tenant list"],
         )
-    if state == "active":
-        again = before == "suspended"
+    if state == TenantStatus.active:
+        again = before == TenantStatus.suspended
         return Rendered(
             f"tenant {t} is active" + (" again" if again else ""),
             f"Tenant {t} is active (it was {before or 'not active'}): its SFTP accounts may "
             "log in and its files are ingested and analysed.",
             ["see all tenants: ingestd tenant list"],
         )
-    if state == "suspended":
+    if state == TenantStatus.suspended:
         return Rendered(
             f"tenant {t} suspended",
             f"Tenant {t} was suspended (it was {before or '?'}): SFTP logins of its accounts "
@@ -165,7 +166,7 @@ def _tenant_event(e: Event) -> Rendered:
                 "see all tenants: ingestd tenant list",
             ],
         )
-    if state == "deleting":
+    if state == TenantStatus.deleting:
         return Rendered(
             f"tenant {t} is being deleted",
             f"Tenant {t} is being deleted (it was {before or '?'}): delete-tenant removes its "

@@ -18,7 +18,7 @@ from typing import Any
 from ingestd.config.pathcheck import ProtectedPaths
 from ingestd.config.settings import HotfoldersConfig
 from ingestd.errors import SourceProtected
-from ingestd.intake.ingest import move_source, remove_source
+from ingestd.intake.source_file import move_source, remove_source
 from ingestd.ops import metrics
 from ingestd.ops.events import EventLog
 from ingestd.sources import retry

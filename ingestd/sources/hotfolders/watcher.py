@@ -29,7 +29,9 @@ from typing import Any
 from ingestd.config.settings import Config
 from ingestd.errors import TenantError
 from ingestd.intake.fsops import why_not_removable
-from ingestd.intake.ingest import Disposal, Intake, IntakeItem, IntakeResult, move_source
+from ingestd.intake.ingest import Intake
+from ingestd.intake.items import Disposal, IntakeItem, IntakeResult
+from ingestd.intake.source_file import move_source
 from ingestd.log import get_logger
 from ingestd.ops.events import EventLog
 from ingestd.sources import retry

@@ -19,6 +19,7 @@ from ingestd.sources.handoff import tenant_reason
 from ingestd.sources.sftp.accounts import Verdict
 from ingestd.sources.sftp.connections import Connection
 from ingestd.sources.sftp.session import Session
+from ingestd.states import TenantStatus
 
 if TYPE_CHECKING:
     from ingestd.sources.sftp.server import SftpServer
@@ -118,7 +119,7 @@ class ServerPolicy(paramiko.ServerInterface):
         account = self.server.accounts.get(username)
         assert account is not None
         status = cache.status(account.tenant) if cache is not None else None
-        if status is None or status == "active":
+        if status is None or status == TenantStatus.active:
             return False
         reason = tenant_reason(status)
         self.refusal = reason

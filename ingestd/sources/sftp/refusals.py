@@ -14,7 +14,7 @@ from paramiko.sftp import SFTP_FAILURE, SFTP_PERMISSION_DENIED
 
 from ingestd.errors import ExitCode, IngestdError
 from ingestd.intake import filetypes
-from ingestd.intake.ingest import Reason
+from ingestd.intake.items import Reason
 
 
 class SftpRefusal(IngestdError):

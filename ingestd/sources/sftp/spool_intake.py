@@ -16,7 +16,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from ingestd.errors import TenantError
-from ingestd.intake.ingest import Intake, IntakeItem
+from ingestd.intake.ingest import Intake
+from ingestd.intake.items import IntakeItem
 from ingestd.log import get_logger
 from ingestd.ops import health, metrics
 from ingestd.ops.events import EventLog

@@ -17,7 +17,8 @@ import paramiko
 from paramiko.sftp import SFTP_FAILURE, SFTP_NO_SUCH_FILE, SFTP_OK
 
 from ingestd.durable import fsync_dir
-from ingestd.intake.ingest import Refused, check_filename
+from ingestd.intake.items import Refused
+from ingestd.intake.source_file import check_filename
 from ingestd.ops import metrics
 from ingestd.sources.handoff import MISSING, subfolder_tags, tenant_reason
 from ingestd.sources.sftp.listing import attrs, entry_attrs, listing
@@ -35,6 +36,7 @@ from ingestd.sources.sftp.refusals import (
 from ingestd.sources.sftp.session import Session
 from ingestd.sources.sftp.spool import Entry
 from ingestd.sources.sftp.uploads import UploadHandle
+from ingestd.states import TenantStatus
 
 
 class InboxSFTP(paramiko.SFTPServerInterface):
@@ -119,7 +121,7 @@ class InboxSFTP(paramiko.SFTPServerInterface):
         accepts it: the spool holds it until intake can decide."""
         cache = self.session.tenant_status
         status = cache.status(self.account.tenant) if cache is not None else None
-        if status is None or status == "active":
+        if status is None or status == TenantStatus.active:
             return
         raise refuse(
             tenant_reason(status),

@@ -21,7 +21,8 @@ import paramiko
 import pytest
 
 from ingestd import log
-from ingestd.config.settings import Config, parse_config
+from ingestd.config.load import parse_config
+from ingestd.config.settings import Config
 from ingestd.db.database import Database
 from ingestd.ops.events import EventLog
 from ingestd.ops.runtime import make_intake

@@ -5,7 +5,7 @@ from __future__ import annotations
 import paramiko
 import pytest
 
-from ingestd.config.settings import parse_config
+from ingestd.config.load import parse_config
 from ingestd.ops.runtime import make_intake
 from tests.integration.sftp.conftest import Rig
 
