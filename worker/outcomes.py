@@ -38,7 +38,7 @@ class Done:
     """The handler returned: its summary for the log line and what its applier writes."""
 
     summary: dict[str, Any] = field(default_factory=dict)
-    data: dict[str, Any] = field(default_factory=dict)
+    data: object = field(default_factory=dict)  # the kind's own type (JobContext.data)
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from ingestd.config.settings import DeliveriesConfig as RetryPolicy
 from ingestd.config.settings import WorkerConfig
@@ -27,6 +27,9 @@ from ingestd.queue.kinds import JobKind
 NOTIFY_CHANNEL = "ingestd_jobs"
 # Deliveries retry on their own ladder ([deliveries]): a receiver may be down for hours.
 DELIVERY_KINDS = frozenset({JobKind.deliver_webhook, JobKind.notify})
+
+
+_Data = TypeVar("_Data")  # what a kind's applier writes: that kind's own type
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,11 +197,11 @@ class Queue:
     def done(
         self,
         job: Job,
-        apply: Callable[[Tx, Job, dict[str, Any]], None] | None = None,
-        data: dict[str, Any] | None = None,
+        apply: Callable[[Tx, Job, _Data], None] | None = None,
+        data: _Data | None = None,
     ) -> bool:
-        """Mark the job done; with ``apply``, write its derived ``data`` in the same
-        transaction, and only if the job is still ours."""
+        """Mark the job done; with ``apply``, write its derived ``data`` (of the type the
+        applier takes) in the same transaction, and only if the job is still ours."""
         if apply is None:
             with self.db.autocommit() as tx:
                 row = tx.one("job_done", self._ids(job))
@@ -207,7 +210,9 @@ class Queue:
             row = tx.one("job_done", self._ids(job))
             if not (row and row["n"]):
                 return False
-            apply(tx, job, data or {})
+            if data is None:
+                raise TypeError("an applier needs the data it writes")
+            apply(tx, job, data)
         return True
 
     def fail(

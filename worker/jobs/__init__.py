@@ -47,13 +47,17 @@ class JobContext:
     log: Any
     # A short summary for the log line of the outcome (counts, names; not the text).
     result: dict[str, Any] = field(default_factory=dict)
-    # What the kind's applier writes when the job is marked done (may be large: OCR text).
-    data: dict[str, Any] = field(default_factory=dict)
+    # What the kind's applier writes when the job is marked done (may be large: OCR text),
+    # of the kind's own type (``Analysis`` for analyze-document; a small dict for others).
+    # It crosses the child's pipe, so it is plain, picklable data.
+    data: object = field(default_factory=dict)
 
 
 Handler = Callable[[JobContext], None]
 # (transaction, job, ctx.data) -> None; runs in the worker, inside the done transaction.
-Applier = Callable[[Tx, Job, dict[str, Any]], None]
+# The data's type is each kind's own: the registry of all kinds cannot name it, so this
+# one seam says Any and every applier declares the type it takes.
+Applier = Callable[[Tx, Job, Any], None]
 
 
 @dataclass(frozen=True)

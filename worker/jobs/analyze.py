@@ -38,10 +38,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from ingestd.db.database import Tx
 from ingestd.ops.runtime import make_archive
-from ingestd.queue.claims import Job
-from ingestd.queue.enqueue import enqueue
 from ingestd.queue.kinds import JobKind
 from worker.analysis import ocr
 from worker.analysis.content_title import title_from_text
@@ -49,82 +46,15 @@ from worker.analysis.dates import date_from_text
 from worker.analysis.taxonomy import match_rules
 from worker.analysis.workflows import DocumentFacts, apply_step, event_payload, plan
 from worker.jobs import JobContext, NeedsAttention, PermanentError, register
+from worker.jobs.analysis_record import Analysis, DateChange, Delivery, TitleChange, apply_analysis
 
 CHUNK = 1 << 20
 TEXT_FILE = "text.json"
 TEXT_FORMAT = 1
 
 
-def apply_analysis(tx: Tx, job: Job, data: dict[str, Any]) -> None:
-    """Write what the handler derived; runs in the worker's done transaction."""
-    ids = {"id": job.document_id, "tenant_id": job.tenant_id}
-    title = data.get("title")
-    if title:
-        tx.run("document_title_derived", {**ids, "title": title, "title_was": data["title_was"]})
-    if data.get("workflow_title"):
-        tx.run("document_title_workflow", {**ids, "title": data["workflow_title"]})
-    if "issued_date" in data:  # None: a date analysis set before is taken back
-        tx.run(
-            "document_issued_date",
-            {**ids, "issued_date": data["issued_date"], "issued_was": data["issued_was"]},
-        )
-    for field, ensure, link in (
-        ("correspondent", "correspondent_ensure", "document_correspondent"),
-        ("document_type", "document_type_ensure", "document_document_type"),
-    ):
-        name = data.get(field)
-        if name:
-            tx.run(ensure, {"tenant_id": job.tenant_id, "name": name})
-            tx.run(link, {**ids, "name": name})
-    for origin in ("taxonomy", "workflow"):
-        names = sorted(set(data.get(f"{origin}_tags", [])))
-        if names:
-            tx.run("tags_ensure", {"tenant_id": job.tenant_id, "names": names})
-            tx.run(
-                "tags_link",
-                {
-                    "tenant_id": job.tenant_id,
-                    "document_id": job.document_id,
-                    "names": names,
-                    "origin": origin,
-                },
-            )
-    for name in data.get("workflows", []):
-        tx.run(
-            "workflow_ran",
-            {"document_id": job.document_id, "workflow": name, "tenant_id": job.tenant_id},
-        )
-    for hook in data.get("webhooks", []):
-        enqueue(
-            tx,
-            tenant_id=job.tenant_id,
-            document_id=job.document_id,
-            kind=JobKind.deliver_webhook,
-            payload=hook,
-            trace=job.trace,
-        )
-    pages: list[str] = data["pages"]
-    tx.run(
-        "content_upsert",
-        {
-            "document_id": job.document_id,
-            "tenant_id": job.tenant_id,
-            "page_count": data["page_count"],
-            "pages": pages,
-            "content": "\f".join(pages),
-            "languages": data["languages"],
-            "searchable_pdf": data.get("searchable_pdf"),
-            "thumbnail": data.get("thumbnail"),
-            "engine": data["engine"],
-            "placeholder_title": data["placeholder_title"],
-            "derived_title": data["derived_title"],
-            "derived_issued_date": data["derived_issued_date"],
-        },
-    )
-
-
 def _derive_title(
-    doc: dict[str, Any], derive_title: bool, text: str, max_length: int, data: dict[str, Any]
+    doc: dict[str, Any], derive_title: bool, text: str, max_length: int, data: Analysis
 ) -> str:
     """The document's title after this analysis; sets data's title fields.
 
@@ -138,33 +68,31 @@ def _derive_title(
     placeholder: str | None = doc["placeholder_title"]
     if placeholder is None and derive_title and doc["derived_title"] is None:
         placeholder = title  # the first analysis of an auto-named scan
-    data["placeholder_title"], data["derived_title"] = placeholder, None
+    data.placeholder_title, data.derived_title = placeholder, None
     if placeholder is None or title not in (placeholder, doc["derived_title"]):
         return title
     derived = title_from_text(text, max_length)
-    data["derived_title"] = derived
+    data.derived_title = derived
     new = derived or placeholder
     if new != title:
-        data["title"], data["title_was"] = new, title
+        data.title = TitleChange(new, title)
     return new
 
 
-def _derive_issued_date(
-    doc: dict[str, Any], text: str, data: dict[str, Any]
-) -> datetime.date | None:
+def _derive_issued_date(doc: dict[str, Any], text: str, data: Analysis) -> datetime.date | None:
     """The issued date after this analysis (DetermineIssuedAt); sets data's date fields.
 
     Read from the text only while the document has none, or has the one analysis read
     before; a date from the file name or set by a person is kept.
     """
     issued: datetime.date | None = doc["issued_date"]
-    data["derived_issued_date"] = None
+    data.derived_issued_date = None
     if issued is not None and issued != doc["derived_issued_date"]:
         return issued
     found = date_from_text(text)
-    data["derived_issued_date"] = found
+    data.derived_issued_date = found
     if found != issued:
-        data["issued_date"], data["issued_was"] = found, issued
+        data.issued = DateChange(found, issued)
     return found
 
 
@@ -187,24 +115,24 @@ def analyze_document(ctx: JobContext) -> None:
     full = "\n\n".join(pages)
     rel_dir = out_dir.relative_to(cfg.paths.derived_dir)
 
-    data: dict[str, Any] = {
-        "pages": pages,
-        "page_count": text["page_count"],
-        "engine": text["engine"],
-        "languages": text["languages"],
-        "searchable_pdf": str(rel_dir / text["searchable_pdf"]),
-        "thumbnail": str(rel_dir / text["thumbnail"]),
-    }
+    data = Analysis(
+        pages=pages,
+        page_count=int(text["page_count"]),
+        engine=str(text["engine"]),
+        languages=str(text["languages"]),
+        searchable_pdf=str(rel_dir / text["searchable_pdf"]),
+        thumbnail=str(rel_dir / text["thumbnail"]),
+    )
     title = _derive_title(doc, job.derive_title, full, cfg.analysis.title_max_length, data)
     issued = _derive_issued_date(doc, full, data)
 
     matches = match_rules(
         cfg.taxonomy, job.tenant, f"{title}\n{full}", regex_timeout=cfg.analysis.regex_timeout
     )
-    data["taxonomy_tags"] = list(matches.tags)
+    data.taxonomy_tags = list(matches.tags)
     correspondent = matches.correspondent or doc["correspondent"]
     document_type = matches.document_type or doc["document_type"]
-    data["correspondent"], data["document_type"] = matches.correspondent, matches.document_type
+    data.correspondent, data.document_type = matches.correspondent, matches.document_type
 
     facts = DocumentFacts(
         tenant=job.tenant,
@@ -227,10 +155,10 @@ def analyze_document(ctx: JobContext) -> None:
     ctx.result.update(
         pages=text["page_count"],
         ocr=text.get("ran", False),
-        title=data.get("workflow_title") or data.get("title"),
+        title=data.workflow_title or (data.title.new if data.title else None),
         issued_date=issued.isoformat() if issued else None,
-        tags=sorted({*data["taxonomy_tags"], *data.get("workflow_tags", [])}),
-        workflows=data.get("workflows", []),
+        tags=sorted({*data.taxonomy_tags, *data.workflow_tags}),
+        workflows=data.workflows,
     )
 
 
@@ -238,13 +166,13 @@ def run_workflows(
     ctx: JobContext,
     facts: DocumentFacts,
     already: set[str],
-    data: dict[str, Any],
+    data: Analysis,
     *,
     send: bool = True,
     redeliver: bool = False,
 ) -> None:
     """Plan the tenant's workflows and leave their actions to ``apply``: tags, names,
-    title, and one deliver-webhook job per webhook to send (``data["webhooks"]``).
+    title, and one deliver-webhook job per webhook to send (``data.webhooks``).
 
     A workflow that ran before is skipped whole, its webhook too unless ``redeliver``.
     ``send`` False (a re-analysis) applies the actions of workflows that never ran but
@@ -255,33 +183,32 @@ def run_workflows(
         return
     tags: list[str] = []
     ran: list[str] = []
-    hooks: list[dict[str, Any]] = []
+    hooks: list[Delivery] = []
     for applied in plan(rules, facts):
         # The facts as this workflow left them: its event shows its own tags and title.
         facts = apply_step(facts, applied)
         fresh = applied.workflow not in already
         if applied.webhook is not None and ((fresh and send) or redeliver):
             hooks.append(
-                {
-                    "workflow": applied.workflow,
-                    # The same on every retry and redelivery: receivers drop duplicates by it.
-                    "event_id": f"{facts.tenant}:{facts.document_id}:{applied.workflow}",
-                    "event": event_payload(facts, applied.workflow),
-                }
+                Delivery(
+                    applied.workflow,
+                    f"{facts.tenant}:{facts.document_id}:{applied.workflow}",
+                    event_payload(facts, applied.workflow),
+                )
             )
         if not fresh:
             continue
         tags.extend(applied.add_tags)
         if applied.correspondent:
-            data["correspondent"] = applied.correspondent
+            data.correspondent = applied.correspondent
         if applied.document_type:
-            data["document_type"] = applied.document_type
+            data.document_type = applied.document_type
         if applied.title:
-            data["workflow_title"] = applied.title
+            data.workflow_title = applied.title
         ran.append(applied.workflow)
-    data["workflow_tags"] = tags
-    data["workflows"] = ran
-    data["webhooks"] = hooks
+    data.workflow_tags = tags
+    data.workflows = ran
+    data.webhooks = hooks
 
 
 def run_ocr(ctx: JobContext, original: Path, mime_type: str, out_dir: Path) -> dict[str, Any]:

@@ -111,8 +111,9 @@ def provision_tenant(ctx: JobContext) -> None:
     make_archive(ctx.config).prepare_tenant(ctx.job.tenant)
     derived.mkdir(mode=0o750, parents=True, exist_ok=True)
     first = ctx.config.analysis.languages_for(ctx.job.tenant)[0]
-    ctx.data = {"members": members, "search_config": SEARCH_CONFIGS.get(first, "simple")}
-    ctx.result.update(members=len(members), search_config=ctx.data["search_config"])
+    search_config = SEARCH_CONFIGS.get(first, "simple")
+    ctx.data = {"members": members, "search_config": search_config}
+    ctx.result.update(members=len(members), search_config=search_config)
 
 
 # -- delete ---------------------------------------------------------------------------------
