@@ -107,6 +107,10 @@ def _route_stdlib(out: TextIO, renderer: Any) -> None:
     logging.captureWarnings(True)
 
 
+# The type of every logger in ingestd (what ``configure`` sets structlog up to make).
+Logger = FilteringBoundLogger
+
+
 def get_logger(**initial: Any) -> FilteringBoundLogger:
     """A logger with ``initial`` bound. Its type is what ``configure`` sets up
     (``make_filtering_bound_logger``); structlog hands out a lazy proxy that builds that

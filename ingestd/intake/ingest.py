@@ -24,7 +24,6 @@ from __future__ import annotations
 import dataclasses
 import os
 from datetime import UTC, date, datetime
-from typing import Any
 
 from ingestd.archive.store import ArchivedFile, ArchiveStore, TooLarge
 from ingestd.config.pathcheck import ProtectedPaths
@@ -45,7 +44,7 @@ from ingestd.intake.items import (
 )
 from ingestd.intake.source_file import check_filename, open_regular, remove_source, unavailable
 from ingestd.intake.titles import TitleRules, parse_filename
-from ingestd.log import get_logger, new_trace_id
+from ingestd.log import Logger, get_logger, new_trace_id
 from ingestd.ops import metrics
 from ingestd.ops.faults import crashpoint
 from ingestd.queue.enqueue import enqueue
@@ -107,7 +106,7 @@ class Intake:
         metrics.INTAKE_FILES.labels(item.tenant, item.source_kind, result.outcome).inc()
         return result
 
-    def _ingest(self, item: IntakeItem, disposal: Disposal, log: Any) -> IntakeResult:
+    def _ingest(self, item: IntakeItem, disposal: Disposal, log: Logger) -> IntakeResult:
         cfg = self.config
         check_filename(item.name, cfg.max_filename_bytes)
         if self.protected is not None:
@@ -261,7 +260,7 @@ class Intake:
             source_left=left,
         )
 
-    def _dispose(self, item: IntakeItem, disposal: Disposal, log: Any) -> str | None:
+    def _dispose(self, item: IntakeItem, disposal: Disposal, log: Logger) -> str | None:
         """After COMMIT: remove the source. A failure does not undo the intake (it is
         recorded, the file is safe in the archive); it is returned, never raised, so the
         caller retries only the removal instead of taking the file again."""
@@ -278,7 +277,12 @@ class Intake:
         return None
 
     def _duplicate(
-        self, item: IntakeItem, disposal: Disposal, log: Any, sha256: str, document_id: int | None
+        self,
+        item: IntakeItem,
+        disposal: Disposal,
+        log: Logger,
+        sha256: str,
+        document_id: int | None,
     ) -> IntakeResult:
         if self.config.duplicates == "refuse":
             raise Refused(Reason.duplicate, f"same content as document {document_id}")

@@ -29,6 +29,7 @@ from ingestd.config.settings import Config
 from ingestd.db.database import Database
 from ingestd.db.schema import migrate
 from ingestd.errors import ConfigError, DatabaseError, DatabaseUnavailable, StateUnusable
+from ingestd.log import Logger
 from ingestd.ops import health, statedir
 from ingestd.ops.daemon_state import DaemonState
 from ingestd.ops.events import EventLog
@@ -184,7 +185,7 @@ def _state_turned(period: float) -> dict[str, float]:
 
 
 def _start_metrics(
-    config: Config, db: Database, logger: Any, checks: health.Health, spool: Spool
+    config: Config, db: Database, logger: Logger, checks: health.Health, spool: Spool
 ) -> _Metrics | None:
     """/metrics, /healthz and /readyz on metrics.listen, with the queue, spool and verify
     gauges; a taken port is logged, not fatal (ingesting matters more than being

@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from ingestd.log import get_logger
+from ingestd.log import Logger, get_logger
 
 INTERVAL = 10.0
 BURST = 5
@@ -46,7 +46,7 @@ class FloodGate:
 
     def __init__(
         self,
-        logger: Any = None,
+        logger: Logger | None = None,
         *,
         interval: float = INTERVAL,
         burst: int = BURST,

@@ -19,13 +19,13 @@ import enum
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from prometheus_client import Counter
 
 from ingestd.errors import IngestdError, TenantError, TenantNotActive
 from ingestd.intake.ingest import Intake
 from ingestd.intake.items import Disposal, IntakeItem, IntakeResult, Outcome
+from ingestd.log import Logger
 from ingestd.ops import metrics
 from ingestd.ops.events import EventLog
 from ingestd.sources import retry
@@ -102,7 +102,7 @@ class Handoff:
         item: IntakeItem,
         *,
         failed_dir: Path,
-        log: Any,
+        log: Logger,
         attempts: int,
         disposal: Disposal = Disposal.delete,
         before_quarantine: Callable[[], None] | None = None,
@@ -153,7 +153,7 @@ class Handoff:
         self.source.retried.labels(tenant, cause).inc()
 
     def _quarantine(
-        self, item: IntakeItem, result: IntakeResult, failed_dir: Path, log: Any
+        self, item: IntakeItem, result: IntakeResult, failed_dir: Path, log: Logger
     ) -> None:
         """A permanent refusal: to the failed folder with its note, and tell someone."""
         reason = str(result.reason)

@@ -20,6 +20,7 @@ from typing import Any
 from ingestd.config.settings import Config
 from ingestd.db.database import Database, Tx
 from ingestd.errors import IngestdError
+from ingestd.log import Logger
 from ingestd.queue.claims import Job
 from ingestd.queue.kinds import RETIRED_KINDS
 from ingestd.states import TenantStatus
@@ -44,7 +45,7 @@ class JobContext:
     job: Job
     config: Config
     db: Database
-    log: Any
+    log: Logger
     # A short summary for the log line of the outcome (counts, names; not the text).
     result: dict[str, Any] = field(default_factory=dict)
     # What the kind's applier writes when the job is marked done (may be large: OCR text),

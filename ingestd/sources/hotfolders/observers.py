@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import threading
 from pathlib import Path
-from typing import Any
 
 from watchdog.events import (
     DirCreatedEvent,
@@ -32,6 +31,7 @@ from watchdog.observers.api import BaseObserver
 from watchdog.observers.polling import PollingObserver
 
 from ingestd.config.settings import HotfoldersConfig
+from ingestd.log import Logger
 from ingestd.ops import health
 from ingestd.ops.events import EventLog
 from ingestd.sources.hotfolders.folders import (
@@ -106,7 +106,7 @@ class FolderObservers:
         settler: Settler,
         settings: HotfoldersConfig,
         *,
-        log: Any,
+        log: Logger,
         events: EventLog | None,
         stats: dict[str, int],
     ) -> None:

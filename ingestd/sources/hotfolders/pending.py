@@ -18,10 +18,11 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from ingestd.config.pathcheck import ProtectedPaths
 from ingestd.config.settings import HotfoldersConfig
+from ingestd.log import Logger
 from ingestd.ops import health, metrics
 from ingestd.sources.hotfolders.folders import Folder, FolderKey, ignore_matcher
 from ingestd.sources.hotfolders.stuck import StuckFiles
@@ -128,7 +129,7 @@ class Settler:
         return found
 
     # -- deciding completeness ----------------------------------------------------------
-    def run(self, stop: threading.Event, log: Any) -> None:
+    def run(self, stop: threading.Event, log: Logger) -> None:
         """The settle thread: a pass every ``tick`` or as soon as a slot frees."""
         while not stop.is_set():
             health.beat("watch.settle", self.tick)

@@ -19,6 +19,7 @@ from ingestd.config.pathcheck import ProtectedPaths
 from ingestd.config.settings import HotfoldersConfig
 from ingestd.errors import SourceProtected
 from ingestd.intake.source_file import move_source, remove_source
+from ingestd.log import Logger
 from ingestd.ops import metrics
 from ingestd.ops.events import EventLog
 from ingestd.sources import retry
@@ -44,7 +45,7 @@ class StuckFiles:
     """The stuck files of all hot folders (in ``table.stuck``, under ``table.lock``)."""
 
     def __init__(
-        self, table: FileTable, settings: HotfoldersConfig, log: Any, events: EventLog | None
+        self, table: FileTable, settings: HotfoldersConfig, log: Logger, events: EventLog | None
     ) -> None:
         self.table = table
         self.settings = settings  # swapped on reload

@@ -5,13 +5,13 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 import paramiko
 from paramiko.sftp import SFTP_FAILURE
 
 from ingestd.config.settings import SftpAccountConfig
 from ingestd.intake import filetypes
+from ingestd.log import Logger
 from ingestd.ops.events import EventLog
 from ingestd.ops.logflood import FloodGate
 from ingestd.sources.sftp.listing import PENDING_FILE_MODE
@@ -51,7 +51,7 @@ class Session:
     spool: Spool
     max_file_size: int
     max_filename_bytes: int
-    log: Any
+    log: Logger
     legacy: list[str] = field(default_factory=list)
     # Checked at every upload's OPEN too, not only at login: a session that outlives its
     # tenant's suspension or deletion must not keep feeding the spool.
