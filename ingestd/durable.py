@@ -4,6 +4,8 @@ its name durable; the directory holding it must be synced too."""
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 from pathlib import Path
 
@@ -16,3 +18,20 @@ def fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def write_new(path: Path, data: bytes, mode: int) -> None:
+    """Create ``path`` (never an existing file, never through a link), write all of
+    ``data`` and fsync it; on any failure nothing is left behind. A short write means the
+    filesystem filled up: ENOSPC, never a truncated file that looks complete."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    try:
+        if os.write(fd, data) != len(data):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+        os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        raise
+    os.close(fd)

@@ -8,7 +8,7 @@ import stat
 from datetime import UTC, datetime
 from pathlib import Path
 
-from ingestd.durable import fsync_dir
+from ingestd.durable import fsync_dir, write_new
 from ingestd.intake.fsops import move_entry, same_filesystem
 
 ERROR_SUFFIX = ".error.txt"
@@ -72,16 +72,7 @@ def quarantine(
         f"time: {datetime.now(UTC).isoformat(timespec='seconds')}\n"
         f"{note_extra}"
     )
-    fd = os.open(note, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o640)
-    try:
-        os.write(fd, text.encode())
-        os.fsync(fd)
-    except BaseException:
-        os.close(fd)
-        with contextlib.suppress(OSError):
-            os.unlink(note)
-        raise
-    os.close(fd)
+    write_new(note, text.encode(), 0o640)
     try:
         move_entry(path, target)
     except BaseException:

@@ -18,7 +18,6 @@ belongs to a connection that dropped before CLOSE; it is deleted (no document).
 from __future__ import annotations
 
 import contextlib
-import errno
 import fnmatch
 import json
 import os
@@ -31,7 +30,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from ingestd.durable import fsync_dir
+from ingestd.durable import fsync_dir, write_new
 from ingestd.errors import ExitCode, IngestdError
 from ingestd.log import get_logger
 
@@ -194,20 +193,9 @@ class Spool:
         """Move the fsynced file ``src`` into the queue under ``entry``; durable on return."""
         meta = self.queue_dir / f"{entry.id}.json"
         tmp = self.queue_dir / f".tmp-{entry.id}.json"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, FILE_MODE)
-        try:
-            data = entry.to_json()
-            if os.write(fd, data) != len(data):
-                # Short: the filesystem filled up. Truncated metadata must never be acked.
-                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(tmp))
-            os.fsync(fd)
-        except BaseException:
-            # A full spool fails here: leave no half-written metadata for recovery to trip on.
-            os.close(fd)
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-            raise
-        os.close(fd)
+        # A full spool fails here (ENOSPC, nothing left behind): truncated metadata must
+        # never be acked, nor trip recovery later.
+        write_new(tmp, entry.to_json(), FILE_MODE)
         os.rename(tmp, meta)
         try:
             os.rename(src, self.queue_dir / f"{entry.id}.data")
