@@ -4,6 +4,7 @@ issue names is read back from /metrics."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import platform
 import re
@@ -359,6 +360,25 @@ def test_spool_backlog_gauge_counts_uploads_waiting_for_the_database(
         assert serve.wait() == 0
 
 
+@contextlib.contextmanager
+def _worker(tmp_path: Path, cfg: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """`ingestd worker` with its /metrics on worker_listen (offset 0), its log in
+    tmp_path/worker.log; on leaving it is stopped with SIGTERM and must exit 0."""
+    with open(tmp_path / "worker.log", "ab") as log:
+        argv = [sys.executable, "-m", "ingestd.cli", "worker", "--config", str(cfg)]
+        worker = subprocess.Popen(
+            [*argv, "--metrics-offset", "0", "--plugin", PLUGIN],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            yield worker
+        finally:
+            worker.terminate()
+            code = worker.wait(60)
+        assert code == 0, (tmp_path / "worker.log").read_text()[-3000:]
+
+
 def test_jobs_failed_counter_by_tenant_and_kind(tmp_path: Path, db_url: str) -> None:
     """A job failed for good counts in the worker's ingestd_jobs_failed_total{tenant,kind};
     the worker's /metrics has no *_created series either."""
@@ -366,24 +386,7 @@ def test_jobs_failed_counter_by_tenant_and_kind(tmp_path: Path, db_url: str) -> 
     cfg = _serve_config(tmp_path, db_url, port - 1)  # worker_listen: port (offset 0)
     with Database(db_url) as db:
         make_jobs(db, "acme", 1, kind="test-permanent")
-    log = open(tmp_path / "worker.log", "ab")  # noqa: SIM115 - closed below
-    worker = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "ingestd.cli",
-            "worker",
-            "--config",
-            str(cfg),
-            "--metrics-offset",
-            "0",
-            "--plugin",
-            PLUGIN,
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    try:
+    with _worker(tmp_path, cfg):
         wait_until(lambda: read_events(tmp_path / "worker.log", "job.failed"), 60)
         text = _scrape(port)
         assert _value(text, "ingestd_jobs_failed_total", tenant="acme", kind="test-permanent") == 1
@@ -394,10 +397,6 @@ def test_jobs_failed_counter_by_tenant_and_kind(tmp_path: Path, db_url: str) -> 
             == 1
         )
         assert "_created" not in text
-    finally:
-        worker.terminate()
-        assert worker.wait(60) == 0
-        log.close()
 
 
 def test_job_failed_by_a_rescue_is_counted_and_the_rescuer_lives_on(
@@ -416,29 +415,8 @@ def test_job_failed_by_a_rescue_is_counted_and_the_rescuer_lives_on(
                 "WHERE id = %(id)s",
                 {"id": job_id},
             )
-    log = open(tmp_path / "worker.log", "ab")  # noqa: SIM115 - closed below
-    worker = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "ingestd.cli",
-            "worker",
-            "--config",
-            str(cfg),
-            "--metrics-offset",
-            "0",
-            "--plugin",
-            PLUGIN,
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    try:
+    with _worker(tmp_path, cfg) as worker:
         wait_until(lambda: read_events(tmp_path / "worker.log", "worker.rescued"), 60)
         text = _scrape(port)
         assert _value(text, "ingestd_jobs_failed_total", tenant="acme", kind="test-record") == 1
         assert worker.poll() is None
-    finally:
-        worker.terminate()
-        assert worker.wait(60) == 0, (tmp_path / "worker.log").read_text()[-3000:]
-        log.close()
