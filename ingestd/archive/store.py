@@ -68,7 +68,6 @@ class StoredFacts:
     regular: bool  # a file as the store writes it (not a link, directory or device)
     size: int
     mode: int  # permission bits as stored (0440 when nothing changed them)
-    sha256: str | None  # None unless asked for (re-hashing reads every byte)
 
 
 class ArchiveStore(Protocol):
@@ -93,7 +92,8 @@ class ArchiveStore(Protocol):
 
     # -- verify -------------------------------------------------------------------------
     def iter_files(self) -> Iterator[str]: ...
-    def inspect(self, relpath: str, *, rehash: bool) -> StoredFacts | None: ...
+    def inspect(self, relpath: str) -> StoredFacts | None: ...
+    def sha256(self, relpath: str) -> str | None: ...
 
 
 def makedirs_durable(
@@ -285,17 +285,20 @@ class LocalArchive:
         signed request was checked); the number of files removed."""
         return remove_tree(self._tenant_root(tenant))
 
-    def inspect(self, relpath: str, *, rehash: bool) -> StoredFacts | None:
+    def inspect(self, relpath: str) -> StoredFacts | None:
         """Facts about a stored file as it is on disk, None if it is gone. Links are not
         followed: a link where a file should be is reported as not regular."""
-        path = self.root / relpath
         try:
-            st = os.lstat(path)
+            st = os.lstat(self.root / relpath)
         except FileNotFoundError:
             return None
-        regular = stat.S_ISREG(st.st_mode)
-        digest = sha256_of(path) if rehash and regular else None
-        return StoredFacts(regular, st.st_size, stat.S_IMODE(st.st_mode), digest)
+        return StoredFacts(stat.S_ISREG(st.st_mode), st.st_size, stat.S_IMODE(st.st_mode))
+
+    def sha256(self, relpath: str) -> str | None:
+        """The SHA-256 of a stored file's bytes (reads all of them); None if it is gone or
+        is not a regular file (a link is never followed)."""
+        facts = self.inspect(relpath)
+        return sha256_of(self.root / relpath) if facts is not None and facts.regular else None
 
     def _tenant_root(self, tenant: str) -> Path:
         # The name is a path component: one plain name, nothing that walks elsewhere.

@@ -3,7 +3,7 @@
 Hot folders and the SFTP spool decide differently *when* a file is complete; from then on
 their path is one. ``Intake.ingest`` takes it. A refusal (the file itself is wrong) goes
 to the failed folder with its note, a metric, a log line and a ``file.quarantined``
-operator event. An exception says by its class whether the file is retried
+operator event. An exception says by its ``transient`` whether the file is retried
 (``retry.cause_of``): a tenant that is not active, an outage or a busy source leave the
 file where it is; only a bug is logged with its traceback. What a source does besides
 (the hot folder's ``done`` folder and stuck files, the spool's bookkeeping) it passes in

@@ -204,11 +204,14 @@ def test_many_files_at_once_settle_cost_stays_proportional(
     _env, hot, folder = hot_env(hotfolders={"workers": workers})
     for i in range(n):
         os.rename(staging / f"doc-{i:05d}.pdf", folder / f"doc-{i:05d}.pdf")
-    max_inflight = 0
-    deadline = time.monotonic() + 600
-    while _count(db) < n and time.monotonic() < deadline:
-        max_inflight = max(max_inflight, hot.snapshot()["inflight"])
-        time.sleep(0.05)
+    seen_inflight = [0]
+
+    def all_ingested() -> bool:  # and the most files in flight at once, seen meanwhile
+        seen_inflight.append(hot.snapshot()["inflight"])
+        return _count(db) >= n
+
+    wait_until(all_ingested, timeout=600)
+    max_inflight = max(seen_inflight)
     wait_until(hot.idle, timeout=120)
     threads = {t.name: t for t in threading.enumerate()}
     settle = _cpu(threads["watch-settle"])

@@ -143,13 +143,12 @@ def test_reading_inspect_and_remove_go_through_the_store(tmp_path: Path) -> None
     rel = archive.commit(_stage(archive, data, tmp_path), "pdf").relpath
     with archive.reading(rel) as path:
         assert path.read_bytes() == data
-    facts = archive.inspect(rel, rehash=False)
+    facts = archive.inspect(rel)
     assert facts is not None and facts.regular and facts.size == len(data)
-    assert facts.mode == FILE_MODE and facts.sha256 is None
-    hashed = archive.inspect(rel, rehash=True)
-    assert hashed is not None and hashed.sha256 == hashlib.sha256(data).hexdigest()
+    assert facts.mode == FILE_MODE
+    assert archive.sha256(rel) == hashlib.sha256(data).hexdigest()
     assert archive.remove(rel) is True
-    assert archive.inspect(rel, rehash=True) is None
+    assert archive.inspect(rel) is None and archive.sha256(rel) is None
     assert archive.remove(rel) is False
 
 
@@ -159,8 +158,9 @@ def test_inspect_does_not_follow_a_link_in_place_of_a_file(tmp_path: Path) -> No
     (tmp_path / "archive" / "acme").mkdir(parents=True)
     (tmp_path / "elsewhere").write_bytes(b"x" * 10)
     (tmp_path / "archive" / "acme" / "f.pdf").symlink_to(tmp_path / "elsewhere")
-    facts = archive.inspect("acme/f.pdf", rehash=True)
-    assert facts is not None and not facts.regular and facts.sha256 is None
+    facts = archive.inspect("acme/f.pdf")
+    assert facts is not None and not facts.regular
+    assert archive.sha256("acme/f.pdf") is None
 
 
 def test_tenant_room_is_made_and_removed_by_name_only(tmp_path: Path) -> None:
