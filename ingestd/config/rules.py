@@ -157,7 +157,7 @@ class _Rule(ConfigModel):
 REGEX_TIMEOUT = 1.0
 # What compiling an administrator's regex may raise: a syntax error; ValueError for
 # "(?V1)" against VERSION0; deep nesting or huge repeat counts.
-_REGEX_ERRORS = (regex.error, ValueError, OverflowError, RecursionError)
+REGEX_ERRORS = (regex.error, ValueError, OverflowError, RecursionError)
 
 
 def compile_user_regex(pattern: str, *, case_sensitive: bool) -> regex.Pattern[str]:
@@ -216,7 +216,7 @@ class TaxonomyRule(_Rule):
                 pattern = compile_user_regex(
                     v, case_sensitive=bool(info.data.get("case_sensitive", False))
                 )
-            except _REGEX_ERRORS as exc:
+            except REGEX_ERRORS as exc:
                 raise ValueError(f"{rule}: regex does not compile: {exc}") from None
             # "Telekom|" (a stray bar) matches the empty string, i.e. every document.
             if pattern.search("") is not None:
