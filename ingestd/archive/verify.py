@@ -28,12 +28,12 @@ from ingestd.ops import statedir
 
 LAST_RUN_DIR = "verify"
 LAST_RUN_FILE = "last.json"
-PROBLEM_KINDS = ("missing", "altered", "orphaned", "temp", "mode")
+PROBLEM_KINDS = ("missing", "altered", "orphaned", "temp", "mode", "lineage")
 
 
 @dataclass(frozen=True, slots=True)
 class Problem:
-    kind: str  # missing | altered | orphaned | temp | mode
+    kind: str  # missing | altered | orphaned | temp | mode | lineage
     path: str
     detail: str
     document_id: int | None = None
@@ -56,6 +56,9 @@ def verify_archive(db: Database, archive: ArchiveStore, *, rehash: bool = True) 
     report = VerifyReport()
     with db.transaction() as tx:
         rows = tx.all("verify_documents")
+        # Batches and their children (issue 16): every child is a document row above, so
+        # its file is checked like any other; here, that the lineage itself holds.
+        lineage = tx.all("verify_lineage")
     referenced: set[str] = set()
     for row in rows:
         rel = str(row["archive_path"])
@@ -88,6 +91,9 @@ def verify_archive(db: Database, archive: ArchiveStore, *, rehash: bool = True) 
             )
         else:
             report.problems.append(Problem("orphaned", rel, "no document refers to this file"))
+    for row in lineage:
+        doc_id = int(row["id"])
+        report.problems.append(Problem("lineage", f"document {doc_id}", str(row["detail"]), doc_id))
     return report
 
 

@@ -29,7 +29,11 @@ def cmd_ingest(args: argparse.Namespace) -> int:
             path = Path(raw)
             entry: dict[str, Any] = {"file": shown(str(path))}
             try:
-                res = intake.ingest(IntakeItem(path=path, tenant=args.tenant), disposal=disposal)
+                # The tenant's default split policy applies to the shell too (--no-split:
+                # these files are single documents).
+                split = None if args.no_split else config.split_policy(args.tenant, None)
+                item = IntakeItem(path=path, tenant=args.tenant, split=split)
+                res = intake.ingest(item, disposal=disposal)
                 entry |= {
                     "outcome": str(res.outcome),
                     "document_id": res.document_id,
@@ -81,12 +85,18 @@ def cmd_documents_analyze(args: argparse.Namespace) -> int:
     config = load(args)
     queued: list[dict[str, int]] = []
     missing: list[int] = []
+    split: list[dict[str, int]] = []
     with open_database(config) as db, db.transaction() as tx:
         tenant = lookup.by_name(tx, args.tenant)
         for doc_id in args.ids:
             row = tx.one("job_document", {"id": doc_id, "tenant_id": tenant["id"]})
             if row is None:
                 missing.append(doc_id)
+                continue
+            state = tx.one("split_state", {"id": doc_id, "tenant_id": tenant["id"]})
+            if state is not None and state["parts"]:
+                # A batch is analysed only through its children (its pages are theirs).
+                split.append({"document_id": doc_id, "parts": int(state["parts"])})
                 continue
             job_id = enqueue(
                 tx,
@@ -103,13 +113,85 @@ def cmd_documents_analyze(args: argparse.Namespace) -> int:
             )
             queued.append({"document_id": doc_id, "job_id": job_id})
     if args.json:
-        print_json({"queued": queued, "not_found": missing})
+        print_json({"queued": queued, "not_found": missing, "split": split})
     else:
         for q in queued:
             print(f"document {q['document_id']}: analyze-document job {q['job_id']} queued")
         for m in missing:
             print(f"document {m}: no such document of tenant {args.tenant}", file=sys.stderr)
-    return ExitCode.ok if not missing else ExitCode.not_found
+        for b in split:
+            print(
+                f"document {b['document_id']}: a batch split into {b['parts']} documents; "
+                "analyse those (`ingestd documents show` lists them)",
+                file=sys.stderr,
+            )
+    if missing:
+        return ExitCode.not_found
+    return ExitCode.ok if not split else ExitCode.refused
+
+
+def cmd_documents_split(args: argparse.Namespace) -> int:
+    """Queue split-batch for batches: one flagged for attention (a separator missing, an
+    ASN taken), or a document that arrived before its source had a policy (the tenant's
+    default applies then)."""
+    from ingestd.config.split import SplitPolicy
+    from ingestd.ops.runtime import open_database
+    from ingestd.queue.enqueue import enqueue
+    from ingestd.queue.kinds import JobKind
+
+    config = load(args)
+    queued: list[dict[str, int]] = []
+    refused: list[dict[str, Any]] = []
+    with open_database(config) as db, db.transaction() as tx:
+        tenant = lookup.by_name(tx, args.tenant)
+        for doc_id in args.ids:
+            row = tx.one("split_state", {"id": doc_id, "tenant_id": tenant["id"]})
+            why = _not_splittable(row, args.tenant)
+            default = config.split.get(args.tenant)
+            policy = row["policy"] if row and row["policy"] else None
+            if policy is None and default is not None:
+                policy = default.as_payload()
+            if why is None and policy is None:
+                why = (
+                    f"no split policy: its source had none and tenant {args.tenant} has no "
+                    f"[split.{args.tenant}] default"
+                )
+            if why is not None or row is None:
+                refused.append({"document_id": doc_id, "reason": why})
+                continue
+            SplitPolicy.model_validate(policy)  # a policy of an older release must still read
+            payload: dict[str, Any] = {"document_id": doc_id, "policy": policy}
+            if args.max_pages:
+                payload["max_pages"] = args.max_pages
+            job_id = enqueue(
+                tx,
+                tenant_id=int(tenant["id"]),
+                document_id=doc_id,
+                kind=JobKind.split_batch,
+                payload=payload,
+                trace=row["trace_id"],
+            )
+            queued.append({"document_id": doc_id, "job_id": job_id})
+    if args.json:
+        print_json({"queued": queued, "refused": refused})
+    else:
+        for q in queued:
+            print(f"document {q['document_id']}: split-batch job {q['job_id']} queued")
+        for r in refused:
+            print(f"document {r['document_id']}: {r['reason']}", file=sys.stderr)
+    return ExitCode.ok if not refused else ExitCode.not_found
+
+
+def _not_splittable(row: dict[str, Any] | None, tenant: str) -> str | None:
+    if row is None:
+        return f"no such document of tenant {tenant}"
+    if row["parts"]:
+        return f"already split into {row['parts']} documents (`ingestd documents show`)"
+    if row["busy"]:
+        return "a job of it is queued or running; wait for it"
+    if row["mime_type"] not in ("application/pdf", "image/tiff"):
+        return f"a {row['mime_type']} file is never a batch (only PDF and TIFF are)"
+    return None
 
 
 def cmd_documents(args: argparse.Namespace) -> int:
@@ -122,17 +204,82 @@ def cmd_documents(args: argparse.Namespace) -> int:
         print_json(rows)
         return ExitCode.ok
     print(
-        f"{'ID':>6} {'TENANT':<12} {'SOURCE':<20} {'STATUS':<8} {'ISSUED':<10} {'TITLE':<30} TAGS"
+        f"{'ID':>6} {'TENANT':<12} {'SOURCE':<20} {'STATUS':<9} {'ISSUED':<10} {'BATCH':<10} "
+        f"{'TITLE':<30} TAGS"
     )
     for r in rows:
         issued = r["issued_date"].isoformat() if r["issued_date"] else "-"
         title = shown(r["title"])[:30]
         source = shown(r["source"])[:20]
         print(
-            f"{r['id']:>6} {r['tenant']:<12} {source:<20} {r['processing_status']:<8} "
-            f"{issued:<10} {title:<30} {', '.join(r['tags'])}"
+            f"{r['id']:>6} {r['tenant']:<12} {source:<20} {r['processing_status']:<9} "
+            f"{issued:<10} {batch_mark(r):<10} {title:<30} {', '.join(r['tags'])}"
         )
     return ExitCode.ok
+
+
+def batch_mark(row: dict[str, Any]) -> str:
+    """A parent's "3 parts", a child's "17#2" (its batch and position), else "-"."""
+    if row["parts"]:
+        return f"{row['parts']} parts"
+    if row["part_of"] is not None:
+        return f"{row['part_of']}#{row['position']}"
+    return "-"
+
+
+def cmd_documents_show(args: argparse.Namespace) -> int:
+    """One document: its record, and a batch's children or a child's batch with pages."""
+    from ingestd.ops.runtime import open_database
+
+    config = load(args)
+    with open_database(config) as db, db.transaction() as tx:
+        doc = tx.one("document_show", {"id": args.id, "tenant": args.tenant})
+        lineage = tx.all("document_lineage", {"id": args.id}) if doc else []
+    if doc is None:
+        where = f" of tenant {args.tenant}" if args.tenant else ""
+        print(f"document {args.id}: no such document{where}", file=sys.stderr)
+        return ExitCode.not_found
+    parent = next((r for r in lineage if r["relation"] == "parent"), None)
+    children = [r for r in lineage if r["relation"] == "child"]
+    if args.json:
+        print_json({**doc, "parent": parent, "children": children})
+        return ExitCode.ok
+    for label, key in (
+        ("title", "title"),
+        ("tenant", "tenant"),
+        ("status", "processing_status"),
+        ("issued", "issued_date"),
+        ("ASN", "asn"),
+        ("file", "original_filename"),
+        ("source", "source"),
+        ("archived", "archive_path"),
+        ("sha256", "sha256"),
+        ("size", "size_bytes"),
+        ("correspondent", "correspondent"),
+        ("type", "document_type"),
+        ("attention", "attention_reason"),
+    ):
+        if doc[key] is not None:
+            print(f"{label + ':':<15}{shown(str(doc[key]))}")
+    print(f"{'tags:':<15}{', '.join(doc['tags']) or '-'}")
+    if parent is not None:
+        print(
+            f"{'batch:':<15}document {parent['id']}, part {parent['position']} of "
+            f"{parent['parts']}, {pages(parent)} ({shown(parent['title'])})"
+        )
+    if children:
+        print(f"{'children:':<15}{len(children)}")
+        for c in children:
+            print(
+                f"  {c['position']:>3}. document {c['id']:<6} {pages(c):<14} "
+                f"{c['processing_status']:<10} {shown(c['title'])}"
+            )
+    return ExitCode.ok
+
+
+def pages(row: dict[str, Any]) -> str:
+    first, last = row["first_page"], row["last_page"]
+    return f"page {first}" if first == last else f"pages {first}-{last}"
 
 
 def cmd_documents_attention(args: argparse.Namespace) -> int:
@@ -188,6 +335,11 @@ def add_parsers(
     s = sub.add_parser("ingest", parents=[common, jsonopt], help="ingest files from the shell")
     s.add_argument("--tenant", required=True)
     s.add_argument("--keep-source", action="store_true", help="do not remove files after COMMIT")
+    s.add_argument(
+        "--no-split",
+        action="store_true",
+        help="each file is one document, even if the tenant has a [split.<tenant>] policy",
+    )
     s.add_argument("files", nargs="+")
     s.set_defaults(func=cmd_ingest)
 
@@ -203,6 +355,26 @@ def add_parsers(
     d.add_argument("--tenant", default=None)
     d.add_argument("--limit", type=int, default=50)
     d.set_defaults(func=cmd_documents)
+    d = dsub.add_parser(
+        "show", parents=[common, jsonopt], help="one document, with its batch or its children"
+    )
+    d.add_argument("--tenant", default=None)
+    d.add_argument("id", type=int, metavar="ID")
+    d.set_defaults(func=cmd_documents_show)
+    d = dsub.add_parser(
+        "split",
+        parents=[common, jsonopt],
+        help="split a batch (again) by its source's policy, e.g. one that needs attention",
+    )
+    d.add_argument("--tenant", required=True)
+    d.add_argument(
+        "--max-pages",
+        type=int,
+        default=None,
+        help="allow children this long (the batch was flagged: a separator may be missing)",
+    )
+    d.add_argument("ids", nargs="+", type=int, metavar="ID")
+    d.set_defaults(func=cmd_documents_split)
     d = dsub.add_parser(
         "analyze",
         parents=[common, jsonopt],

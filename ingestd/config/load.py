@@ -22,7 +22,9 @@ CONFIG_ENV = "INGESTD_CONFIG"
 
 def _format_loc(loc: tuple[int | str, ...]) -> str:
     out = ""
-    for part in loc:
+    for i, part in enumerate(loc):
+        if i and loc[i - 1] == "split" and part == "policy":
+            continue  # the tag of a source's split (a table or false), not a key
         out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
     return out or "(top level)"
 

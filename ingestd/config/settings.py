@@ -19,6 +19,7 @@ from ingestd.config import pathcheck
 from ingestd.config.notify import NotifySink, SmtpConfig, check_notify
 from ingestd.config.notify import secret_files as notify_secret_files
 from ingestd.config.rules import REGEX_TIMEOUT, ConfigModel, TaxonomyRule, WorkflowRule
+from ingestd.config.split import SourceSplit, SplitPolicy, effective
 from ingestd.queue.kinds import JobKind
 
 FileType = Literal["pdf", "tiff", "jpeg", "png"]
@@ -172,6 +173,9 @@ class WatchConfig(_Section):
     # Permanently refused files go here with <name>.error.txt; default
     # <state_dir>/failed/<tenant>.
     failed: Path | None = None
+    # Batch scans dropped here are split into documents (ingestd/config/split.py): a
+    # table of its own, false for none, absent for the tenant's [split.<tenant>].
+    split: SourceSplit = None
 
     def failed_dir(self, state_dir: Path) -> Path:
         return self.failed or state_dir / "failed" / self.tenant
@@ -230,6 +234,8 @@ class SftpAccountConfig(_Section):
     quota: ByteSize = ByteSize(4 * 1024 * 1024 * 1024)
     # Allow SHA-1/CBC algorithms for this account's scanner (see sftp.legacy_algorithms).
     legacy_algorithms: bool = False
+    # Batch scans this scanner sends are split into documents (as watch[].split).
+    split: SourceSplit = None
 
     @field_validator("password_hash")
     @classmethod
@@ -380,6 +386,7 @@ class WorkerConfig(_Section):
     timeouts: dict[str, Annotated[float, Field(gt=0, le=86400)]] = Field(
         default_factory=lambda: {
             str(JobKind.analyze_document): 1800.0,
+            str(JobKind.split_batch): 1800.0,
             str(JobKind.purge_document): 600.0,
             str(JobKind.provision_tenant): 600.0,
             str(JobKind.delete_tenant): 3600.0,
@@ -535,6 +542,12 @@ class Config(_Section):
     # Operator notifications (ingestd/config/notify.py): the mail relay and the sinks.
     smtp: SmtpConfig | None = None
     notify: list[NotifySink] = Field(default_factory=list)
+    # A tenant's default split policy for its sources without a split of their own.
+    split: dict[TenantName, SplitPolicy] = Field(default_factory=dict)
+
+    def split_policy(self, tenant: str, source: SourceSplit) -> SplitPolicy | None:
+        """The split policy for a file of ``tenant`` from a source set to ``source``."""
+        return effective(source, self.split.get(tenant))
 
     @model_validator(mode="after")
     def _notify_sinks(self) -> Config:

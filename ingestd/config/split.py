@@ -31,7 +31,7 @@ from __future__ import annotations
 import enum
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Discriminator, Field, Tag, field_validator, model_validator
 
 from ingestd.config.rules import REGEX_ERRORS, ConfigModel, compile_user_regex
 
@@ -122,10 +122,34 @@ class SplitPolicy(ConfigModel):
             raise ValueError("asn_prefix must not also be a separator")
         return self
 
+    def as_payload(self) -> dict[str, object]:
+        """The policy as the split-batch job carries it (JSON; read back with
+        ``model_validate``)."""
+        return self.model_dump(mode="json")
+
+
+def _split_kind(value: object) -> str | None:
+    if value is False:
+        return "off"
+    if isinstance(value, dict | SplitPolicy):
+        return "policy"
+    return None  # reported with the message below
+
 
 # A source's ``split``: a policy of its own, ``false`` for none (overriding the tenant's
-# default), or absent (the tenant's default, if any).
-SourceSplit = SplitPolicy | Literal[False] | None
+# default), or absent (the tenant's default, if any). A discriminator, not a plain union:
+# a mistake inside the table is reported once, under its own key.
+SourceSplit = (
+    Annotated[
+        Annotated[SplitPolicy, Tag("policy")] | Annotated[Literal[False], Tag("off")],
+        Discriminator(
+            _split_kind,
+            custom_error_type="split_kind",
+            custom_error_message="must be a table (a split policy) or false",
+        ),
+    ]
+    | None
+)
 
 
 def effective(source: SourceSplit, tenant_default: SplitPolicy | None) -> SplitPolicy | None:

@@ -30,6 +30,8 @@ TIFF = FileType("tiff", "image/tiff", "tif")
 JPEG = FileType("jpeg", "image/jpeg", "jpg")
 PNG = FileType("png", "image/png", "png")
 ARCHIVABLE = {t.name: t for t in (PDF, TIFF, JPEG, PNG)}
+# What may hold several documents (a batch scan); a single JPEG or PNG never does.
+BATCH_TYPES = frozenset({PDF, TIFF})
 
 # (offset, magic, name): formats we recognise to refuse them by name. Order matters only
 # where one magic is a prefix of another.

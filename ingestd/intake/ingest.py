@@ -203,13 +203,22 @@ class Intake:
                     )
                     dup_id = int(dup["id"]) if dup else None
                     return self._duplicate(item, disposal, log, archived.sha256, dup_id)
+                if item.split is not None and ftype in filetypes.BATCH_TYPES:
+                    # A batch is analysed only through its children: its one job splits
+                    # it (tenant-fair, under the job's limits), with the policy of the
+                    # moment it arrived, so a retry or a reload cannot change the cut.
+                    kind = JobKind.split_batch
+                    payload = {"document_id": doc["id"], "policy": item.split.as_payload()}
+                else:
+                    kind = JobKind.analyze_document
+                    payload = {"document_id": doc["id"], "force": False}
                 job_id = enqueue(
                     tx,
                     tenant_id=tenant_id,
                     document_id=int(doc["id"]),
-                    kind=JobKind.analyze_document,
+                    kind=kind,
                     derive_title=info.placeholder,
-                    payload={"document_id": doc["id"], "force": False},
+                    payload=payload,
                     trace=item.trace,
                 )
                 # Folder names become tags: cut to the column's 100 characters, or a long
@@ -247,6 +256,7 @@ class Intake:
             title=info.title,
             issued=_iso(info.issued),
             derive_title=info.placeholder,
+            job_kind=str(kind),
             archive_path=archived.relpath,
             reused_archive_file=archived.reused,
         )

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ingestd.config.split import SplitPolicy
 from ingestd.errors import ExitCode, IngestdError
 
 MAX_TAG_LENGTH = 100  # tags.name CHECK in 0002_tags.sql
@@ -56,6 +57,9 @@ class IntakeItem:
     owned: bool = False
     # The correlation id the file arrived with (the SFTP spool id); one is made if None.
     trace: str | None = None
+    # Its source's split policy: a PDF or TIFF is then a batch, split by a split-batch
+    # job into documents (None: one document, analysed as it is).
+    split: SplitPolicy | None = None
 
     @property
     def name(self) -> str:

@@ -7,6 +7,9 @@ import enum
 
 class JobKind(enum.StrEnum):
     analyze_document = "analyze-document"
+    # A batch scan (a source with a split policy): its children are made, each with its
+    # own analyze-document job; the batch itself stays archived as the parent.
+    split_batch = "split-batch"
     purge_document = "purge-document"
     provision_tenant = "provision-tenant"
     delete_tenant = "delete-tenant"

@@ -77,6 +77,7 @@ class Kind:
 REGISTRY: dict[str, Kind] = {}
 BUILTIN_MODULES = (
     "worker.jobs.analyze",
+    "worker.jobs.split",
     "worker.jobs.tenants",
     "worker.jobs.purge",
     "worker.jobs.deliveries",

@@ -89,10 +89,14 @@ SELECT t.name FROM document_tags dt JOIN tags t ON t.id = dt.tag_id
 WHERE dt.document_id = %(document_id)s ORDER BY t.name;
 
 -- name: documents_list
+-- parts: how many children a split batch has; part_of/position: a child's parent.
 SELECT d.id, t.name AS tenant, d.title, d.issued_date, d.original_filename, d.source,
-       d.processing_status, d.size_bytes, d.created_at,
+       d.processing_status, d.size_bytes, d.created_at, d.asn,
        coalesce((SELECT array_agg(g.name ORDER BY g.name) FROM document_tags dt
-                 JOIN tags g ON g.id = dt.tag_id WHERE dt.document_id = d.id), '{}') AS tags
+                 JOIN tags g ON g.id = dt.tag_id WHERE dt.document_id = d.id), '{}') AS tags,
+       (SELECT count(*) FROM document_parts p WHERE p.parent_id = d.id) AS parts,
+       (SELECT min(p.parent_id) FROM document_parts p WHERE p.child_id = d.id) AS part_of,
+       (SELECT min(p.position) FROM document_parts p WHERE p.child_id = d.id) AS position
 FROM documents d JOIN tenants t ON t.id = d.tenant_id
 WHERE (%(tenant)s::text IS NULL OR t.name = %(tenant)s)
 ORDER BY d.id DESC
@@ -561,3 +565,104 @@ SET processing_status = 'done',
 WHERE id = %(id)s AND tenant_id = %(tenant_id)s AND processing_status = 'attention'
 RETURNING id;
 
+
+-- ===================================================================== batch split (0009)
+-- name: split_parent
+-- The batch a split-batch job cuts, with what its children inherit.
+SELECT d.id, d.tenant_id, d.sha256, d.size_bytes, d.archive_path, d.original_filename,
+       d.title, d.mime_type, d.source, d.source_subdir, d.trace_id, d.created_at,
+       coalesce((SELECT array_agg(g.name ORDER BY g.name) FROM document_tags dt
+                 JOIN tags g ON g.id = dt.tag_id
+                 WHERE dt.document_id = d.id AND dt.origin = 'intake'), '{}') AS intake_tags
+FROM documents d WHERE d.id = %(id)s AND d.tenant_id = %(tenant_id)s;
+
+-- name: asn_owners
+-- Which of these ASNs other documents of the tenant already carry.
+SELECT id, asn FROM documents
+WHERE tenant_id = %(tenant_id)s AND asn = ANY(%(asns)s::bigint[]) AND id <> %(parent_id)s
+ORDER BY asn;
+
+-- name: document_insert_child
+-- A child of a batch; ON CONFLICT: the tenant already has these exact bytes (that
+-- document becomes the part, and is not analysed again).
+INSERT INTO documents (tenant_id, sha256, size_bytes, mime_type, extension,
+                       original_filename, source, source_subdir, archive_path,
+                       title, processing_status, trace_id, asn)
+VALUES (%(tenant_id)s, %(sha256)s, %(size_bytes)s, 'application/pdf', 'pdf',
+        %(original_filename)s, %(source)s, %(source_subdir)s, %(archive_path)s,
+        %(title)s, 'queued', %(trace_id)s, %(asn)s)
+ON CONFLICT ON CONSTRAINT documents_tenant_sha256_key DO NOTHING
+RETURNING id;
+
+-- name: document_by_sha256_any
+SELECT id FROM documents WHERE tenant_id = %(tenant_id)s AND sha256 = %(sha256)s;
+
+-- name: document_part_insert
+INSERT INTO document_parts (parent_id, position, first_page, last_page, child_id, tenant_id)
+VALUES (%(parent_id)s, %(position)s, %(first_page)s, %(last_page)s, %(child_id)s,
+        %(tenant_id)s);
+
+-- name: document_mark_split
+-- After job_done set it 'done' in the same transaction: a split batch says so.
+UPDATE documents SET processing_status = 'split', attention_reason = NULL
+WHERE id = %(id)s AND tenant_id = %(tenant_id)s;
+
+-- name: document_as_whole
+-- A "batch" without a separator is one document: analysed as it is (its analyze job is
+-- queued in the same transaction), with the ASN its pages carry.
+UPDATE documents SET processing_status = 'queued', asn = coalesce(%(asn)s, asn)
+WHERE id = %(id)s AND tenant_id = %(tenant_id)s;
+
+-- name: document_lineage
+-- A document's parent (if it is a child) and its children (if it is a batch).
+SELECT 'parent' AS relation, p.parent_id AS id, p.position, p.first_page, p.last_page,
+       d.title, d.processing_status,
+       (SELECT count(*) FROM document_parts q WHERE q.parent_id = p.parent_id) AS parts
+FROM document_parts p JOIN documents d ON d.id = p.parent_id
+WHERE p.child_id = %(id)s
+UNION ALL
+SELECT 'child', p.child_id, p.position, p.first_page, p.last_page, d.title,
+       d.processing_status,
+       (SELECT count(*) FROM document_parts q WHERE q.parent_id = p.parent_id)
+FROM document_parts p JOIN documents d ON d.id = p.child_id
+WHERE p.parent_id = %(id)s
+ORDER BY relation DESC, position;
+
+-- name: document_show
+SELECT d.id, t.name AS tenant, d.title, d.issued_date, d.original_filename, d.source,
+       d.source_subdir, d.processing_status, d.attention_reason, d.size_bytes, d.sha256,
+       d.archive_path, d.mime_type, d.created_at, d.asn, d.trace_id,
+       c.name AS correspondent, y.name AS document_type,
+       coalesce((SELECT array_agg(g.name ORDER BY g.name) FROM document_tags dt
+                 JOIN tags g ON g.id = dt.tag_id WHERE dt.document_id = d.id), '{}') AS tags
+FROM documents d JOIN tenants t ON t.id = d.tenant_id
+LEFT JOIN correspondents c ON c.id = d.correspondent_id
+LEFT JOIN document_types y ON y.id = d.document_type_id
+WHERE d.id = %(id)s AND (%(tenant)s::text IS NULL OR t.name = %(tenant)s);
+
+-- name: verify_lineage
+-- Lineage problems: a split batch without parts, parts that overlap or run backwards.
+SELECT d.id, 'split batch without children' AS detail
+FROM documents d
+WHERE d.processing_status = 'split'
+  AND NOT EXISTS (SELECT 1 FROM document_parts p WHERE p.parent_id = d.id)
+UNION ALL
+SELECT p.parent_id, format('part %s (pages %s-%s) overlaps part %s (pages %s-%s)',
+                           p.position, p.first_page, p.last_page,
+                           q.position, q.first_page, q.last_page)
+FROM document_parts p JOIN document_parts q
+  ON q.parent_id = p.parent_id AND q.position = p.position + 1
+WHERE q.first_page <= p.last_page
+ORDER BY 1;
+
+-- name: split_state
+-- For `documents split` and `documents analyze`: is it split already, and the policy its
+-- last split-batch job carried (the policy of the moment it arrived).
+SELECT d.id, d.processing_status, d.trace_id, d.original_filename, d.mime_type,
+       (SELECT count(*) FROM document_parts p WHERE p.parent_id = d.id) AS parts,
+       (SELECT j.payload -> 'policy' FROM processing_jobs j
+        WHERE j.document_id = d.id AND j.kind = 'split-batch'
+        ORDER BY j.id DESC LIMIT 1) AS policy,
+       EXISTS (SELECT 1 FROM processing_jobs j WHERE j.document_id = d.id
+               AND j.status IN ('queued', 'processing')) AS busy
+FROM documents d WHERE d.id = %(id)s AND d.tenant_id = %(tenant_id)s;

@@ -95,6 +95,9 @@ class HotFolders:
             Folder(w, Path(os.path.realpath(w.path)), w.failed_dir(state_dir)) for w in config.watch
         ]
         self.observers.desired = {f.key: f for f in folders}
+        # By configured path, re-read on every reload (a folder whose split changed keeps
+        # its observer): the policy is taken with each file, so a reload applies at once.
+        self.split_policies = {w.path: config.split_policy(w.tenant, w.split) for w in config.watch}
 
     def start(self) -> None:
         self.observers.sync()
@@ -161,6 +164,7 @@ class HotFolders:
             subdir=subdir,
             tags=subfolder_tags(folder.cfg.tags, subdir, enabled=folder.cfg.subfolder_tags),
             trace=trace,
+            split=self.split_policies.get(folder.cfg.path),
         )
 
     def _contained(self, folder: Folder, path: Path) -> bool:

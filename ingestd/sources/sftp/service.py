@@ -9,6 +9,7 @@ service starts the cache with the server and stops it with the service.
 from __future__ import annotations
 
 from ingestd.config.settings import Config
+from ingestd.config.split import SplitPolicy
 from ingestd.intake.ingest import Intake
 from ingestd.log import get_logger
 from ingestd.ops.events import EventLog
@@ -46,6 +47,13 @@ class SftpService:
         # None: no tenant check, every login with the right credentials goes in.
         self.tenant_status = tenant_status
         self.loop.housekeeping = self.sweep_abandoned
+        self.loop.split_of = self.split_policy
+
+    def split_policy(self, username: str, tenant: str) -> SplitPolicy | None:
+        """An upload's split policy: its account's, else its tenant's default (an account
+        removed since the upload has none of its own)."""
+        account = self.config.sftp.account(username)
+        return self.config.split_policy(tenant, account.split if account else None)
 
     def sweep_abandoned(self) -> int:
         cfg = self.config.sftp

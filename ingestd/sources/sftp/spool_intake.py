@@ -15,6 +15,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from ingestd.config.split import SplitPolicy
 from ingestd.errors import TenantError
 from ingestd.intake.ingest import Intake
 from ingestd.intake.items import IntakeItem
@@ -54,6 +55,9 @@ class SpoolIntake:
         # Housekeeping the loop runs now and then (the service sets it: abandoned uploads).
         self.housekeeping: Callable[[], object] | None = None
         self.housekeeping_interval = 600.0
+        # The split policy of an upload, by (account, tenant) (the service sets it from
+        # the current config: a reload applies to what is still waiting).
+        self.split_of: Callable[[str, str], SplitPolicy | None] = lambda _a, _t: None
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._loop, name="spool-loop", daemon=True)
@@ -147,6 +151,7 @@ class SpoolIntake:
             tags=tuple(entry.tags),
             owned=True,
             trace=entry.id,
+            split=self.split_of(entry.account, entry.tenant),
         )
 
         def tenant_waiting(exc: TenantError) -> None:

@@ -1,0 +1,442 @@
+"""split-batch end to end: generated scans with real barcodes (zxing-cpp), real pikepdf,
+real Postgres and archive; the worker loop with its job child for the full path, the job's
+handler and applier in this process for the many policy variants."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+import pikepdf
+import pytest
+
+from ingestd.config.split import SplitPolicy, Symbology
+from ingestd.db.database import Database
+from ingestd.demo.batches import (
+    A6,
+    Container,
+    Kind,
+    Look,
+    PrintedCode,
+    Side,
+    letter_lines,
+    write_pdf,
+    write_tiff,
+)
+from ingestd.intake.items import IntakeItem, Outcome
+from ingestd.log import get_logger
+from ingestd.ops.runtime import make_intake
+from ingestd.ops.sdnotify import Notifier
+from ingestd.queue.claims import Queue
+from tests.conftest import Env, run_cli, wait_until
+from worker.jobs import JobContext, NeedsAttention
+from worker.jobs.split import apply_split, split_batch_job
+from worker.runner import Runner
+from worker.split.run import split_batch
+
+WORKER = {"poll_interval": 0.1, "lease_seconds": 30, "retry_base": 0.05, "max_retries": 3}
+ANALYSIS = {"jobs": 1, "thumbnail_width": 200}
+LOOK = Look(size=A6)
+SEP = PrintedCode(Symbology.code39, "PATCHT", module=4, at=(0.5, 0.4))
+
+
+def letter(n: int, page: int = 1, *codes: PrintedCode) -> Side:
+    return Side(Kind.letter, lines=letter_lines(n, page)[:6], codes=codes)
+
+
+def separator(*extra: PrintedCode, code: PrintedCode = SEP) -> Side:
+    return Side(Kind.separator, codes=(code, *extra))
+
+
+def code(text: str, symbology: Symbology = Symbology.code128, **kw: Any) -> PrintedCode:
+    return PrintedCode(symbology, text, **{"module": 4, "at": (0.5, 0.8), **kw})
+
+
+def batch_pdf(path: Path, sides: list[Side]) -> Path:
+    return write_pdf(path, sides, LOOK, seed=len(sides))
+
+
+def _one(db: Database, sql: str, params: dict[str, Any] | None = None) -> Any:
+    with db.transaction() as tx:
+        rows = tx.raw(sql, params)
+    return rows[0] if rows else None
+
+
+def _rows(db: Database, sql: str, params: dict[str, Any] | None = None) -> list[Any]:
+    with db.transaction() as tx:
+        return [dict(r) for r in tx.raw(sql, params)]
+
+
+def _ingest(env: Env, db: Database, path: Path, **kw: Any) -> int:
+    policy = env.config.split_policy("acme", None)
+    item = IntakeItem(path=path, tenant="acme", split=policy, **kw)
+    res = make_intake(env.config, db).ingest(item)
+    assert res.outcome is Outcome.ingested and res.document_id is not None, res
+    return res.document_id
+
+
+def _split_here(env: Env, db: Database) -> str | None:
+    """Claim the queued split-batch job and run its handler and applier in this process;
+    the reason when it needs attention, else None."""
+    queue = Queue(db, env.config.worker, "t-split", env.config.deliveries)
+    job = queue.claim()
+    assert job is not None and job.kind == "split-batch", job
+    ctx = JobContext(job, env.config, db, get_logger())
+    try:
+        split_batch_job(ctx)
+    except NeedsAttention as exc:
+        queue.fail(job, exc.message, permanent=True, attention=True)
+        return exc.message
+    assert queue.done(job, apply_split, ctx.data)
+    return None
+
+
+def _drain(env: Env, db: Database) -> None:
+    for _ in range(10):
+        runner = Runner(
+            env.config,
+            db,
+            config_path=env.config_path,
+            worker_id="w-split",
+            drain=True,
+            notifier=Notifier({}),
+        )
+        assert runner.run(install_signals=False) == 0
+        if not _one(db, "SELECT 1 AS q FROM processing_jobs WHERE status = 'queued'"):
+            return
+        wait_until(
+            lambda: _one(
+                db,
+                "SELECT 1 AS due FROM processing_jobs WHERE status = 'queued' "
+                "AND next_attempt_at <= now()",
+            ),
+            timeout=30,
+        )
+    raise AssertionError("jobs still queued after 10 drains")
+
+
+def _parts(db: Database, parent: int) -> list[dict[str, Any]]:
+    return _rows(
+        db,
+        "SELECT p.position, p.first_page, p.last_page, d.id, d.sha256, d.archive_path, "
+        "d.title, d.asn, d.processing_status, "
+        "coalesce((SELECT array_agg(g.name || ':' || dt.origin ORDER BY g.name) "
+        "FROM document_tags dt JOIN tags g ON g.id = dt.tag_id "
+        "WHERE dt.document_id = d.id), '{}') AS tags, "
+        "(SELECT count(*) FROM processing_jobs j WHERE j.document_id = d.id "
+        " AND j.kind = 'analyze-document') AS analyze_jobs "
+        "FROM document_parts p JOIN documents d ON d.id = p.child_id "
+        "WHERE p.parent_id = %(p)s ORDER BY p.position",
+        {"p": parent},
+    )
+
+
+def _status(db: Database, doc_id: int) -> tuple[str, str | None]:
+    row = _one(
+        db,
+        "SELECT processing_status, attention_reason FROM documents WHERE id = %(id)s",
+        {"id": doc_id},
+    )
+    return row["processing_status"], row["attention_reason"]
+
+
+@pytest.fixture
+def split_env(make_env: Any, db: Database, tenant: str) -> Env:
+    """Tenant acme with a default split policy: PATCHT, ASN codes, TAG: codes."""
+    env: Env = make_env(worker=WORKER, analysis=ANALYSIS)
+    text = env.config_path.read_text()
+    text += (
+        '\n[split.acme]\nasn_prefix = "ASN"\nmax_pages = 6\n'
+        '[[split.acme.tag_barcodes]]\npattern = "TAG:(.+)"\ntag = "{1}"\n'
+    )
+    env.config_path.write_text(text)
+    env.reload()
+    return env
+
+
+def test_a_batch_becomes_children_with_their_own_titles_and_the_batch_stays(
+    split_env: Env, db: Database, tmp_path: Path
+) -> None:
+    """Two separators: three children, each archived with its own SHA-256, its page range,
+    its own analysis and title; the batch is kept unchanged as their parent, 'split'."""
+    sides = [
+        letter(11),
+        letter(11, 2),
+        separator(),
+        letter(12),
+        separator(),
+        letter(13),
+        letter(13, 2),
+    ]
+    path = batch_pdf(tmp_path / "in" / "Scan_0001.pdf", sides)
+    original = hashlib.sha256(path.read_bytes()).hexdigest()
+    parent = _ingest(split_env, db, path)
+    job = _one(db, "SELECT kind FROM processing_jobs WHERE document_id = %(d)s", {"d": parent})
+    assert job["kind"] == "split-batch"  # intake queued the split, not an analysis
+
+    _drain(split_env, db)
+
+    assert _status(db, parent) == ("split", None)
+    parts = _parts(db, parent)
+    assert [(p["first_page"], p["last_page"]) for p in parts] == [(1, 2), (4, 4), (6, 7)]
+    assert len({p["sha256"] for p in parts}) == 3
+    assert all(p["processing_status"] == "done" and p["analyze_jobs"] == 1 for p in parts)
+    titles = [p["title"] for p in parts]
+    assert "Stadtwerke" not in titles[0] or titles[0] != titles[1]
+    assert not any(t.startswith("Scan_0001") for t in titles), titles  # from their own text
+    archive = split_env.config.paths.archive_dir
+    for p, pages in zip(parts, (2, 1, 2), strict=True):
+        child = archive / p["archive_path"]
+        assert hashlib.sha256(child.read_bytes()).hexdigest() == p["sha256"]
+        assert oct(child.stat().st_mode & 0o777) == "0o440"
+        with pikepdf.open(child) as pdf:
+            assert len(pdf.pages) == pages
+    # The batch as dropped is archived and recorded exactly as before the split.
+    row = _one(db, "SELECT archive_path, sha256 FROM documents WHERE id = %(d)s", {"d": parent})
+    assert row["sha256"] == original
+    assert hashlib.sha256((archive / row["archive_path"]).read_bytes()).hexdigest() == original
+
+    verify = run_cli(split_env, "verify", "--json")
+    assert verify.returncode == 0, verify.stdout
+    assert json.loads(verify.stdout)["checked"] == 4
+
+    shown = run_cli(split_env, "documents", "show", str(parent))
+    assert shown.returncode == 0, shown.stderr
+    assert "children:      3" in shown.stdout and "pages 6-7" in shown.stdout
+    child_view = run_cli(split_env, "documents", "show", str(parts[1]["id"]))
+    assert f"document {parent}, part 2 of 3, page 4" in child_view.stdout
+    listing = run_cli(split_env, "documents", "list")
+    assert "3 parts" in listing.stdout and f"{parent}#2" in listing.stdout
+    again = run_cli(split_env, "documents", "analyze", "--tenant", "acme", str(parent))
+    assert again.returncode != 0 and "split into 3 documents" in again.stderr
+
+
+def test_splitting_the_same_batch_again_gives_byte_identical_children(tmp_path: Path) -> None:
+    """Deterministic output: the same batch and policy give the same children's bytes."""
+    sides = [letter(1), separator(), letter(2), letter(2, 2), separator(), letter(3)]
+    path = batch_pdf(tmp_path / "b.pdf", sides)
+    policy = SplitPolicy()
+    runs = []
+    for n in range(2):
+        out = tmp_path / f"out{n}"
+        out.mkdir()
+        outcome = split_batch(path, policy, out)
+        runs.append([hashlib.sha256(c.read_bytes()).hexdigest() for c in outcome.children])
+    assert len(runs[0]) == 3 and runs[0] == runs[1]
+
+
+def test_children_copy_the_page_objects_without_re_encoding(tmp_path: Path) -> None:
+    """A child's page image is the batch's image stream, byte for byte."""
+    path = batch_pdf(tmp_path / "b.pdf", [letter(1), separator(), letter(2)])
+    out = tmp_path / "out"
+    out.mkdir()
+    children = split_batch(path, SplitPolicy(), out).children
+
+    def image_bytes(pdf_path: Path, page: int) -> bytes:
+        with pikepdf.open(pdf_path) as pdf:
+            (image,) = pdf.pages[page].images.values()
+            return bytes(image.read_raw_bytes())
+
+    assert image_bytes(children[0], 0) == image_bytes(path, 0)
+    assert image_bytes(children[1], 0) == image_bytes(path, 2)
+
+
+def test_a_tiff_batch_splits_into_pdf_children(
+    split_env: Env, db: Database, tmp_path: Path
+) -> None:
+    """A multi-page TIFF batch is split too; its children are PDFs."""
+    sides = [letter(1), separator(), letter(2), letter(2, 2)]
+    for container in (Container.tiff_jpeg, Container.tiff_g4):
+        path = write_tiff(tmp_path / f"batch-{container}.tif", sides, LOOK, container=container)
+        parent = _ingest(split_env, db, path)
+        assert _split_here(split_env, db) is None
+        parts = _parts(db, parent)
+        assert [(p["first_page"], p["last_page"]) for p in parts] == [(1, 1), (3, 4)]
+        child = split_env.config.paths.archive_dir / parts[1]["archive_path"]
+        assert child.suffix == ".pdf"
+        with pikepdf.open(child) as pdf:
+            assert len(pdf.pages) == 2
+
+
+def test_a_single_image_is_never_a_batch(split_env: Env, db: Database, tmp_path: Path) -> None:
+    """A JPEG from a source with a split policy is analysed as one document."""
+    from PIL import Image
+
+    path = tmp_path / "photo.jpg"
+    Image.new("L", (200, 200), 255).save(path, "JPEG")
+    doc = _ingest(split_env, db, path)
+    row = _one(db, "SELECT kind FROM processing_jobs WHERE document_id = %(d)s", {"d": doc})
+    assert row["kind"] == "analyze-document"
+
+
+def test_a_batch_without_separator_is_analysed_as_one_document(
+    split_env: Env, db: Database, tmp_path: Path
+) -> None:
+    """No separator: no children; the batch itself gets its analysis (and its ASN)."""
+    path = batch_pdf(tmp_path / "one.pdf", [letter(1, 1, code("ASN00077")), letter(1, 2)])
+    doc = _ingest(split_env, db, path)
+    assert _split_here(split_env, db) is None
+    assert _parts(db, doc) == []
+    row = _one(db, "SELECT asn, processing_status FROM documents WHERE id = %(d)s", {"d": doc})
+    assert (row["asn"], row["processing_status"]) == (77, "queued")
+    kinds = _rows(
+        db,
+        "SELECT kind, status FROM processing_jobs WHERE document_id = %(d)s ORDER BY id",
+        {"d": doc},
+    )
+    assert kinds == [
+        {"kind": "split-batch", "status": "done"},
+        {"kind": "analyze-document", "status": "queued"},
+    ]
+
+
+def test_max_pages_flags_the_batch_and_split_max_pages_cuts_it(
+    split_env: Env, db: Database, tmp_path: Path
+) -> None:
+    """A child longer than max_pages: attention with the reason, nothing split or lost;
+    `documents split --max-pages` then cuts it."""
+    sides = [letter(1, p) for p in range(1, 9)] + [separator(), letter(2)]
+    path = batch_pdf(tmp_path / "long.pdf", sides)
+    parent = _ingest(split_env, db, path)
+    reason = _split_here(split_env, db)
+    assert reason is not None and "pages 1-8" in reason and "max_pages 6" in reason
+    status, why = _status(db, parent)
+    assert status == "attention" and "separator sheet may be missing" in str(why)
+    assert _parts(db, parent) == []
+    listed = run_cli(split_env, "documents", "attention")
+    assert "max_pages 6" in listed.stdout
+
+    out = run_cli(
+        split_env, "documents", "split", "--tenant", "acme", "--max-pages", "8", str(parent)
+    )
+    assert out.returncode == 0, out.stderr
+    assert _split_here(split_env, db) is None
+    assert [(p["first_page"], p["last_page"]) for p in _parts(db, parent)] == [(1, 8), (10, 10)]
+    again = run_cli(split_env, "documents", "split", "--tenant", "acme", str(parent))
+    assert again.returncode != 0 and "already split into 2" in again.stderr
+
+
+def test_asn_and_tag_barcodes_set_the_childs_serial_number_and_tags(
+    split_env: Env, db: Database, tmp_path: Path
+) -> None:
+    """ASN00042 numbers its child; TAG:Rechnung tags it (origin barcode); the batch's
+    folder tags go to every child."""
+    sides = [
+        letter(1, 1, code("ASN00042")),
+        separator(),
+        letter(2, 1, code("TAG:Rechnung", Symbology.qr, module=6)),
+    ]
+    path = batch_pdf(tmp_path / "tagged.pdf", sides)
+    parent = _ingest(split_env, db, path, tags=("Posteingang",))
+    assert _split_here(split_env, db) is None
+    parts = _parts(db, parent)
+    assert [p["asn"] for p in parts] == [42, None]
+    assert parts[0]["tags"] == ["Posteingang:intake"]
+    assert parts[1]["tags"] == ["Posteingang:intake", "Rechnung:barcode"]
+
+
+def test_a_duplicate_asn_is_a_clear_refusal_and_nothing_is_lost(
+    split_env: Env, db: Database, tmp_path: Path
+) -> None:
+    """An ASN another document has: the batch needs attention naming ASN and document."""
+    first = batch_pdf(tmp_path / "a.pdf", [letter(1, 1, code("ASN5")), separator(), letter(2)])
+    second = batch_pdf(tmp_path / "b.pdf", [letter(3), separator(), letter(4, 1, code("ASN5"))])
+    _ingest(split_env, db, first)
+    assert _split_here(split_env, db) is None
+    owner = _one(db, "SELECT id FROM documents WHERE asn = 5")["id"]
+    parent = _ingest(split_env, db, second)
+    reason = _split_here(split_env, db)
+    assert reason is not None and f"ASN 5 on page 3 is already document {owner}'s" in reason
+    assert _status(db, parent)[0] == "attention"
+    row = _one(db, "SELECT archive_path FROM documents WHERE id = %(d)s", {"d": parent})
+    assert (split_env.config.paths.archive_dir / row["archive_path"]).exists()
+
+
+def test_a_source_with_split_false_overrides_the_tenant_default(
+    make_env: Any, db: Database, tenant: str, tmp_path: Path
+) -> None:
+    """watch.split = false: that folder's files are single documents; others inherit."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    env: Env = make_env(
+        watch=[
+            {"path": str(a), "tenant": "acme", "split": False},
+            {"path": str(b), "tenant": "acme"},
+        ]
+    )
+    text = env.config_path.read_text() + "\n[split.acme]\nmax_pages = 9\n"
+    env.config_path.write_text(text)
+    cfg = env.reload()
+    off, inherits = cfg.watch
+    assert cfg.split_policy("acme", off.split) is None
+    policy = cfg.split_policy("acme", inherits.split)
+    assert policy is not None and policy.max_pages == 9
+
+
+CRASH_SIDES = [letter(1), separator(), letter(2), letter(2, 2), separator(), letter(3)]
+
+
+@pytest.mark.parametrize(
+    ("point", "worker_dies"),
+    [
+        ("split_after_children", False),  # the job's child: children written, nothing archived
+        ("split_after_archive", True),  # the worker: a child linked into the archive, no row
+        ("split_before_commit", True),  # the worker: every row written, never committed
+    ],
+)
+def test_sigkill_at_each_step_of_a_split_ends_with_the_same_children_once(
+    split_env: Env, db: Database, tmp_path: Path, point: str, worker_dies: bool
+) -> None:
+    """A real worker SIGKILLed at each step of a split, then the job again: exactly the
+    children a clean split makes (same bytes), once each; the archive verifies clean."""
+    path = batch_pdf(tmp_path / "in" / "crash.pdf", CRASH_SIDES)
+    clean = tmp_path / "clean"
+    clean.mkdir()
+    expected = [
+        hashlib.sha256(c.read_bytes()).hexdigest()
+        for c in split_batch(path, split_env.config.split["acme"], clean).children
+    ]
+    parent = _ingest(split_env, db, path)
+    # A retry an hour away: the crashed run's drain stops instead of trying again.
+    text = split_env.config_path.read_text().replace("retry_base = 0.05", "retry_base = 3600")
+    split_env.config_path.write_text(text + "\n[metrics]\nenabled = false\n")
+    crashed = run_cli(
+        split_env,
+        "worker",
+        "--drain",
+        "--worker-id",
+        "crash",
+        extra_env={"INGESTD_CRASHPOINT": point},
+    )
+    if worker_dies:
+        assert crashed.returncode == -9, crashed.stderr[-2000:]
+        with db.transaction() as tx:
+            tx.raw(
+                "UPDATE processing_jobs SET lease_expires_at = now() - interval '1 s' "
+                "WHERE document_id = %(d)s",
+                {"d": parent},
+            )
+        Queue(db, split_env.config.worker, "rescuer").rescue()
+    else:
+        assert crashed.returncode == 0, crashed.stderr[-2000:]
+    assert _parts(db, parent) == []
+    with db.transaction() as tx:
+        tx.raw(
+            "UPDATE processing_jobs SET next_attempt_at = now() WHERE document_id = %(d)s",
+            {"d": parent},
+        )
+
+    assert _split_here(split_env, db) is None
+
+    parts = _parts(db, parent)
+    assert [p["sha256"] for p in parts] == expected
+    count = _one(db, "SELECT count(*) AS n FROM documents")["n"]
+    assert count == 1 + len(expected)
+    verify = run_cli(split_env, "verify", "--json")
+    assert verify.returncode == 0, verify.stdout
+    assert not (split_env.config.paths.derived_dir / ".split").exists() or not any(
+        (split_env.config.paths.derived_dir / ".split").iterdir()
+    )
