@@ -127,7 +127,9 @@ def daemon_demo(hot: Path, scan: Any, port: int) -> None:
             part = hot / "Vertrag Hausmeisterdienst.pdf.part"
             part.rename(part.with_suffix(""))
             print("  renamed Vertrag Hausmeisterdienst.pdf.part -> .pdf (upload finished)")
+            stapel = drop_batch(hot.parent / "stapel")
             _wait(lambda: not list(hot.rglob("*.pdf")) or _only_ignored(hot), 60)
+            _wait(lambda: not stapel.exists(), 60)
             _wait(lambda: not any((DEMO / "spool" / "queue").glob("*.data")), 60)
             workers_demo()
         finally:
@@ -139,6 +141,39 @@ def daemon_demo(hot: Path, scan: Any, port: int) -> None:
         print(f"  refused -> {note.relative_to(DEMO)}:")
         for line in note.read_text().splitlines():
             print(f"      {line}")
+
+
+def drop_batch(folder: Path) -> Path:
+    """A batch scan: three letters with a PATCH-T separator sheet between each two (and
+    an ASN sticker on the second letter), as one PDF of JPEG pages."""
+    from ingestd.config.split import Symbology
+    from ingestd.demo.batches import A6, Kind, Look, PrintedCode, Side, letter_lines, write_pdf
+
+    sep = Side(Kind.separator, codes=(PrintedCode(Symbology.code39, "PATCHT", module=4),))
+    asn = PrintedCode(Symbology.code128, "ASN00042", module=3, at=(0.75, 0.9))
+    sides = [
+        Side(Kind.letter, lines=letter_lines(1)[:7]),
+        Side(Kind.letter, lines=letter_lines(1, 2)[:7]),
+        sep,
+        Side(Kind.letter, lines=letter_lines(2)[:7], codes=(asn,)),
+        sep,
+        Side(Kind.letter, lines=letter_lines(3)[:7]),
+    ]
+    path = write_pdf(folder / "Stapel_0001.pdf", sides, Look(size=A6))
+    print(f"  dropped stapel/{path.name} (a batch: 6 pages, 2 separator sheets)")
+    return path
+
+
+def batch_demo() -> None:
+    """The batch and its children: each letter a document with its own title."""
+    from ingestd.config.load import load_config
+    from ingestd.ops.runtime import open_database
+
+    config = load_config(DEMO / "ingestd.toml")
+    with open_database(config) as db, db.transaction() as tx:
+        rows = tx.raw("SELECT id FROM documents WHERE processing_status = 'split' ORDER BY id")
+    for r in rows:
+        sh("documents", "show", str(r["id"]))
 
 
 def _only_ignored(hot: Path) -> bool:
@@ -271,6 +306,7 @@ def main() -> None:
             p.chmod(p.stat().st_mode | 0o001)
     hot = DEMO / "hot" / "acme"
     hot.mkdir(parents=True)
+    (DEMO / "hot" / "stapel").mkdir()
     port = _free_port()
     secret = DEMO / "webhook.secret"
     secret.write_bytes(os.urandom(24).hex().encode())
@@ -309,6 +345,10 @@ def main() -> None:
         "[hotfolders]\nstable_seconds = 1.0\n\n"
         '[[watch]]\npath = "hot/acme"\ntenant = "acme"\ntags = ["Eingang"]\n'
         'subfolder_tags = true\nfailed = "failed/acme"\n\n'
+        "# Batch scans: the feeder's stack of letters as one PDF, split on PATCH-T sheets.\n"
+        '[[watch]]\npath = "hot/stapel"\ntenant = "acme"\ntags = ["Stapel"]\n'
+        'failed = "failed/stapel"\n[watch.split]\nseparators = ["PATCHT"]\n'
+        'asn_prefix = "ASN"\n\n'
         f'[sftp]\nlisten = "127.0.0.1:{port}"\n\n'
         '[[sftp.accounts]]\nusername = "scanner-2og"\ntenant = "acme"\n'
         f'password_hash = "{hashed}"\nauthorized_keys = ["{pubkey}"]\n'
@@ -369,6 +409,7 @@ def main() -> None:
     daemon_demo(hot, scan, port)
     hook_server.shutdown()
     analysis_demo()
+    batch_demo()
     sh("search", "--tenant", "acme", "Kündigung")
     sh("tenant", "list")
     sh("documents", "list")
