@@ -24,8 +24,12 @@ from ingestd.config.rules import REGEX_TIMEOUT, compile_user_regex
 from ingestd.config.split import ASN_DIGITS, SplitMode, SplitPolicy
 from worker.split.marks import Code, PageScan
 
-
 _FIELD = regex.compile(r"\{(\d)\}")
+
+
+def _expand(template: str, m: regex.Match[str]) -> str:
+    """A tag template filled from a code's match: {0} the code, {1}.. its groups."""
+    return _FIELD.sub(lambda f: m.group(int(f.group(1))) or "", template)
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,8 +95,7 @@ class _Reader:
         for pattern, template in self.tags:
             m = pattern.fullmatch(code.text, timeout=REGEX_TIMEOUT)
             if m:
-                # {0} the whole code, {1}.. its groups; other braces are literal.
-                tag = _FIELD.sub(lambda f: m.group(int(f.group(1))) or "", template)
+                tag = _expand(template, m)
                 tag = tag.strip()[:100]
                 return tag or None
         return None
