@@ -81,6 +81,11 @@ def _split_here(env: Env, db: Database) -> str | None:
     """Claim the queued split-batch job and run its handler and applier in this process;
     the reason when it needs attention, else None."""
     queue = Queue(db, env.config.worker, "t-split", env.config.deliveries)
+    with db.transaction() as tx:  # children's analyses (OCR) are not these tests' business
+        tx.raw(
+            "UPDATE processing_jobs SET next_attempt_at = now() + interval '1 day' "
+            "WHERE status = 'queued' AND kind <> 'split-batch'"
+        )
     job = queue.claim()
     assert job is not None and job.kind == "split-batch", job
     ctx = JobContext(job, env.config, db, get_logger())
@@ -184,8 +189,10 @@ def test_a_batch_becomes_children_with_their_own_titles_and_the_batch_stays(
     assert len({p["sha256"] for p in parts}) == 3
     assert all(p["processing_status"] == "done" and p["analyze_jobs"] == 1 for p in parts)
     titles = [p["title"] for p in parts]
-    assert "Stadtwerke" not in titles[0] or titles[0] != titles[1]
-    assert not any(t.startswith("Scan_0001") for t in titles), titles  # from their own text
+    # Each from its own first page (letters 12 and 13 are from these senders), none the
+    # placeholder "Scan_0001 (n/3)" any more.
+    assert titles[1:] == ["Allgemeine Versicherung AG", "Finanzamt Musterstadt"], titles
+    assert len(set(titles)) == 3 and not any(t.startswith("Scan_0001") for t in titles)
     archive = split_env.config.paths.archive_dir
     for p, pages in zip(parts, (2, 1, 2), strict=True):
         child = archive / p["archive_path"]
@@ -236,7 +243,7 @@ def test_children_copy_the_page_objects_without_re_encoding(tmp_path: Path) -> N
 
     def image_bytes(pdf_path: Path, page: int) -> bytes:
         with pikepdf.open(pdf_path) as pdf:
-            (image,) = pdf.pages[page].images.values()
+            (image,) = pdf.pages[page].get_images().values()
             return bytes(image.read_raw_bytes())
 
     assert image_bytes(children[0], 0) == image_bytes(path, 0)
@@ -248,10 +255,13 @@ def test_a_tiff_batch_splits_into_pdf_children(
 ) -> None:
     """A multi-page TIFF batch is split too; its children are PDFs."""
     sides = [letter(1), separator(), letter(2), letter(2, 2)]
-    for container in (Container.tiff_jpeg, Container.tiff_g4):
-        path = write_tiff(tmp_path / f"batch-{container}.tif", sides, LOOK, container=container)
-        parent = _ingest(split_env, db, path)
+    parents = [
+        _ingest(split_env, db, write_tiff(tmp_path / f"b-{c}.tif", sides, LOOK, container=c))
+        for c in (Container.tiff_jpeg, Container.tiff_g4)
+    ]
+    for _ in parents:
         assert _split_here(split_env, db) is None
+    for parent in parents:
         parts = _parts(db, parent)
         assert [(p["first_page"], p["last_page"]) for p in parts] == [(1, 1), (3, 4)]
         child = split_env.config.paths.archive_dir / parts[1]["archive_path"]

@@ -161,11 +161,15 @@ def _result(
     job = ctx.job
     stem = Path(str(doc["original_filename"])).stem or "batch"
     total = len(files)
-    children = tuple(
-        _child(n, part, path, str(doc["title"]), stem, total)
-        for n, (part, path) in enumerate(zip(plan.parts, files, strict=True), start=1)
-    )
     whole = plan.parts[0] if plan.whole else None
+    children = (
+        ()
+        if whole
+        else tuple(
+            _child(n, part, path, str(doc["title"]), stem, total)
+            for n, (part, path) in enumerate(zip(plan.parts, files, strict=True), start=1)
+        )
+    )
     return SplitResult(
         parent_id=int(doc["id"]),
         tenant=job.tenant,
