@@ -152,12 +152,12 @@ def drop_batch(folder: Path) -> Path:
     sep = Side(Kind.separator, codes=(PrintedCode(Symbology.code39, "PATCHT", module=4),))
     asn = PrintedCode(Symbology.code128, "ASN00042", module=3, at=(0.75, 0.9))
     sides = [
-        Side(Kind.letter, lines=letter_lines(1)[:7]),
-        Side(Kind.letter, lines=letter_lines(1, 2)[:7]),
+        Side(Kind.letter, lines=letter_lines(2)[:7]),
+        Side(Kind.letter, lines=letter_lines(2, 2)[:7]),
         sep,
-        Side(Kind.letter, lines=letter_lines(2)[:7], codes=(asn,)),
+        Side(Kind.letter, lines=letter_lines(3)[:7], codes=(asn,)),
         sep,
-        Side(Kind.letter, lines=letter_lines(3)[:7]),
+        Side(Kind.letter, lines=letter_lines(4)[:7]),
     ]
     path = write_pdf(folder / "Stapel_0001.pdf", sides, Look(size=A6))
     print(f"  dropped stapel/{path.name} (a batch: 6 pages, 2 separator sheets)")

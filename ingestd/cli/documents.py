@@ -270,9 +270,10 @@ def cmd_documents_show(args: argparse.Namespace) -> int:
     if children:
         print(f"{'children:':<15}{len(children)}")
         for c in children:
+            asn = f"ASN {c['asn']}" if c["asn"] is not None else ""
             print(
                 f"  {c['position']:>3}. document {c['id']:<6} {pages(c):<14} "
-                f"{c['processing_status']:<10} {shown(c['title'])}"
+                f"{c['processing_status']:<10} {asn:<10} {shown(c['title'])}"
             )
     return ExitCode.ok
 

@@ -616,13 +616,13 @@ WHERE id = %(id)s AND tenant_id = %(tenant_id)s;
 -- name: document_lineage
 -- A document's parent (if it is a child) and its children (if it is a batch).
 SELECT 'parent' AS relation, p.parent_id AS id, p.position, p.first_page, p.last_page,
-       d.title, d.processing_status,
+       d.title, d.processing_status, d.asn,
        (SELECT count(*) FROM document_parts q WHERE q.parent_id = p.parent_id) AS parts
 FROM document_parts p JOIN documents d ON d.id = p.parent_id
 WHERE p.child_id = %(id)s
 UNION ALL
 SELECT 'child', p.child_id, p.position, p.first_page, p.last_page, d.title,
-       d.processing_status,
+       d.processing_status, d.asn,
        (SELECT count(*) FROM document_parts q WHERE q.parent_id = p.parent_id)
 FROM document_parts p JOIN documents d ON d.id = p.child_id
 WHERE p.parent_id = %(id)s
