@@ -26,6 +26,9 @@ with a higher ``--max-pages``, or ``documents analyze`` to take it as one docume
 from __future__ import annotations
 
 import os
+import resource
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -92,6 +95,24 @@ class SplitResult:
         return not self.children
 
 
+@contextmanager
+def address_space_limit(limit: int) -> Iterator[None]:
+    """The job child's own address space capped at ``limit`` bytes while the block runs
+    (the OCR programs get the same cap through prlimit): a page that decodes to
+    gigabytes raises MemoryError here instead of pushing the machine into swap. Only the
+    soft limit moves, so it is put back afterwards for the child's next job."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    cap = limit if hard == resource.RLIM_INFINITY else min(limit, hard)
+    if soft != resource.RLIM_INFINITY and soft <= cap:
+        yield
+        return
+    resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+
 def work_dir_of(derived: Path, job_id: int) -> Path:
     return derived / WORK_DIR / f"job-{job_id}"
 
@@ -118,9 +139,17 @@ def split_batch_job(ctx: JobContext) -> None:
     remove_tree(work)  # what an interrupted attempt left
     work.mkdir(parents=True, mode=0o750)
     try:
+        limit = cfg.analysis.memory_limit_bytes()
         with make_archive(cfg).reading(str(doc["archive_path"])) as original:
             verify_original(original, doc)
-            outcome = split_batch(original, policy, work)
+            try:
+                with address_space_limit(limit):
+                    outcome = split_batch(original, policy, work)
+            except MemoryError:
+                raise NeedsAttention(
+                    f"batch not split: reading its pages needs more than analysis.memory_limit "
+                    f"({limit // (1 << 20)} MiB)"
+                ) from None
         plan = outcome.plan
         if plan.attention is not None:
             raise NeedsAttention(f"batch not split: {plan.attention}")
