@@ -24,6 +24,7 @@ from structlog.typing import FilteringBoundLogger
 from ingestd.errors import DatabaseUnavailable
 from ingestd.ops import metrics
 from ingestd.queue.claims import Job, Queue
+from ingestd.queue.kinds import JobKind
 from worker.jobs import Kind
 from worker.outcomes import Done, Ended, Ending, JobStatus, Result, describe, elapsed, limit_rule
 
@@ -125,6 +126,9 @@ def _record_done(
         observe(job, Observed.done, t0)
         if done.summary.get("ocr"):
             metrics.OCR_PAGES.labels(job.tenant).inc(int(done.summary.get("pages") or 0))
+        if job.kind == JobKind.split_batch:
+            metrics.SPLIT_PAGES.labels(job.tenant).inc(int(done.summary.get("pages") or 0))
+            metrics.SPLIT_CHILDREN.labels(job.tenant).inc(int(done.summary.get("children") or 0))
     else:
         jl.warning(
             "job.lost",

@@ -112,6 +112,16 @@ OCR_PAGES = Counter(
     "Pages OCRed by analyze-document (a retry that reuses saved text adds none)",
     ["tenant"],
 )
+SPLIT_PAGES = Counter(
+    "ingestd_split_pages_total",
+    "Pages of batch scans read by split-batch",
+    ["tenant"],
+)
+SPLIT_CHILDREN = Counter(
+    "ingestd_split_children_total",
+    "Documents split out of batch scans (a batch without separator adds none)",
+    ["tenant"],
+)
 BUILD = Info(
     "ingestd_build",
     "Versions of ingestd, Python and the libraries that decide behaviour (ocrmypdf: empty "
