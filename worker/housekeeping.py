@@ -12,12 +12,13 @@ from typing import Any
 
 from structlog.typing import FilteringBoundLogger
 
+from ingestd.archive.store import remove_tree
 from ingestd.config.settings import Config
 from ingestd.db.database import Database
 from ingestd.errors import DatabaseError
 from ingestd.ops import metrics
 from ingestd.queue.claims import Queue
-from worker.jobs import notify
+from worker.jobs import notify, split
 from worker.outcomes import JobStatus
 
 PRUNE_MAX_BATCHES = 20  # batches of one prune pass
@@ -65,6 +66,29 @@ def prune(queue: Queue, config: Config, log: FilteringBoundLogger) -> None:
             break
     if total:
         log.info("worker.pruned", jobs=total, older_than_s=config.worker.prune_after)
+    sweep_split_work(queue.db, config, log)
+
+
+def sweep_split_work(db: Database, config: Config, log: FilteringBoundLogger) -> int:
+    """Remove split-batch work directories whose job is no longer queued or running (a
+    lost attempt whose job then failed for good leaves its children's work files)."""
+    root = config.paths.derived_dir / split.WORK_DIR
+    try:
+        found = {int(p.name.removeprefix("job-")): p for p in root.glob("job-*")}
+    except (OSError, ValueError):
+        return 0
+    if not found:
+        return 0
+    with db.transaction() as tx:
+        live = {int(r["id"]) for r in tx.all("jobs_live", {"ids": sorted(found)})}
+    removed = 0
+    for job_id, path in found.items():
+        if job_id not in live:
+            remove_tree(path)
+            removed += 1
+    if removed:
+        log.info("worker.split_work_removed", directories=removed)
+    return removed
 
 
 def queue_counts(db: Database) -> tuple[int, int]:

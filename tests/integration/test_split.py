@@ -453,3 +453,22 @@ def test_sigkill_at_each_step_of_a_split_ends_with_the_same_children_once(
     assert not (split_env.config.paths.derived_dir / ".split").exists() or not any(
         (split_env.config.paths.derived_dir / ".split").iterdir()
     )
+
+
+def test_work_files_of_jobs_that_ended_are_swept(
+    split_env: Env, db: Database, tmp_path: Path
+) -> None:
+    """Housekeeping removes a split work directory whose job ended, keeps a live one's."""
+    from worker.housekeeping import sweep_split_work
+    from worker.jobs.split import work_dir_of
+
+    path = batch_pdf(tmp_path / "b.pdf", [letter(1), separator(), letter(2)])
+    parent = _ingest(split_env, db, path)
+    job = _one(db, "SELECT id FROM processing_jobs WHERE document_id = %(d)s", {"d": parent})
+    live = work_dir_of(split_env.config.paths.derived_dir, int(job["id"]))
+    gone = work_dir_of(split_env.config.paths.derived_dir, 999_999)
+    for d in (live, gone):
+        d.mkdir(parents=True)
+        (d / "part-0001.pdf").write_bytes(b"%PDF-1.7\n")
+    assert sweep_split_work(db, split_env.config, get_logger()) == 1
+    assert live.exists() and not gone.exists()

@@ -666,3 +666,8 @@ SELECT d.id, d.processing_status, d.trace_id, d.original_filename, d.mime_type,
        EXISTS (SELECT 1 FROM processing_jobs j WHERE j.document_id = d.id
                AND j.status IN ('queued', 'processing')) AS busy
 FROM documents d WHERE d.id = %(id)s AND d.tenant_id = %(tenant_id)s;
+
+-- name: jobs_live
+-- Which of these jobs are still queued or running (their work files are in use).
+SELECT id FROM processing_jobs
+WHERE id = ANY(%(ids)s::bigint[]) AND status IN ('queued', 'processing');
