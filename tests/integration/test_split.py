@@ -25,13 +25,14 @@ from ingestd.demo.batches import (
     write_pdf,
     write_tiff,
 )
+from ingestd.errors import IngestdError
 from ingestd.intake.items import IntakeItem, Outcome
 from ingestd.log import get_logger
 from ingestd.ops.runtime import make_intake
 from ingestd.ops.sdnotify import Notifier
 from ingestd.queue.claims import Queue
 from tests.conftest import Env, run_cli, wait_until
-from worker.jobs import JobContext, NeedsAttention
+from worker.jobs import JobContext
 from worker.jobs.split import apply_split, split_batch_job
 from worker.runner import Runner
 from worker.split.run import split_batch
@@ -91,7 +92,9 @@ def _split_here(env: Env, db: Database) -> str | None:
     ctx = JobContext(job, env.config, db, get_logger())
     try:
         split_batch_job(ctx)
-    except NeedsAttention as exc:
+    except IngestdError as exc:
+        if not exc.attention:  # only what the job child records as needing attention
+            raise
         queue.fail(job, exc.message, permanent=True, attention=True)
         return exc.message
     assert queue.done(job, apply_split, ctx.data)
@@ -472,3 +475,22 @@ def test_work_files_of_jobs_that_ended_are_swept(
         (d / "part-0001.pdf").write_bytes(b"%PDF-1.7\n")
     assert sweep_split_work(db, split_env.config, get_logger()) == 1
     assert live.exists() and not gone.exists()
+
+
+def test_an_unreadable_batch_needs_attention_and_stays_archived(
+    split_env: Env, db: Database, tmp_path: Path
+) -> None:
+    """An encrypted or truncated batch: attention with the reason, the file kept."""
+    from tests.fixtures.scans import encrypted_pdf, truncated_pdf
+
+    bad = [
+        _ingest(split_env, db, encrypted_pdf(tmp_path / "locked.pdf")),
+        _ingest(split_env, db, truncated_pdf(tmp_path / "cut.pdf")),
+    ]
+    reasons = [_split_here(split_env, db), _split_here(split_env, db)]
+    assert "encrypted" in str(reasons[0]), reasons
+    assert reasons[1], reasons
+    for doc in bad:
+        assert _status(db, doc)[0] == "attention"
+    verify = run_cli(split_env, "verify")
+    assert verify.returncode == 0, verify.stdout
