@@ -41,7 +41,7 @@ DPI = scans.DPI
 A4 = scans.A4
 A6 = scans.A6
 # Bump when the pictures change: cached batches of an older generator are not reused.
-GENERATOR_VERSION = 1
+GENERATOR_VERSION = 2
 
 PAPER = 244  # off-white paper as a scanner sees it
 TONER = 28  # black toner is never 0
@@ -208,8 +208,12 @@ def code_image(code: PrintedCode) -> Image.Image:
 
 def _print_code(page: Image.Image, code: PrintedCode) -> None:
     img = code_image(code)
+    # Centred on ``at``, but kept on the sheet (inside a printer's 4 mm margin).
+    margin = DPI * 4 // 25
     x = int(code.at[0] * page.width - img.width / 2)
     y = int(code.at[1] * page.height - img.height / 2)
+    x = max(margin, min(x, page.width - margin - img.width))
+    y = max(margin, min(y, page.height - margin - img.height))
     # Printed with its quiet zone: a code's clear space is part of its label.
     page.paste(img.point(lambda v: code.ink if v < 128 else PAPER), (x, y))
 
@@ -258,9 +262,11 @@ class Scanner:
         page = page.point(self._tone)
         if side.ghost:
             _ghost(page, rng)
+        # Dust before the codes: a speck on a small code's finder makes it unreadable to
+        # any reader, which would test the dust, not the reader.
+        _specks(page, rng)
         for code in side.codes:
             _print_code(page, code)
-        _specks(page, rng)
         if side.upside_down:
             page = page.transpose(Image.Transpose.ROTATE_180)
         if side.skew:
