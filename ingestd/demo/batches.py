@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
+import pikepdf
 import zxingcpp
 from PIL import Image, ImageChops, ImageDraw
 
@@ -361,6 +362,56 @@ def write_pdf(path: Path, sides: Sequence[Side], look: Look = Look(), seed: int 
     return path
 
 
+def born_digital_pdf(path: Path, pages: Sequence[Sequence[PrintedCode]], title: str = "") -> Path:
+    """A born-digital PDF (no images): each page a line of Helvetica text and its codes
+    drawn as vector rectangles, as an office program prints a cover sheet to PDF."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pdf = pikepdf.new()
+    font = pdf.make_indirect(
+        pikepdf.Dictionary(
+            Type=pikepdf.Name.Font, Subtype=pikepdf.Name.Type1, BaseFont=pikepdf.Name.Helvetica
+        )
+    )
+    width, height = 595, 842  # A4 in points
+    for codes in pages:
+        ops = [b"BT /F1 14 Tf 72 780 Td (%s) Tj ET" % (title or "Trennblatt").encode("latin-1")]
+        ops.append(b"0 g")
+        for code in codes:
+            bars = code_image(dataclasses.replace(code, module=1, turn=0, height=0))
+            unit = code.module * 72 / DPI  # one module in points
+            if code.symbology in _LINEAR and code.height:
+                bars = bars.resize((bars.width, max(1, code.height // code.module)))
+            x0 = code.at[0] * width - bars.width * unit / 2
+            y0 = (1 - code.at[1]) * height + bars.height * unit / 2
+            data = bars.tobytes()
+            for row in range(bars.height):
+                line = data[row * bars.width : (row + 1) * bars.width]
+                col = 0
+                while col < bars.width:
+                    if line[col] < 128:
+                        end = col
+                        while end < bars.width and line[end] < 128:
+                            end += 1
+                        ops.append(
+                            b"%.3f %.3f %.3f %.3f re f"
+                            % (x0 + col * unit, y0 - (row + 1) * unit, (end - col) * unit, unit)
+                        )
+                        col = end
+                    else:
+                        col += 1
+        page = pikepdf.Page(
+            pikepdf.Dictionary(
+                Type=pikepdf.Name.Page,
+                MediaBox=[0, 0, width, height],
+                Resources=pikepdf.Dictionary(Font=pikepdf.Dictionary(F1=font)),
+                Contents=pdf.make_stream(b"\n".join(ops)),
+            )
+        )
+        pdf.pages.append(page)
+    pdf.save(path, deterministic_id=True)
+    return path
+
+
 def _bitonal(img: Image.Image) -> Image.Image:
     # A bitonal scanner's threshold sits between weak ink and paper: weak codes survive.
     return img.convert("L").point(lambda v: 255 if v > (WEAK_INK + PAPER) // 2 else 0, "1")
@@ -613,6 +664,7 @@ __all__ = [
     "Scanner",
     "Side",
     "batch",
+    "born_digital_pdf",
     "cached_batch",
     "code_image",
     "compose",
