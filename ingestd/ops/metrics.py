@@ -113,9 +113,7 @@ OCR_PAGES = Counter(
     ["tenant"],
 )
 SPLIT_PAGES = Counter(
-    "ingestd_split_pages_total",
-    "Pages of batch scans read by split-batch",
-    ["tenant"],
+    "ingestd_split_pages_total", "Pages of batch scans read by split-batch", ["tenant"]
 )
 SPLIT_CHILDREN = Counter(
     "ingestd_split_children_total",

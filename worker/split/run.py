@@ -10,8 +10,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ingestd.config.split import SplitPolicy
-from worker.split import children, scan
+from worker.split import children
 from worker.split.plan import Plan, plan
+from worker.split.scan import page_count, scan_pages
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,8 +25,8 @@ class SplitOutcome:
 
 def split_batch(path: Path, policy: SplitPolicy, out_dir: Path) -> SplitOutcome:
     """Split the batch at ``path`` by ``policy``, writing its children into ``out_dir``."""
-    count = scan.page_count(path)
-    pages = list(scan.scan_pages(path, policy.symbologies))
+    count = page_count(path)
+    pages = list(scan_pages(path, policy.symbologies))
     decided = plan(pages, policy, count)
     if decided.attention is not None or decided.whole:
         return SplitOutcome(decided)
