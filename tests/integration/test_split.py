@@ -494,3 +494,93 @@ def test_an_unreadable_batch_needs_attention_and_stays_archived(
         assert _status(db, doc)[0] == "attention"
     verify = run_cli(split_env, "verify")
     assert verify.returncode == 0, verify.stdout
+
+
+BLANK = Side(Kind.blank)
+
+
+def _ranges(path: Path, tmp_path: Path, **policy: Any) -> list[tuple[int, int]]:
+    out = tmp_path / f"out-{len(list(tmp_path.iterdir()))}"
+    out.mkdir()
+    plan = split_batch(path, SplitPolicy.model_validate(policy), out).plan
+    assert plan.attention is None, plan.attention
+    return [(p.first + 1, p.last + 1) for p in plan.parts]
+
+
+@pytest.mark.parametrize(
+    "symbology", [Symbology.code39, Symbology.code128, Symbology.qr, Symbology.datamatrix]
+)
+def test_separator_sheets_of_each_symbology_split_real_scans(
+    tmp_path: Path, symbology: Symbology
+) -> None:
+    """A PATCHT separator printed as Code 39, Code 128, QR or DataMatrix splits alike;
+    a policy reading only other symbologies does not see it."""
+    sep = separator(code=PrintedCode(symbology, "PATCHT", module=5, at=(0.5, 0.4)))
+    path = batch_pdf(tmp_path / "b.pdf", [letter(1), sep, letter(2)])
+    assert _ranges(path, tmp_path) == [(1, 1), (3, 3)]
+    others = [s for s in Symbology if s is not symbology]
+    assert _ranges(path, tmp_path, symbologies=others) == [(1, 3)]
+
+
+def test_keep_or_drop_the_separator_page_on_real_scans(tmp_path: Path) -> None:
+    """Dropped by default; with keep_separator the sheet leads the next child."""
+    path = batch_pdf(tmp_path / "b.pdf", [letter(1), separator(), letter(2), letter(2, 2)])
+    assert _ranges(path, tmp_path) == [(1, 1), (3, 4)]
+    assert _ranges(path, tmp_path, keep_separator=True) == [(1, 1), (2, 4)]
+
+
+def test_duplex_separator_printed_on_the_back_takes_its_sheet(tmp_path: Path) -> None:
+    """duplex: a separator on a sheet's back side drops the (blank) front with it."""
+    sides = [letter(1), BLANK, BLANK, separator(), letter(2), letter(2, 2)]
+    path = batch_pdf(tmp_path / "b.pdf", sides)
+    assert _ranges(path, tmp_path, duplex=True) == [(1, 2), (5, 6)]
+
+
+def test_blank_sheets_separate_real_scans_when_asked(tmp_path: Path) -> None:
+    """blank_sheets: a scanned blank page (noise, dust) separates; a letter never does."""
+    path = batch_pdf(tmp_path / "b.pdf", [letter(1), BLANK, letter(2), letter(3)])
+    assert _ranges(path, tmp_path, blank_sheets=True) == [(1, 1), (3, 4)]
+    assert _ranges(path, tmp_path) == [(1, 4)]
+
+
+def test_barcode_change_mode_on_real_scans(tmp_path: Path) -> None:
+    """barcode-change: a new document number on a page starts a child; the unrelated
+    invoice code of a letter does not (change_regex)."""
+    sides = [
+        letter(1, 1, code("DOC-0001")),
+        letter(1, 2, code("INV-77", at=(0.5, 0.6))),
+        letter(2, 1, code("DOC-0002")),
+        letter(3, 1, code("DOC-0003")),
+        letter(3, 2),
+    ]
+    path = batch_pdf(tmp_path / "b.pdf", sides)
+    assert _ranges(path, tmp_path, mode="barcode-change", change_regex="DOC-[0-9]+") == [
+        (1, 2),
+        (3, 3),
+        (4, 5),
+    ]
+
+
+def test_verify_finds_an_altered_child_and_broken_lineage(
+    split_env: Env, db: Database, tmp_path: Path
+) -> None:
+    """verify re-hashes children like any document and reports a split batch whose
+    lineage rows are gone."""
+    path = batch_pdf(tmp_path / "b.pdf", [letter(1), separator(), letter(2)])
+    parent = _ingest(split_env, db, path)
+    assert _split_here(split_env, db) is None
+    child = _parts(db, parent)[1]
+    target = split_env.config.paths.archive_dir / child["archive_path"]
+    target.chmod(0o640)
+    with target.open("r+b") as fh:  # one byte, same size: only the hash can tell
+        fh.seek(100)
+        byte = fh.read(1)
+        fh.seek(100)
+        fh.write(bytes([byte[0] ^ 1]))
+    target.chmod(0o440)
+    with db.transaction() as tx:
+        tx.raw("DELETE FROM document_parts WHERE parent_id = %(p)s", {"p": parent})
+    verify = run_cli(split_env, "verify", "--json")
+    assert verify.returncode == 5
+    problems = {(p["kind"], p["document_id"]) for p in json.loads(verify.stdout)["problems"]}
+    assert problems == {("altered", child["id"]), ("lineage", parent)}
