@@ -246,6 +246,18 @@ def test_scanned_pages_are_taken_from_the_pdf_not_rendered(batch: Path) -> None:
     assert sources == {Source.jpeg}
 
 
+def test_a_page_with_inherited_resources_is_still_its_scan_image(tmp_path: Path) -> None:
+    """Resources on the page tree instead of the page (PDF allows it): still the JPEG."""
+    path = write_pdf(tmp_path / "one.pdf", [sheet(code(C39, "PATCHT", 3))], LOOK)
+    moved = tmp_path / "inherited.pdf"
+    with pikepdf.open(path) as pdf:
+        pdf.Root.Pages.Resources = pdf.pages[0].obj.Resources
+        del pdf.pages[0].obj["/Resources"]
+        pdf.save(moved)
+    assert [p.source for p in pageimages.page_images(moved)] == [Source.jpeg]
+    assert [texts(s) for s in scan_pages(moved, ALL)] == [["PATCHT"]]
+
+
 def test_a_page_is_decoded_at_full_size_only_when_a_region_needs_it(batch: Path) -> None:
     """The tiering: a blank page and a big code are read at half size alone; a small
     code's region makes the full-size picture for its crop."""

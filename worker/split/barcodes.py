@@ -34,7 +34,7 @@ import zxingcpp
 from PIL import Image
 
 from ingestd.config.split import Symbology
-from worker.split.candidates import Blocks, Region, Shape, regions
+from worker.split.candidates import Blocks, Region, Shape, survey
 from worker.split.marks import Code
 from worker.split.pageimages import PageImage
 
@@ -146,14 +146,16 @@ def read_page(
     linear = _formats(s for s in symbologies if s in LINEAR)
     matrix = _formats(s for s in symbologies if s not in LINEAR)
     half = page.half
+    seen = survey(blocks)
     found: list[Found] = []
     if linear is not None:
         found += _read(_view(half), linear, rotate=False, scale=2)
-        turned = _view(half.transpose(Image.Transpose.ROTATE_90))
-        found += _read(turned, linear, rotate=False, scale=2, transposed=True)
-    if matrix is not None:
+        if seen.sideways:
+            turned = _view(half.transpose(Image.Transpose.ROTATE_90))
+            found += _read(turned, linear, rotate=False, scale=2, transposed=True)
+    if matrix is not None and seen.squares:
         found += _read(_view(half), matrix, rotate=True, downscale=True, scale=2)
-    todo = [r for r in regions(blocks) if _wanted(r, linear, matrix)]
+    todo = [r for r in seen.regions if _wanted(r, linear, matrix)]
     todo = [r for r in todo if not _explained(_doubled(r.box), found)]
     if len(todo) > MAX_CROPS:
         found += _read(_view(page.full()), every, rotate=True, downscale=True)

@@ -21,10 +21,14 @@ Long thin regions are a skewed sheet's edges or rules, never a code, and are dro
 from __future__ import annotations
 
 import enum
+import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from PIL import Image, ImageChops
+
+from worker.split.ink import MARGIN_X, MARGIN_Y
 
 BLOCK = 8  # half-resolution pixels per block side
 MIN_CHANGE = 5  # mean brightness change per pixel: sensor noise and JPEG stay near 1-2
@@ -60,6 +64,17 @@ class Region:
 
     box: tuple[int, int, int, int]  # left, top, right, bottom
     shape: Shape
+
+
+@dataclass(frozen=True, slots=True)
+class Survey:
+    """What the texture test saw on a page."""
+
+    regions: tuple[Region, ...]  # largest first
+    # Some field of horizontal bars, of any size: a sideways 1D code may be there.
+    sideways: bool
+    # Some squarish field of change both ways, of any size: a 2D code may be there.
+    squares: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,11 +115,11 @@ def _times(factor: int) -> list[int]:
     return [min(255, v * factor) for v in range(256)]
 
 
-def regions(b: Blocks) -> list[Region]:
-    """The regions that may hold a code, largest first."""
+def survey(b: Blocks) -> Survey:
+    """The regions of the page that may hold a code, and what may be anywhere."""
     gw, gh = b.ink.size
     if gw < 2 or gh < 2:
-        return []
+        return Survey((), sideways=False, squares=False)
     x, y = b.change_x, b.change_y
     xb, yb = x.tobytes(), y.tobytes()
     changing_x, changing_y = x.point(_at_least(MIN_CHANGE)), y.point(_at_least(MIN_CHANGE))
@@ -117,15 +132,37 @@ def regions(b: Blocks) -> list[Region]:
         b.ink.point(_at_least(1)), ImageChops.lighter(changing_x, changing_y)
     )
     found: list[tuple[int, Region]] = []
+    any_sideways = any_squares = False
+    in_margin = _margins(gw, gh)
     for mask, shape in ((bars, Shape.bars), (sideways, Shape.bars_sideways)):
         for c in _components(mask, xb, yb):
+            if in_margin(c):
+                continue
             if _bars_like(c, sideways=shape is Shape.bars_sideways):
                 found.append(_region(c, shape))
+            if shape is Shape.bars_sideways and c.cells >= BARS_MIN_BLOCKS:
+                # The wide bars of a large code leave fragments that fail the shape
+                # test; they still say "read this page's columns".
+                any_sideways = True
     for c in _components(structured, xb, yb):
-        if _matrix_like(c):
-            found.append(_region(c, Shape.matrix))
+        if not in_margin(c) and _squarish(c) and _both_ways(c):
+            any_squares = True
+            if _matrix_like(c):
+                found.append(_region(c, Shape.matrix))
     found.sort(key=lambda f: -f[0])
-    return [r for _, r in found]
+    return Survey(tuple(r for _, r in found), sideways=any_sideways, squares=any_squares)
+
+
+def _margins(gw: int, gh: int) -> Callable[[_Component], bool]:
+    """Whether a region lies in the band along the page's edges where a skewed sheet's
+    edge runs (up to 3.7 % of the width in from the sides, 1.9 % of the height from top
+    and bottom at 3°), and no printer puts a code."""
+    mx, my = math.ceil(gw * MARGIN_X), math.ceil(gh * MARGIN_Y)
+
+    def inside(c: _Component) -> bool:
+        return c.right <= mx or c.left >= gw - mx or c.bottom <= my or c.top >= gh - my
+
+    return inside
 
 
 def _region(c: _Component, shape: Shape) -> tuple[int, Region]:
@@ -143,15 +180,20 @@ def _bars_like(c: _Component, sideways: bool) -> bool:
     return along <= BARS_MAX_ELONGATION * across and 2 * c.cells >= across * along
 
 
-def _matrix_like(c: _Component) -> bool:
-    wide, tall = c.right - c.left, c.bottom - c.top
-    if min(wide, tall) < 2 or max(wide, tall) > MATRIX_MAX_BLOCKS:
-        return False
+def _squarish(c: _Component) -> bool:
     # Square up to skew and the block grid's slack (a 2 x 2 code may cover 3 x 2).
-    if max(wide, tall) > 1.5 * min(wide, tall) + 1:
-        return False
-    # Bars are found above; a field of change both ways is what a matrix code is.
+    wide, tall = c.right - c.left, c.bottom - c.top
+    return min(wide, tall) >= 2 and max(wide, tall) <= 1.5 * min(wide, tall) + 1
+
+
+def _both_ways(c: _Component) -> bool:
+    # Bars are found apart; a field of change both ways is what a matrix code is.
     return c.change_x < BARS_RATIO * c.change_y and c.change_y < BARS_RATIO * c.change_x
+
+
+def _matrix_like(c: _Component) -> bool:
+    """A region to read: of a small code's size (larger ones the half-size pass reads)."""
+    return max(c.right - c.left, c.bottom - c.top) <= MATRIX_MAX_BLOCKS
 
 
 def _components(mask: Image.Image, dx: bytes, dy: bytes) -> list[_Component]:
@@ -217,4 +259,4 @@ def _components(mask: Image.Image, dx: bytes, dy: bytes) -> list[_Component]:
     return list(comps.values())
 
 
-__all__ = ["BLOCK", "Blocks", "Region", "Shape", "blocks", "regions"]
+__all__ = ["BLOCK", "Blocks", "Region", "Shape", "Survey", "blocks", "survey"]

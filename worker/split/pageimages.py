@@ -156,9 +156,6 @@ def _pdf_pages(path: Path) -> Iterator[PageImage]:
             yield PageImage.of(index, Source.render, renderer.render(index))
 
 
-_DECODE_ERRORS = (pikepdf.PdfError, NotImplementedError, ValueError, OSError, SyntaxError)
-
-
 def _embedded(index: int, page: pikepdf.Page) -> PageImage | None:
     """The page's one image, decoded, when drawing that image is all the page does."""
     found = _single_image(page)
@@ -172,8 +169,10 @@ def _embedded(index: int, page: pikepdf.Page) -> PageImage | None:
         if _plain_jpeg(xobject):
             return _jpeg_page(index, xobject.read_raw_bytes(), dpi, mirrored)
         image = _gray(pikepdf.PdfImage(xobject).as_pil_image(), dpi)
-    except _DECODE_ERRORS:
-        return None  # pdfium may still manage (and says so if it cannot)
+    except Exception:
+        # Anything pikepdf or Pillow cannot decode (JBIG2 without jbig2dec, an odd colour
+        # space, a damaged stream) is pdfium's to render, which says so if it cannot.
+        return None
     return PageImage.of(index, Source.image, _unmirrored(image, mirrored))
 
 
@@ -183,7 +182,7 @@ def _unmirrored(image: Image.Image, mirrored: bool) -> Image.Image:
 
 
 def _single_image(page: pikepdf.Page) -> tuple[pikepdf.Stream, bool] | None:
-    resources = page.obj.get("/Resources")
+    resources = _inherited(page.obj, "/Resources")
     if not isinstance(resources, pikepdf.Dictionary) or "/Font" in resources:
         return None
     xobjects = resources.get("/XObject")
@@ -231,12 +230,26 @@ def _single_image(page: pikepdf.Page) -> tuple[pikepdf.Stream, bool] | None:
     return drawn, mirrored
 
 
+def _inherited(page: pikepdf.Object, key: str) -> object:
+    """A page's attribute, or the nearest page tree node's that has it (PDF 7.7.3.4)."""
+    node: pikepdf.Object | None = page
+    for _ in range(32):  # a page tree deeper than this is a loop
+        if not isinstance(node, pikepdf.Dictionary):
+            return None
+        if key in node:
+            return node.get(key)
+        node = node.get("/Parent")
+    return None
+
+
 def _page_dpi(page: pikepdf.Page, xobject: pikepdf.Stream) -> float:
-    """The image's resolution as drawn across the page's width (scanners fill the page)."""
+    """The image's resolution as drawn over the page (scanners fill the page); by the
+    longer sides, so that a page turned by /Rotate or a landscape scan agree."""
     try:
         box = [float(v) for v in page.mediabox]
-        width_in = abs(box[2] - box[0]) / 72
-        return int(xobject.get("/Width", 0)) / width_in if width_in > 0 else DPI
+        longer_in = max(abs(box[2] - box[0]), abs(box[3] - box[1])) / 72
+        longer_px = max(int(xobject.get("/Width", 0)), int(xobject.get("/Height", 0)))
+        return longer_px / longer_in if longer_in > 0 else DPI
     except (TypeError, ValueError, IndexError):
         return DPI
 
