@@ -1,28 +1,36 @@
-"""Every barcode on a page, read in tiers so that most pages cost little and none is missed.
+"""Every barcode on a page, read in tiers: most pages cost a half-size decode and a few
+cheap passes; full resolution only for the crops of regions that need it.
 
-zxing-cpp's cost is in its 2D detectors and in its options (``try_rotate`` reads
-columns as well as rows, ``try_invert`` reads everything twice, ``try_downscale`` adds
-a pyramid), not in scanning rows for 1D codes. Measured on a 300 dpi A4 page
-(2480 x 3508): rows for Code 39 and 128 at full resolution ~6 ms; all four symbologies
-at half resolution with rotation and the pyramid ~12 ms; all four at full resolution
-with rotation ~50 ms, with every default option (the paperless way, also every other
-symbology) ~330-740 ms. So:
+Where the time goes (300 dpi A4, 2480 x 3508, on the 2-core machine the bench ran on):
+decoding the page's JPEG at full size ~22 ms, at half size ~19 (libjpeg scales in the
+DCT, but the entropy decoding is the same); zxing-cpp with every default option on the
+full page (the paperless way) 190-740 ms, all four symbologies at full size with
+rotation ~50 ms; at half size the rows for Code 39/128 ~2 ms, the 2D detectors with
+rotation and the pyramid ~7 ms. zxing converts a Pillow image before reading it (3-5 ms
+for a full page); it is handed a buffer instead.
 
-1. **rows** at full resolution, 1D symbologies only, no options: reads upright and
-   upside-down 1D codes down to 2 px narrow bars (0.17 mm), weak ones included (zxing
-   binarizes locally), skewed by a few degrees (a row still crosses every bar);
-2. **half** resolution, every symbology asked for, with rotation and the pyramid: QR
-   codes from 3 px modules, DataMatrix from 4 px (rotation is what reads an upside-down
-   DataMatrix), sideways 1D codes from 4 px bars, large codes of any size;
-3. **regions** (``candidates``) that look like a code but hold none of the codes read
-   so far: full resolution on the region's crop, with rotation and the pyramid. This is
-   what reads the small ones the half-resolution pass cannot: DataMatrix with 2-3 px
-   modules, QR with 2 px, sideways 1D codes with 2-3 px bars. A crop is small, so even
-   the many false regions a page of text makes (words) cost little; past ``MAX_CROPS`` a
-   page is read whole at full resolution instead (bounded either way).
+Tier 1, every page, at half size (~150 dpi):
 
-Inverted codes (light on dark) are not read: separator sheets, ASN and tag labels are
-printed dark on light.
+- **rows**, 1D symbologies, no options: upright and upside-down 1D codes from 4 px
+  narrow bars (at 300 dpi), skewed by a few degrees (a row still crosses every bar);
+- **turned rows** (the page turned by 90°), when the texture shows sideways bars;
+- **matrix**, the 2D detectors with rotation (it is what reads an upside-down
+  DataMatrix) and the pyramid (huge modules), when the texture shows squarish fields:
+  QR codes from 3 px modules, DataMatrix from 4 px.
+
+Tier 2, the regions ``candidates`` finds that no code read so far explains:
+
+- **bars**: the crop at full resolution (the page's JPEG decoded once more, at full
+  size), with rotation and the pyramid: 1D codes down to 2 px bars (0.17 mm), faint
+  ones down to ~30 levels below the paper;
+- **matrix**: the crop from the full-size picture if the page has one already, else the
+  half-size crop enlarged twice (bicubic): DataMatrix and QR from 3 px modules (0.25 mm;
+  GS1's smallest Data Matrix X-dimension is 0.255 mm). Words make such regions too; a
+  crop costs a fraction of a millisecond.
+
+Past ``MAX_CROPS`` regions the whole page is read at full resolution (bounded either way).
+Not read: 2D codes with modules under 3 px (at the scanner's resolution limit), inverted
+codes (light on dark: separator sheets, ASN and tag labels are printed dark on light).
 """
 
 from __future__ import annotations

@@ -15,7 +15,11 @@ pixels. Three kinds of region come out:
   (QR, DataMatrix). Text makes such regions too (short words, numbers): the test is
   meant to say "maybe", zxing on the region's crop says what it is.
 
-Long thin regions are a skewed sheet's edges or rules, never a code, and are dropped.
+Long thin regions are rules or edges, never a code, and are dropped; nothing in the band
+along the page's edges counts (a skewed sheet's edge runs there, no printer puts a code
+there). The survey also says whether the page has any field of sideways bars or any
+squarish field at all, whatever its size: without them the half-size passes for
+sideways 1D codes and for 2D codes have nothing to find and are skipped.
 """
 
 from __future__ import annotations

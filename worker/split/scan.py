@@ -1,12 +1,11 @@
 """Read every page of a batch: its barcodes and how much of it is ink.
 
 One page at a time (``pageimages`` yields a page's picture, this reads it and lets it
-go), so memory does not grow with the batch. Per page: the picture near 300 dpi (the
-embedded scan image: scanned pages are never rendered), its half-size version (one
-Pillow ``reduce``), that one's ink mask and block averages (``candidates``), the ink
-percentage from those, and the codes (``barcodes``: full-resolution rows for 1D codes,
-half resolution for the rest, full resolution on the crops of regions that look like a
-code and were not read yet).
+go), so memory does not grow with the batch. Per page: the picture at half size (a
+scanned page's JPEG decoded at half size by libjpeg; scanned pages are never rendered),
+the paper's tone, the ink mask and its block averages (``candidates``), the ink
+percentage from those, and the codes (``barcodes``: half-size passes, then the crops of
+regions that look like a code and hold none read so far, at full size when they need it).
 """
 
 from __future__ import annotations
