@@ -50,6 +50,7 @@ bench: venv
 	$(BIN)/python bench/intake.py
 	$(BIN)/python bench/sftp.py
 	$(BIN)/python bench/queue.py
+	$(BIN)/python bench/split.py
 
 # The Debian package: $(DIST)/ingestd_<version>_<arch>.deb (packaging/build-deb.sh says how).
 DIST ?= dist

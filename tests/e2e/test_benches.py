@@ -20,6 +20,7 @@ SMALL = {
     "queue": ["--small", "--rounds", "1", "--no-pgqueuer"],
     "sftp": ["--small"],
     "ocr": ["--pages", "1", "--rounds", "1"],
+    "split": ["--pages", "12", "--rounds", "1"],
 }
 
 
