@@ -102,7 +102,9 @@ class SplitPolicy(ConfigModel):
     duplex: bool = False
     blank_sheets: bool = False
     # Percent of the page (margins excluded) that is ink, below which a side is blank.
-    blank_threshold: Annotated[float, Field(gt=0, le=20)] = 0.3
+    # Measured on 300 dpi A4: a scanned blank sheet (noise, dust, show-through) <= 0.004,
+    # a page number alone 0.03, one line of text 0.16, a letter 2.6.
+    blank_threshold: Annotated[float, Field(gt=0, le=20)] = 0.1
     max_pages: Annotated[int, Field(ge=1, le=100_000)] = 100
     asn_prefix: Annotated[str, Field(min_length=1, max_length=20)] | None = None
     tag_barcodes: list[TagBarcode] = Field(default_factory=list)

@@ -210,10 +210,10 @@ def test_pages_without_codes_report_none(scanned: dict[str, PageScan]) -> None:
 def test_blank_pages_measure_far_below_the_threshold_and_text_far_above(
     scanned: dict[str, PageScan],
 ) -> None:
-    """Noise, dust and show-through stay under a tenth of the blank threshold; a letter
-    is far above it."""
+    """Noise, dust and show-through stay under a quarter of the blank threshold (on A6,
+    where a speck is four times the share of an A4 page's); a letter is far above it."""
     for name in ("blank", "nearly blank", "duplex front blank"):
-        assert scanned[name].ink < BLANK / 10, (name, scanned[name].ink)
+        assert scanned[name].ink < BLANK / 4, (name, scanned[name].ink)
     assert scanned["one line"].ink > BLANK, scanned["one line"].ink
     assert scanned["letter"].ink > 10 * BLANK, scanned["letter"].ink
 

@@ -50,13 +50,14 @@ def write_children(pdf: Path, parts: Sequence[Part], out_dir: Path) -> list[Path
     """One PDF per part in ``out_dir`` (``part-0001.pdf`` ...). Not fsynced: they are
     work files; the archive copies each one and syncs its copy."""
     written: list[Path] = []
-    with pikepdf.open(pdf) as src:
-        for n, part in enumerate(parts, start=1):
-            dest = out_dir / f"part-{n:04d}.pdf"
-            child = pikepdf.new()
+    for n, part in enumerate(parts, start=1):
+        dest = out_dir / f"part-{n:04d}.pdf"
+        # The batch is opened anew for each child: qpdf keeps what it has read of a source
+        # open, so one source for every child grows to the whole batch in memory (280 MB
+        # for a 246 MB batch, 38 MB this way; reopening costs ~30 ms a child).
+        with pikepdf.open(pdf) as src, pikepdf.new() as child:
             child.pages.extend(src.pages[part.first : part.last + 1])
             # deterministic_id: the trailer /ID from the content, not from the clock.
             child.save(dest, deterministic_id=True, min_version=src.pdf_version)
-            child.close()
-            written.append(dest)
+        written.append(dest)
     return written
