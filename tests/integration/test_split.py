@@ -584,3 +584,17 @@ def test_verify_finds_an_altered_child_and_broken_lineage(
     assert verify.returncode == 5
     problems = {(p["kind"], p["document_id"]) for p in json.loads(verify.stdout)["problems"]}
     assert problems == {("altered", child["id"]), ("lineage", parent)}
+
+
+def test_a_batch_past_analysis_max_pages_is_not_read(
+    make_env: Any, db: Database, tenant: str, tmp_path: Path
+) -> None:
+    """More pages than analysis.max_pages: attention before any page is read."""
+    env: Env = make_env(worker=WORKER, analysis={**ANALYSIS, "max_pages": 3})
+    env.config_path.write_text(env.config_path.read_text() + "\n[split.acme]\n")
+    env.reload()
+    path = batch_pdf(tmp_path / "long.pdf", [letter(1, p) for p in range(1, 5)])
+    doc = _ingest(env, db, path)
+    reason = _split_here(env, db)
+    assert reason is not None and "4 pages, more than analysis.max_pages (3)" in reason
+    assert _status(db, doc)[0] == "attention"

@@ -48,6 +48,7 @@ from worker.jobs import JobContext, NeedsAttention, PermanentError, register
 from worker.jobs.analyze import verify_original
 from worker.split.plan import Part, Plan
 from worker.split.run import split_batch
+from worker.split.scan import page_count
 
 WORK_DIR = ".split"
 
@@ -142,6 +143,12 @@ def split_batch_job(ctx: JobContext) -> None:
         limit = cfg.analysis.memory_limit_bytes()
         with make_archive(cfg).reading(str(doc["archive_path"])) as original:
             verify_original(original, doc)
+            pages = page_count(original)
+            if pages > cfg.analysis.max_pages:  # a page-count bomb: hours of reading
+                raise NeedsAttention(
+                    f"batch not split: it has {pages} pages, more than analysis.max_pages "
+                    f"({cfg.analysis.max_pages})"
+                )
             try:
                 with address_space_limit(limit):
                     outcome = split_batch(original, policy, work)
