@@ -17,12 +17,11 @@ import pytest
 from ingestd.db.database import Database
 from ingestd.intake.items import IntakeItem, Outcome
 from ingestd.ops.runtime import make_intake
-from ingestd.ops.sdnotify import Notifier
 from ingestd.queue.enqueue import enqueue
 from ingestd.sources.hotfolders import HotFolders
 from tests.conftest import Env, run_cli, wait_until
+from tests.fixtures.drain import drain
 from tests.fixtures.scans import encrypted_pdf, image_pdf, truncated_pdf
-from worker.runner import Runner
 from worker.webhooks import verify_signature
 
 WORKER = {"poll_interval": 0.1, "lease_seconds": 30, "retry_base": 0.05, "max_retries": 3}
@@ -78,29 +77,7 @@ def _rows(db: Database, sql: str, params: dict[str, Any] | None = None) -> list[
 
 
 def _drain(env: Env, db: Database) -> None:
-    """Run the worker loop here until no job is queued (--drain stops while a retry waits
-    for its time, so drain again; bounded)."""
-    for _ in range(10):
-        runner = Runner(
-            env.config,
-            db,
-            config_path=env.config_path,
-            worker_id="w-analyze",
-            drain=True,
-            notifier=Notifier({}),
-        )
-        assert runner.run(install_signals=False) == 0
-        if not _one(db, "SELECT 1 AS q FROM processing_jobs WHERE status = 'queued'"):
-            return
-        wait_until(
-            lambda: _one(
-                db,
-                "SELECT 1 AS due FROM processing_jobs WHERE status = "
-                "'queued' AND next_attempt_at <= now()",
-            ),
-            timeout=30,
-        )
-    raise AssertionError("jobs still queued after 10 drains")
+    drain(env, db, "w-analyze")
 
 
 def _ingest(env: Env, db: Database, path: Path, tenant: str = "acme", **kw: Any) -> int:

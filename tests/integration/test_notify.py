@@ -36,12 +36,11 @@ from ingestd.db.database import Database, jsonb
 from ingestd.intake.items import IntakeItem, Outcome
 from ingestd.ops.events import EventLog
 from ingestd.ops.runtime import make_intake
-from ingestd.ops.sdnotify import Notifier
 from tests.conftest import Env, read_events, run_cli, wait_until
+from tests.fixtures.drain import drain, run_once
 from tests.fixtures.scans import encrypted_pdf
 from worker.jobs import PermanentError, notify
 from worker.notify.smtp import SmtpError, SmtpRefused, send_mail
-from worker.runner import Runner
 from worker.webhooks import verify_signature
 
 WORKER = {"poll_interval": 0.1, "lease_seconds": 30, "retry_base": 0.05, "max_retries": 3}
@@ -311,31 +310,11 @@ def _rows(db: Database, sql: str, params: dict[str, Any] | None = None) -> list[
 
 
 def _run_once(env: Env, db: Database) -> None:
-    """One `ingestd worker --drain` in this process: runs what is ready, then stops (a
-    retry that is not due yet stays queued)."""
-    runner = Runner(
-        env.config,
-        db,
-        config_path=env.config_path,
-        worker_id="w-notify",
-        drain=True,
-        notifier=Notifier({}),
-    )
-    assert runner.run(install_signals=False) == 0
-
-
-DUE = "SELECT 1 AS due FROM processing_jobs WHERE status = 'queued' AND next_attempt_at <= now()"
+    run_once(env, db, "w-notify")
 
 
 def _drain(env: Env, db: Database) -> None:
-    """Run the worker until no job is queued (a retry waits for its time: drain again;
-    bounded)."""
-    for _ in range(20):
-        _run_once(env, db)
-        if not _one(db, "SELECT 1 AS q FROM processing_jobs WHERE status = 'queued'"):
-            return
-        wait_until(lambda: _one(db, DUE), timeout=30)
-    raise AssertionError("jobs still queued after 20 drains")
+    drain(env, db, "w-notify", rounds=20)
 
 
 def _notify_jobs(db: Database) -> dict[str, list[dict[str, Any]]]:

@@ -29,12 +29,11 @@ from ingestd.errors import IngestdError
 from ingestd.intake.items import IntakeItem, Outcome
 from ingestd.log import get_logger
 from ingestd.ops.runtime import make_intake
-from ingestd.ops.sdnotify import Notifier
 from ingestd.queue.claims import Queue
-from tests.conftest import Env, run_cli, wait_until
+from tests.conftest import Env, run_cli
+from tests.fixtures.drain import drain
 from worker.jobs import JobContext
 from worker.jobs.split import apply_split, split_batch_job
-from worker.runner import Runner
 from worker.split.run import split_batch
 
 WORKER = {"poll_interval": 0.1, "lease_seconds": 30, "retry_base": 0.05, "max_retries": 3}
@@ -102,27 +101,7 @@ def _split_here(env: Env, db: Database) -> str | None:
 
 
 def _drain(env: Env, db: Database) -> None:
-    for _ in range(10):
-        runner = Runner(
-            env.config,
-            db,
-            config_path=env.config_path,
-            worker_id="w-split",
-            drain=True,
-            notifier=Notifier({}),
-        )
-        assert runner.run(install_signals=False) == 0
-        if not _one(db, "SELECT 1 AS q FROM processing_jobs WHERE status = 'queued'"):
-            return
-        wait_until(
-            lambda: _one(
-                db,
-                "SELECT 1 AS due FROM processing_jobs WHERE status = 'queued' "
-                "AND next_attempt_at <= now()",
-            ),
-            timeout=30,
-        )
-    raise AssertionError("jobs still queued after 10 drains")
+    drain(env, db, "w-split")
 
 
 def _parts(db: Database, parent: int) -> list[dict[str, Any]]:

@@ -20,13 +20,12 @@ from ingestd.intake.ingest import Intake
 from ingestd.intake.items import IntakeItem, Outcome
 from ingestd.intake.titles import TitleRules
 from ingestd.ops.runtime import make_intake
-from ingestd.ops.sdnotify import Notifier
 from ingestd.queue.enqueue import enqueue
 from ingestd.queue.kinds import JobKind
 from ingestd.tenants import signing
 from tests.conftest import Env, run_cli
+from tests.fixtures.drain import run_once
 from tests.fixtures.files import pdf_bytes, write
-from worker.runner import Runner
 
 WORKER = {"poll_interval": 0.1, "lease_seconds": 30, "retry_base": 0.05, "max_retries": 2}
 ANALYSIS = {"jobs": 1}
@@ -53,15 +52,7 @@ def _rows(db: Database, sql: str, params: dict[str, Any] | None = None) -> list[
 
 
 def _drain(env: Env, db: Database) -> None:
-    runner = Runner(
-        env.config,
-        db,
-        config_path=env.config_path,
-        worker_id="w-life",
-        drain=True,
-        notifier=Notifier({}),
-    )
-    assert runner.run(install_signals=False) == 0
+    run_once(env, db, "w-life")
 
 
 def _cli_ok(env: Env, *args: str) -> str:
