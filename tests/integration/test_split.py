@@ -32,6 +32,7 @@ from ingestd.ops.runtime import make_intake
 from ingestd.queue.claims import Queue
 from tests.conftest import Env, run_cli
 from tests.fixtures.drain import drain
+from tests.fixtures.sql import one, rows
 from worker.jobs import JobContext
 from worker.jobs.split import apply_split, split_batch_job
 from worker.split.run import split_batch
@@ -56,17 +57,6 @@ def code(text: str, symbology: Symbology = Symbology.code128, **kw: Any) -> Prin
 
 def batch_pdf(path: Path, sides: list[Side]) -> Path:
     return write_pdf(path, sides, LOOK, seed=len(sides))
-
-
-def _one(db: Database, sql: str, params: dict[str, Any] | None = None) -> Any:
-    with db.transaction() as tx:
-        rows = tx.raw(sql, params)
-    return rows[0] if rows else None
-
-
-def _rows(db: Database, sql: str, params: dict[str, Any] | None = None) -> list[Any]:
-    with db.transaction() as tx:
-        return [dict(r) for r in tx.raw(sql, params)]
 
 
 def _ingest(env: Env, db: Database, path: Path, **kw: Any) -> int:
@@ -105,7 +95,7 @@ def _drain(env: Env, db: Database) -> None:
 
 
 def _parts(db: Database, parent: int) -> list[dict[str, Any]]:
-    return _rows(
+    return rows(
         db,
         "SELECT p.position, p.first_page, p.last_page, d.id, d.sha256, d.archive_path, "
         "d.title, d.asn, d.processing_status, "
@@ -121,7 +111,7 @@ def _parts(db: Database, parent: int) -> list[dict[str, Any]]:
 
 
 def _status(db: Database, doc_id: int) -> tuple[str, str | None]:
-    row = _one(
+    row = one(
         db,
         "SELECT processing_status, attention_reason FROM documents WHERE id = %(id)s",
         {"id": doc_id},
@@ -160,7 +150,7 @@ def test_a_batch_becomes_children_with_their_own_titles_and_the_batch_stays(
     path = batch_pdf(tmp_path / "in" / "Scan_0001.pdf", sides)
     original = hashlib.sha256(path.read_bytes()).hexdigest()
     parent = _ingest(split_env, db, path)
-    job = _one(db, "SELECT kind FROM processing_jobs WHERE document_id = %(d)s", {"d": parent})
+    job = one(db, "SELECT kind FROM processing_jobs WHERE document_id = %(d)s", {"d": parent})
     assert job["kind"] == "split-batch"  # intake queued the split, not an analysis
 
     _drain(split_env, db)
@@ -186,7 +176,7 @@ def test_a_batch_becomes_children_with_their_own_titles_and_the_batch_stays(
         with pikepdf.open(child) as pdf:
             assert len(pdf.pages) == pages
     # The batch as dropped is archived and recorded exactly as before the split.
-    row = _one(db, "SELECT archive_path, sha256 FROM documents WHERE id = %(d)s", {"d": parent})
+    row = one(db, "SELECT archive_path, sha256 FROM documents WHERE id = %(d)s", {"d": parent})
     assert row["sha256"] == original
     assert hashlib.sha256((archive / row["archive_path"]).read_bytes()).hexdigest() == original
 
@@ -262,7 +252,7 @@ def test_a_single_image_is_never_a_batch(split_env: Env, db: Database, tmp_path:
     path = tmp_path / "photo.jpg"
     Image.new("L", (200, 200), 255).save(path, "JPEG")
     doc = _ingest(split_env, db, path)
-    row = _one(db, "SELECT kind FROM processing_jobs WHERE document_id = %(d)s", {"d": doc})
+    row = one(db, "SELECT kind FROM processing_jobs WHERE document_id = %(d)s", {"d": doc})
     assert row["kind"] == "analyze-document"
 
 
@@ -274,9 +264,9 @@ def test_a_batch_without_separator_is_analysed_as_one_document(
     doc = _ingest(split_env, db, path)
     assert _split_here(split_env, db) is None
     assert _parts(db, doc) == []
-    row = _one(db, "SELECT asn, processing_status FROM documents WHERE id = %(d)s", {"d": doc})
+    row = one(db, "SELECT asn, processing_status FROM documents WHERE id = %(d)s", {"d": doc})
     assert (row["asn"], row["processing_status"]) == (77, "queued")
-    kinds = _rows(
+    kinds = rows(
         db,
         "SELECT kind, status FROM processing_jobs WHERE document_id = %(d)s ORDER BY id",
         {"d": doc},
@@ -340,12 +330,12 @@ def test_a_duplicate_asn_is_a_clear_refusal_and_nothing_is_lost(
     second = batch_pdf(tmp_path / "b.pdf", [letter(3), separator(), letter(4, 1, code("ASN5"))])
     _ingest(split_env, db, first)
     assert _split_here(split_env, db) is None
-    owner = _one(db, "SELECT id FROM documents WHERE asn = 5")["id"]
+    owner = one(db, "SELECT id FROM documents WHERE asn = 5")["id"]
     parent = _ingest(split_env, db, second)
     reason = _split_here(split_env, db)
     assert reason is not None and f"ASN 5 on page 3 is already document {owner}'s" in reason
     assert _status(db, parent)[0] == "attention"
-    row = _one(db, "SELECT archive_path FROM documents WHERE id = %(d)s", {"d": parent})
+    row = one(db, "SELECT archive_path FROM documents WHERE id = %(d)s", {"d": parent})
     assert (split_env.config.paths.archive_dir / row["archive_path"]).exists()
 
 
@@ -428,7 +418,7 @@ def test_sigkill_at_each_step_of_a_split_ends_with_the_same_children_once(
 
     parts = _parts(db, parent)
     assert [p["sha256"] for p in parts] == expected
-    count = _one(db, "SELECT count(*) AS n FROM documents")["n"]
+    count = one(db, "SELECT count(*) AS n FROM documents")["n"]
     assert count == 1 + len(expected)
     verify = run_cli(split_env, "verify", "--json")
     assert verify.returncode == 0, verify.stdout
@@ -446,7 +436,7 @@ def test_work_files_of_jobs_that_ended_are_swept(
 
     path = batch_pdf(tmp_path / "b.pdf", [letter(1), separator(), letter(2)])
     parent = _ingest(split_env, db, path)
-    job = _one(db, "SELECT id FROM processing_jobs WHERE document_id = %(d)s", {"d": parent})
+    job = one(db, "SELECT id FROM processing_jobs WHERE document_id = %(d)s", {"d": parent})
     live = work_dir_of(split_env.config.paths.derived_dir, int(job["id"]))
     gone = work_dir_of(split_env.config.paths.derived_dir, 999_999)
     for d in (live, gone):
