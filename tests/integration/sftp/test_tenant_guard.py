@@ -203,6 +203,7 @@ def test_outage_keeps_last_known_statuses_then_lets_logins_in(make_rig: Callable
         wait_until(lambda: cache(rig).status("acme") == "suspended")
         cluster.stop("fast")
         wait_until(lambda: cache(rig).failures >= 2)
+        wait_until(lambda: len(rig.logs("sftp.tenant_status_unavailable")) >= 1)
         password_refused(rig, "scan1", "127.0.0.10")  # last known: still suspended
         cache(rig).max_age = 1.0
         wait_until(lambda: cache(rig).status("acme") is None)
@@ -211,6 +212,8 @@ def test_outage_keeps_last_known_statuses_then_lets_logins_in(make_rig: Callable
         assert len(rig.logs("sftp.tenant_status_unavailable")) == 1
         cluster.start()
         wait_until(lambda: cache(rig).status("acme") == "suspended", timeout=60)
+        # The line is written just after the statuses are published: wait for it too.
+        wait_until(lambda: len(rig.logs("sftp.tenant_status_restored")) >= 1, timeout=60)
         assert len(rig.logs("sftp.tenant_status_restored")) == 1
         password_refused(rig, "scan1", "127.0.0.10")
         assert len(rig.logs("sftp.auth_refused")) == 2
