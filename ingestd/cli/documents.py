@@ -134,6 +134,8 @@ def cmd_documents_split(args: argparse.Namespace) -> int:
     """Queue split-batch for batches: one flagged for attention (a separator missing, an
     ASN taken), or a document that arrived before its source had a policy (the tenant's
     default applies then)."""
+    from pydantic import ValidationError
+
     from ingestd.config.split import SplitPolicy
     from ingestd.ops.runtime import open_database
     from ingestd.queue.enqueue import enqueue
@@ -156,10 +158,14 @@ def cmd_documents_split(args: argparse.Namespace) -> int:
                     f"no split policy: its source had none and tenant {args.tenant} has no "
                     f"[split.{args.tenant}] default"
                 )
+            if why is None and policy is not None:
+                try:  # a policy an older release stored must still read
+                    SplitPolicy.model_validate(policy)
+                except ValidationError as exc:
+                    why = f"its stored split policy no longer reads: {exc.errors()[0]['msg']}"
             if why is not None or row is None:
                 refused.append({"document_id": doc_id, "reason": why})
                 continue
-            SplitPolicy.model_validate(policy)  # a policy of an older release must still read
             payload: dict[str, Any] = {"document_id": doc_id, "policy": policy}
             if args.max_pages:
                 payload["max_pages"] = args.max_pages
