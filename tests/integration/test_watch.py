@@ -259,3 +259,28 @@ def test_done_folder_receives_ingested_files(hot_env: Any, db: Database, tmp_pat
     wait_until(lambda: _count(db) == 1)
     wait_until(lambda: (done / "a" / "x.pdf").exists())
     assert not (folder / "a" / "x.pdf").exists()
+
+
+def test_a_folders_split_policy_applies_to_its_files_and_follows_a_reload(
+    hot_env: Any, db: Database
+) -> None:
+    """[watch.split]: a dropped PDF queues split-batch with the folder's policy; after a
+    reload with split = false the next one is a single document (analyze-document)."""
+    env, hot, folder = hot_env(watch={"split": {"max_pages": 5}})
+    write(folder / "Stapel.pdf", pdf_bytes(seed=1))
+    wait_until(lambda: _count(db) == 1)
+    text = env.config_path.read_text().replace("split = {max_pages = 5}", "split = false")
+    env.config_path.write_text(text)
+    hot.reload(env.reload())
+    write(folder / "Brief.pdf", pdf_bytes(seed=2))
+    wait_until(lambda: _count(db) == 2)
+    with db.transaction() as tx:
+        jobs = tx.raw(
+            "SELECT d.original_filename AS name, j.kind, j.payload -> 'policy' AS policy "
+            "FROM processing_jobs j JOIN documents d ON d.id = j.document_id ORDER BY d.id"
+        )
+    assert [(j["name"], j["kind"]) for j in jobs] == [
+        ("Stapel.pdf", "split-batch"),
+        ("Brief.pdf", "analyze-document"),
+    ]
+    assert jobs[0]["policy"]["max_pages"] == 5
