@@ -567,3 +567,21 @@ def test_a_batch_past_analysis_max_pages_is_not_read(
     reason = _split_here(env, db)
     assert reason is not None and "4 pages, more than analysis.max_pages (3)" in reason
     assert _status(db, doc)[0] == "attention"
+
+
+def test_a_job_whose_policy_does_not_read_fails_for_good(
+    split_env: Env, db: Database, tmp_path: Path
+) -> None:
+    """A split-batch job with a broken policy is a permanent failure, never retried."""
+    from worker.jobs import PermanentError
+
+    path = batch_pdf(tmp_path / "b.pdf", [letter(1)])
+    doc = _ingest(split_env, db, path)
+    with db.transaction() as tx:
+        tx.raw(
+            'UPDATE processing_jobs SET payload = payload || \'{"policy": {"mode": "x"}}\' '
+            "WHERE document_id = %(d)s",
+            {"d": doc},
+        )
+    with pytest.raises(PermanentError, match="split policy does not read"):
+        _split_here(split_env, db)

@@ -34,6 +34,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from ingestd.archive.store import LocalArchive, remove_tree
 from ingestd.config.split import SplitPolicy
 from ingestd.db.database import Tx
@@ -122,7 +124,13 @@ def _policy(job: Job) -> SplitPolicy:
     raw = job.payload.get("policy")
     if not isinstance(raw, dict):
         raise PermanentError(f"split-batch job {job.id} carries no split policy; not retried")
-    policy = SplitPolicy.model_validate(raw)
+    try:
+        policy = SplitPolicy.model_validate(raw)
+    except ValidationError as exc:
+        raise PermanentError(
+            f"split-batch job {job.id}: its split policy does not read "
+            f"({exc.errors()[0]['msg']}); not retried"
+        ) from None
     max_pages = job.payload.get("max_pages")  # `documents split --max-pages N`
     if isinstance(max_pages, int) and max_pages > 0:
         policy = policy.model_copy(update={"max_pages": max_pages})

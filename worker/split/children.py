@@ -20,6 +20,7 @@ from pathlib import Path
 import img2pdf  # type: ignore[import-untyped]
 import pikepdf
 
+from worker.split.pageimages import BatchUnreadable
 from worker.split.plan import Part
 
 TIFF_MAGIC = (b"II*\x00", b"MM\x00*")
@@ -55,9 +56,14 @@ def write_children(pdf: Path, parts: Sequence[Part], out_dir: Path) -> list[Path
         # The batch is opened anew for each child: qpdf keeps what it has read of a source
         # open, so one source for every child grows to the whole batch in memory (280 MB
         # for a 246 MB batch, 38 MB this way; reopening costs ~30 ms a child).
-        with pikepdf.open(pdf) as src, pikepdf.new() as child:
-            child.pages.extend(src.pages[part.first : part.last + 1])
-            # deterministic_id: the trailer /ID from the content, not from the clock.
-            child.save(dest, deterministic_id=True, min_version=src.pdf_version)
+        try:
+            with pikepdf.open(pdf) as src, pikepdf.new() as child:
+                child.pages.extend(src.pages[part.first : part.last + 1])
+                # deterministic_id: the trailer /ID from the content, not from the clock.
+                child.save(dest, deterministic_id=True, min_version=src.pdf_version)
+        except (pikepdf.PdfError, pikepdf.PasswordError) as exc:
+            # Pages that could be read (pdfium is lenient) but not copied: the batch stays
+            # whole and archived; an operator decides (no retry makes qpdf read it).
+            raise BatchUnreadable(f"cannot copy {part.label()} of the batch: {exc}") from None
         written.append(dest)
     return written
