@@ -33,7 +33,6 @@ from ingestd.errors import SourceProtected, TenantNotActive, TenantNotFound
 from ingestd.intake import filetypes
 from ingestd.intake.fsops import why_not_removable
 from ingestd.intake.items import (
-    MAX_TAG_LENGTH,
     Disposal,
     FileChanged,
     IntakeItem,
@@ -43,6 +42,7 @@ from ingestd.intake.items import (
     Refused,
 )
 from ingestd.intake.source_file import check_filename, open_regular, remove_source, unavailable
+from ingestd.intake.tags import link_tags
 from ingestd.intake.titles import TitleRules, parse_filename
 from ingestd.log import Logger, get_logger, new_trace_id
 from ingestd.ops import metrics
@@ -221,18 +221,7 @@ class Intake:
                     payload=payload,
                     trace=item.trace,
                 )
-                # Folder names become tags: cut to the column's 100 characters, or a long
-                # folder name would fail the CHECK and the file would be retried forever.
-                tags = sorted({t.strip()[:MAX_TAG_LENGTH] for t in item.tags if t.strip()})
-                if tags:
-                    params = {
-                        "names": tags,  # sorted: concurrent intakes lock alike
-                        "tenant_id": tenant_id,
-                        "document_id": doc["id"],
-                        "origin": "intake",
-                    }
-                    tx.run("tags_ensure", params)
-                    tx.run("tags_link", params)
+                link_tags(tx, tenant_id, int(doc["id"]), item.tags, "intake")
                 crashpoint("before_commit")
         except BaseException as exc:
             if archived is None:  # never linked: the staged copy is ours to drop

@@ -39,7 +39,7 @@ from pydantic import ValidationError
 from ingestd.archive.store import LocalArchive, remove_tree
 from ingestd.config.split import SplitPolicy
 from ingestd.db.database import Tx
-from ingestd.intake.items import MAX_TAG_LENGTH
+from ingestd.intake.tags import link_tags
 from ingestd.ops.faults import crashpoint
 from ingestd.ops.runtime import make_archive
 from ingestd.queue.claims import Job
@@ -294,8 +294,8 @@ def apply_split(tx: Tx, job: Job, data: SplitResult) -> None:
                 payload={"document_id": child_id, "force": False, "parent_id": data.parent_id},
                 trace=data.trace,
             )
-            _tag(tx, tenant_id, child_id, data.inherited_tags, "intake")
-            _tag(tx, tenant_id, child_id, child.tags, "barcode")
+            link_tags(tx, tenant_id, child_id, data.inherited_tags, "intake")
+            link_tags(tx, tenant_id, child_id, child.tags, "barcode")
         tx.run(
             "document_part_insert",
             {
@@ -316,7 +316,7 @@ def _apply_whole(tx: Tx, job: Job, data: SplitResult, tenant_id: int) -> None:
     tx.run(
         "document_as_whole", {"id": data.parent_id, "tenant_id": tenant_id, "asn": data.whole_asn}
     )
-    _tag(tx, tenant_id, data.parent_id, data.whole_tags, "barcode")
+    link_tags(tx, tenant_id, data.parent_id, data.whole_tags, "barcode")
     enqueue(
         tx,
         tenant_id=tenant_id,
@@ -327,15 +327,6 @@ def _apply_whole(tx: Tx, job: Job, data: SplitResult, tenant_id: int) -> None:
         trace=data.trace,
     )
     remove_tree(Path(data.work_dir))
-
-
-def _tag(tx: Tx, tenant_id: int, document_id: int, names: tuple[str, ...], origin: str) -> None:
-    tags = sorted({t.strip()[:MAX_TAG_LENGTH] for t in names if t.strip()})
-    if not tags:
-        return
-    params = {"names": tags, "tenant_id": tenant_id, "document_id": document_id, "origin": origin}
-    tx.run("tags_ensure", params)
-    tx.run("tags_link", params)
 
 
 register(JobKind.split_batch, apply=apply_split)(split_batch_job)

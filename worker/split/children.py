@@ -20,21 +20,14 @@ from pathlib import Path
 import img2pdf  # type: ignore[import-untyped]
 import pikepdf
 
-from worker.split.pageimages import BatchUnreadable
+from worker.split.pageimages import BatchFormat, BatchUnreadable, batch_format
 from worker.split.plan import Part
-
-TIFF_MAGIC = (b"II*\x00", b"MM\x00*")
-
-
-def is_tiff(path: Path) -> bool:
-    with open(path, "rb") as fh:
-        return fh.read(4) in TIFF_MAGIC
 
 
 @contextmanager
 def as_pdf(path: Path, workdir: Path) -> Iterator[Path]:
     """The batch as a PDF: itself, or a TIFF converted into ``workdir`` (removed after)."""
-    if not is_tiff(path):
+    if batch_format(path) is not BatchFormat.tiff:
         yield path
         return
     converted = workdir / "batch.pdf"
