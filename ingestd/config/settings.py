@@ -80,6 +80,11 @@ class PathsConfig(_Section):
     def pgdata(self) -> Path:
         return self.state_dir / "pgdata"
 
+    @property
+    def ocr_slots_dir(self) -> Path:
+        """The host-wide OCR page slots (lock files; worker.concurrency of them)."""
+        return self.state_dir / "ocr-slots"
+
 
 class IntakeConfig(_Section):
     max_file_size: ByteSize = ByteSize(512 * 1024 * 1024)
@@ -369,7 +374,17 @@ def parse_listen(value: str) -> tuple[str, int]:
 JOB_KINDS = tuple(str(k) for k in JobKind)
 
 
+def _cores() -> int:
+    return os.cpu_count() or 1
+
+
 class WorkerConfig(_Section):
+    # Jobs one `ingestd worker` runs at once (each in a job child of its own), and pages
+    # OCRed at once on this host by all workers together (host-wide page slots under
+    # paths.state_dir). The default, one per core, keeps every core busy whether the
+    # queue holds one 300-page batch (its pages on every core) or 300 one-page scans
+    # (one job per core); one worker unit per host is enough.
+    concurrency: Annotated[int, Field(ge=1, le=256)] = Field(default_factory=_cores)
     # An attempt that fails is retried after retry_base * 2^retry_count seconds (seed 000:
     # 1, 2, 4, ... s), +- retry_jitter as a fraction; past max_retries the job is failed.
     max_retries: Annotated[int, Field(ge=0, le=100)] = 5
@@ -435,12 +450,24 @@ class AnalysisConfig(_Section):
     # Lower it for sparse pages in sans-serif fonts that stay sideways; too low turns
     # pages tesseract is unsure of.
     rotate_threshold: Annotated[float, Field(ge=0, le=100)] = 14.0
-    # ocrmypdf --jobs; 0 = one per core. One worker per core wants 1.
-    jobs: Annotated[int, Field(ge=0, le=64)] = 0
+    # The OCR engine: "tesseract" (in the job child: models loaded once, pages on every
+    # core, the text layer laid over the original pages) or "ocrmypdf" (its command line
+    # per file, e.g. for sites that want its output). Per tenant in tenant_engines.
+    # Mode "redo" always runs ocrmypdf (only it strips an old OCR layer).
+    engine: Literal["tesseract", "ocrmypdf"] = "tesseract"
+    tenant_engines: dict[TenantName, Literal["tesseract", "ocrmypdf"]] = Field(
+        default_factory=dict
+    )
+    # Pages of one file OCRed at once (ocrmypdf --jobs); 0 = worker.concurrency. The
+    # page slots bound all files together anyway.
+    jobs: Annotated[int, Field(ge=0, le=256)] = 0
     # Seconds for the OCR of one file (inside worker.timeouts["analyze-document"]). A file
     # that times out is retried once (the machine may have been busy), then it needs
     # attention: every further attempt would hold a worker as long again.
     ocr_timeout: Annotated[float, Field(gt=0, le=86400)] = 1500.0
+    # Seconds tesseract may spend on one page (a hostile page cannot hold a core for the
+    # whole ocr_timeout); a page past it makes the document need attention.
+    page_timeout: Annotated[float, Field(gt=0, le=86400)] = 300.0
     # Limits of one file's analysis; a file over one is kept, its document needs
     # attention with the limit named, and it is not retried. Pages per file (OCR takes
     # about a second per page and core).
@@ -466,6 +493,9 @@ class AnalysisConfig(_Section):
 
     def languages_for(self, tenant: str) -> tuple[str, ...]:
         return tuple(self.tenant_languages.get(tenant) or self.languages)
+
+    def engine_for(self, tenant: str) -> Literal["tesseract", "ocrmypdf"]:
+        return self.tenant_engines.get(tenant, self.engine)
 
     def memory_limit_bytes(self) -> int:
         if self.memory_limit != "auto":

@@ -19,7 +19,7 @@ SMALL = {
     "watch": ["--files", "40", "--rounds", "1", "--stable", "0.5"],
     "queue": ["--small", "--rounds", "1", "--no-pgqueuer"],
     "sftp": ["--small"],
-    "ocr": ["--pages", "1", "--rounds", "1"],
+    "ocr": ["--small"],
     "split": ["--pages", "12", "--rounds", "1"],
 }
 

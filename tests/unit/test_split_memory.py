@@ -1,4 +1,4 @@
-"""The split's own memory cap (worker/jobs/split.py: address_space_limit)."""
+"""The split's own memory cap (worker/limits.py: address_space_limit)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sys
 
 SCRIPT = """
 import resource
-from worker.jobs.split import address_space_limit
+from worker.limits import address_space_limit
 before = resource.getrlimit(resource.RLIMIT_AS)
 try:
     with address_space_limit(1 << 30):

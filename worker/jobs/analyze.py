@@ -214,13 +214,18 @@ def run_workflows(
 def run_ocr(ctx: JobContext, original: Path, mime_type: str, out_dir: Path) -> dict[str, Any]:
     a = ctx.config.analysis
     languages = a.languages_for(ctx.job.tenant)
+    concurrency = ctx.config.worker.concurrency
     opts = ocr.OcrOptions(
+        engine=a.engine_for(ctx.job.tenant),
         languages=languages,
         mode=a.mode,
         rotate_pages=a.rotate_pages,
         rotate_threshold=a.rotate_threshold,
-        jobs=a.jobs,
+        jobs=a.jobs or concurrency,
         timeout=a.ocr_timeout,
+        page_timeout=a.page_timeout,
+        slots_dir=ctx.config.paths.ocr_slots_dir,
+        slots=concurrency,
         thumbnail_width=a.thumbnail_width,
         image_dpi=a.image_dpi,
         max_pages=a.max_pages,

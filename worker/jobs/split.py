@@ -26,9 +26,6 @@ with a higher ``--max-pages``, or ``documents analyze`` to take it as one docume
 from __future__ import annotations
 
 import os
-import resource
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -48,6 +45,7 @@ from ingestd.queue.kinds import JobKind
 from ingestd.tenants import lookup
 from worker.jobs import JobContext, NeedsAttention, PermanentError, register
 from worker.jobs.analyze import verify_original
+from worker.limits import address_space_limit
 from worker.split.plan import Part, Plan
 from worker.split.run import split_batch
 from worker.split.scan import page_count
@@ -96,24 +94,6 @@ class SplitResult:
     @property
     def whole(self) -> bool:
         return not self.children
-
-
-@contextmanager
-def address_space_limit(limit: int) -> Iterator[None]:
-    """The job child's own address space capped at ``limit`` bytes while the block runs
-    (the OCR programs get the same cap through prlimit): a page that decodes to
-    gigabytes raises MemoryError here instead of pushing the machine into swap. Only the
-    soft limit moves, so it is put back afterwards for the child's next job."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
-    cap = limit if hard == resource.RLIM_INFINITY else min(limit, hard)
-    if soft != resource.RLIM_INFINITY and soft <= cap:
-        yield
-        return
-    resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
-    try:
-        yield
-    finally:
-        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
 
 
 def work_dir_of(derived: Path, job_id: int) -> Path:

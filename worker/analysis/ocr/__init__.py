@@ -1,17 +1,21 @@
 """OCR of one archived file: a searchable PDF, the text of every page, a thumbnail.
 
 Every input becomes a PDF first (images through img2pdf, losslessly: JPEG data is passed
-through, multi-frame TIFFs become one page per frame) and goes through the ``ocrmypdf``
-command line, not its Python API: a separate process group can be killed at the
-deadline with everything it started (tesseract, ghostscript), and a crash in a C library
-stays out of the job child. Tesseract runs single-threaded (``OMP_THREAD_LIMIT=1``):
-ocrmypdf already runs one page per core, and tesseract's own threads on top of that make
-a 2-core machine slower, not faster (DESIGN.md, measurements).
+through, multi-frame TIFFs become one page per frame). Then one of two engines:
 
-Text per page comes from ocrmypdf's sidecar for the pages it OCRed; pages it skipped
-(they have text already) and every page in "redo" mode (the sidecar lacks their visible
-text) are read from the searchable PDF with pdfium, which also renders the thumbnail of
-page 1 at thumbnail size: ~0.1 s, no second rasterisation of the document.
+- ``tesseract`` (the default; worker/analysis/ocr/tesseract.py): in the job child, with
+  engines that stay warm from job to job (models load once), pages rendered by pdfium
+  straight into memory and recognised on as many threads as ``jobs`` allows, each page
+  holding a host-wide slot (worker.concurrency pages at once, all workers together). A
+  file whose pages all have text (born digital) is not rasterised at all. The text
+  layer is laid over the original pages; tesseract runs single-threaded per page
+  (``OMP_THREAD_LIMIT=1``): one page per core beats tesseract's own threads.
+- ``ocrmypdf``: its command line in a process group of its own (killed at the deadline
+  with everything it started), for sites that want its output (and for mode "redo",
+  which only it does: it strips an old OCR layer and keeps everything else).
+
+Text per page comes from the engine for the pages it OCRed and from pdfium for pages
+that had text; pdfium also renders the thumbnail of page 1 at thumbnail size.
 
 The source is only ever read (it is a 0440 WORM file). Everything is made in a private
 temp directory inside ``out_dir`` (ocrmypdf's own temp files too, via TMPDIR), fsynced and
@@ -19,13 +23,15 @@ renamed into place, so a re-run replaces the outputs atomically and a killed run
 only a temp directory that the next run removes.
 
 This module is the API and the order of the steps; the steps are its modules: options
-and errors, installation (tesseract, its language packs, ocrmypdf), inspection (the input
-and the page and pixel limits), images (to PDF), engine (the ocrmypdf command line and
-its exit status), text (page text and thumbnail), files (publishing, stale temp dirs).
+and errors, installation (tesseract, its language packs, the engines), inspection (the
+input and the page and pixel limits), images (to PDF), tesseract with warm, slots and
+textlayer (the in-process engine), engine (the ocrmypdf command line and its exit
+status), text (page text and thumbnail), files (publishing, stale temp dirs).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
@@ -48,9 +54,18 @@ from worker.analysis.ocr.errors import (
 from worker.analysis.ocr.files import TMP_PREFIX, publish, remove_stale_temp_dirs
 from worker.analysis.ocr.images import image_to_pdf
 from worker.analysis.ocr.inspection import check_image, check_pdf, check_source
-from worker.analysis.ocr.installation import check_installation, check_options, tesseract_info
+from worker.analysis.ocr.installation import (
+    check_installation,
+    check_options,
+    tessdata_dir,
+    tesseract_info,
+    uses_ocrmypdf,
+)
 from worker.analysis.ocr.options import IMAGE_TYPES, PDF, OcrOptions
-from worker.analysis.ocr.text import pages_and_thumbnail
+from worker.analysis.ocr.slots import page_slots
+from worker.analysis.ocr.tesseract import ocr_pdf
+from worker.analysis.ocr.text import pages_and_thumbnail, render_thumbnail
+from worker.limits import growth_limit
 
 # The API: analyze_file with its options, result and errors (worker/jobs/analyze.py,
 # the CLI's check-config and the tests use these names from here).
@@ -83,6 +98,23 @@ class OcrResult:
     searchable_pdf: str  # file name inside out_dir
     thumbnail: str  # file name inside out_dir
     engine: str  # e.g. "ocrmypdf 17.13.0, tesseract 5.3.0"
+
+
+def _in_process(pdf_in: Path, out_pdf: Path, opts: OcrOptions, deadline: float) -> list[str]:
+    """The tesseract engine in this process, its address space allowed to grow by
+    ``memory_limit`` while it runs (the models it loaded before are not the page's)."""
+    slots = None
+    if opts.slots_dir is not None:
+        slots = page_slots(opts.slots_dir, opts.slots or os.cpu_count() or 1)
+    limit = growth_limit(opts.memory_limit) if opts.memory_limit else contextlib.nullcontext()
+    try:
+        with limit:
+            return ocr_pdf(pdf_in, out_pdf, opts, deadline, tessdata_dir(), slots)
+    except MemoryError:
+        raise OcrLimitExceeded(
+            "OCR ran out of memory under analysis.memory_limit: a page needs more than "
+            "the limit allows"
+        ) from None
 
 
 def available_languages() -> set[str]:
@@ -119,17 +151,22 @@ def analyze_file(src: Path, mime_type: str, out_dir: Path, opts: OcrOptions) -> 
         else:
             check_image(src, opts)
             pdf_in = image_to_pdf(src, work / "input.pdf", opts.image_dpi)
-        out_pdf, sidecar = work / SEARCHABLE_PDF, work / "sidecar.txt"
-        run_ocrmypdf(pdf_in, out_pdf, sidecar, work, opts, deadline, mime_type)
-        thumb = work / THUMBNAIL
-        pages = pages_and_thumbnail(out_pdf, sidecar, opts, thumb)
+        out_pdf, thumb = work / SEARCHABLE_PDF, work / THUMBNAIL
+        if uses_ocrmypdf(opts):
+            sidecar = work / "sidecar.txt"
+            run_ocrmypdf(pdf_in, out_pdf, sidecar, work, opts, deadline, mime_type)
+            pages = pages_and_thumbnail(out_pdf, sidecar, opts, thumb)
+        else:
+            pages = _in_process(pdf_in, out_pdf, opts, deadline)
+            if not pages or render_thumbnail(out_pdf, opts.thumbnail_width, thumb) == 0:
+                raise OcrFailed("the searchable PDF has no pages")
         publish(out_pdf, out_dir / SEARCHABLE_PDF)
         publish(thumb, out_dir / THUMBNAIL)
         fsync_dir(out_dir)
     except OSError as exc:  # disk full, permissions, the directory removed under us
         raise OcrFailed(f"OCR output in {out_dir}: {exc}") from None
     except pypdfium2.PdfiumError as exc:
-        raise OcrFailed(f"pdfium cannot read the PDF ocrmypdf wrote: {exc}") from None
+        raise OcrFailed(f"pdfium cannot read the PDF: {exc}") from None
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return OcrResult(

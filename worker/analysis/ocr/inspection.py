@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Mapping
 from pathlib import Path
+from typing import cast
 
 import pikepdf
 from PIL import Image, ImageSequence
@@ -99,6 +101,32 @@ def _check_pdf_page(number: int, page: pikepdf.Page, opts: OcrOptions) -> None:
             f"{_megapixels(pixels)} at {opts.image_dpi} dpi, more than "
             f"analysis.max_page_megapixels ({_megapixels(opts.max_page_pixels)}) allows"
         )
+    # An image bomb: a page of normal size holding an image tens of thousands of pixels
+    # square (a few kilobytes of Flate or JBIG2 that decode to gigabytes). Any renderer
+    # decodes the whole image to draw the page, whatever the page's own size.
+    try:
+        images = list(page_images(page).values())
+    except (pikepdf.PdfError, ValueError, TypeError, KeyError):
+        return
+    for image in images:
+        try:
+            w, h = int(image.get("/Width", 0)), int(image.get("/Height", 0))
+        except (TypeError, ValueError):
+            continue
+        if w * h > opts.max_page_pixels:
+            raise OcrLimitExceeded(
+                f"page {number} holds an image of {w:,} x {h:,} pixels "
+                f"({_megapixels(w * h)}), more than analysis.max_page_megapixels "
+                f"({_megapixels(opts.max_page_pixels)}) allows"
+            )
+
+
+def page_images(page: pikepdf.Page) -> Mapping[str, pikepdf.Object]:
+    """The image XObjects in the page's own resources (pikepdf 10: get_images)."""
+    getter = getattr(page, "get_images", None)
+    if getter is not None:
+        return cast(Mapping[str, pikepdf.Object], getter(recursive=False))
+    return cast(Mapping[str, pikepdf.Object], page.images)
 
 
 def check_image(src: Path, opts: OcrOptions) -> None:

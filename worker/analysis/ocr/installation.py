@@ -4,6 +4,7 @@ options checked against it before any file is touched."""
 from __future__ import annotations
 
 import functools
+import importlib
 import importlib.util
 import re
 
@@ -16,8 +17,9 @@ _LANG_NAME = re.compile(r"[A-Za-z0-9_]+(?:/[A-Za-z0-9_]+)?")
 
 
 @functools.lru_cache(maxsize=1)
-def tesseract_info() -> tuple[frozenset[str], str]:
-    """(languages, version) of the tesseract on PATH."""
+def tesseract_info() -> tuple[frozenset[str], str, str]:
+    """(languages, version, tessdata directory) of the tesseract on PATH (the directory
+    honours TESSDATA_PREFIX, as tesseract does; the in-process engine reads the same)."""
     try:
         langs = programs.run(["tesseract", "--list-langs"], timeout=TESSERACT_TIMEOUT)
         version = programs.run(["tesseract", "--version"], timeout=TESSERACT_TIMEOUT)
@@ -30,10 +32,21 @@ def tesseract_info() -> tuple[frozenset[str], str]:
             f"`tesseract --list-langs` failed (exit {langs.returncode}): {tail_lines(langs.stderr)}"
         )
     # The first line is a heading ('List of available languages in "..." (3):').
-    names = frozenset(line.strip() for line in langs.stdout.splitlines()[1:] if line.strip())
+    lines = langs.stdout.splitlines()
+    names = frozenset(line.strip() for line in lines[1:] if line.strip())
+    heading = lines[0].split('"') if lines else []
+    tessdata = heading[1] if len(heading) >= 3 else ""
     # tesseract 4 printed its version on stderr, 5 on stdout: "tesseract 5.3.0".
     first = (version.stdout.strip() or version.stderr.strip()).splitlines()[:1]
-    return names, (first[0].split()[-1] if first else "unknown")
+    return names, (first[0].split()[-1] if first else "unknown"), tessdata
+
+
+def tessdata_dir() -> str:
+    """Where tesseract's language packs are (``TESSDATA_PREFIX`` or its built-in path)."""
+    path = tesseract_info()[2]
+    if not path:
+        raise OcrConfigError("`tesseract --list-langs` did not say where its language packs are")
+    return path
 
 
 def apt_package(language: str) -> str:
@@ -52,17 +65,28 @@ def check_options(opts: OcrOptions) -> None:
     ]
     if opts.mode not in ("skip", "redo", "force"):
         problems.append(f"OCR mode {opts.mode!r} is not one of skip, redo, force")
-    if opts.jobs < 0 or opts.timeout <= 0 or opts.thumbnail_width < 1 or opts.image_dpi < 1:
-        problems.append("OCR jobs must be >= 0; timeout, thumbnail_width and image_dpi > 0")
+    if opts.engine not in ("tesseract", "ocrmypdf"):
+        problems.append(f"OCR engine {opts.engine!r} is not one of tesseract, ocrmypdf")
+    if opts.jobs < 0 or opts.slots < 0:
+        problems.append("OCR jobs and slots must be >= 0")
+    if min(opts.timeout, opts.page_timeout, opts.thumbnail_width, opts.image_dpi) <= 0:
+        problems.append("OCR timeout, page_timeout, thumbnail_width and image_dpi must be > 0")
     if problems:
         raise OcrConfigError("; ".join(problems))
 
 
+def uses_ocrmypdf(opts: OcrOptions) -> bool:
+    """Mode redo (replace an old OCR layer, keep the rest) is ocrmypdf's alone."""
+    return opts.engine == "ocrmypdf" or opts.mode == "redo"
+
+
 def check_installation(opts: OcrOptions) -> str:
     """Raise OcrConfigError for a missing program or language pack; the engine string."""
-    if importlib.util.find_spec("ocrmypdf") is None:
-        raise OcrConfigError("ocrmypdf is not installed in ingestd's Python environment")
-    langs, tess_version = tesseract_info()
+    ocrmypdf = uses_ocrmypdf(opts)
+    module = "ocrmypdf" if ocrmypdf else "tesserocr"
+    if importlib.util.find_spec(module) is None:
+        raise OcrConfigError(f"{module} is not installed in ingestd's Python environment")
+    langs, tess_version, _ = tesseract_info()
     wanted = [*opts.languages, *(["osd"] if opts.rotate_pages else [])]
     if any(lang not in langs for lang in wanted):
         tesseract_info.cache_clear()  # installed since we looked? ask again before failing
@@ -75,7 +99,9 @@ def check_installation(opts: OcrOptions) -> str:
             f"tesseract language pack missing: {what}{why}; "
             f"installed: {', '.join(sorted(langs)) or 'none'}"
         )
-    return f"ocrmypdf {_ocrmypdf_version()}, tesseract {tess_version}"
+    if ocrmypdf:
+        return f"ocrmypdf {_ocrmypdf_version()}, tesseract {tess_version}"
+    return f"tesseract {_version('tesserocr', 'tesseract_version')} (tesserocr)"
 
 
 @functools.lru_cache(maxsize=1)
@@ -83,3 +109,11 @@ def _ocrmypdf_version() -> str:
     import importlib.metadata  # here: 30 ms off the job child's start-up
 
     return importlib.metadata.version("ocrmypdf")
+
+
+@functools.lru_cache(maxsize=2)
+def _version(module: str, function: str) -> str:
+    """The library's own tesseract ("5.5.4"): the wheel brings its own build."""
+    mod = importlib.import_module(module)
+    words = str(getattr(mod, function)()).split()
+    return words[1] if len(words) > 1 else "unknown"

@@ -3,14 +3,23 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 PDF = "application/pdf"
 IMAGE_TYPES = frozenset({"image/tiff", "image/jpeg", "image/png"})
 
 
+Engine = Literal["tesseract", "ocrmypdf"]
+
+
 @dataclass(frozen=True)
 class OcrOptions:
+    # "tesseract": in the job child, warm engines, pages on threads (what the worker
+    # uses unless analysis.engine says otherwise); "ocrmypdf": its command line per file
+    # (mode "redo" always takes this one). The library's default stays the command
+    # line, so a caller that names no engine gets what it got before.
+    engine: Engine = "ocrmypdf"
     languages: tuple[str, ...] = ("deu", "eng")
     # PDF pages that already have text: skip them (their text is still extracted), redo
     # (replace an old OCR layer) or force (rasterise and OCR everything).
@@ -20,8 +29,13 @@ class OcrOptions:
     # Sparse pages in sans-serif fonts often score lower; lower values also turn pages
     # tesseract is unsure of, wrongly now and then.
     rotate_threshold: float = 14.0
-    jobs: int = 0  # ocrmypdf --jobs; 0: its default (all cores)
+    jobs: int = 0  # pages of this file at once (ocrmypdf --jobs); 0: one per core
     timeout: float = 1800.0  # seconds for the whole file
+    page_timeout: float = 600.0  # seconds tesseract may spend on one page
+    # Host-wide page slots (worker/analysis/ocr/slots.py): a directory and how many;
+    # None: this run is not limited by other runs.
+    slots_dir: Path | None = None
+    slots: int = 0  # 0: one per core
     thumbnail_width: int = 400  # px, PNG of page 1
     image_dpi: int = 300  # for images without (credible) resolution metadata
     # Limits (None: none). Pages of one file; pixels of one page as OCR rasterises it

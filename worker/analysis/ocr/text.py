@@ -19,7 +19,7 @@ from worker.analysis.ocr.options import OcrOptions
 _SKIPPED = re.compile(r"\[OCR skipped on page\(s\) (\d+)(?:-(\d+))?\]")
 
 
-def _clean(text: str) -> str:
+def clean(text: str) -> str:
     """Page text as plain lines: no CR, no trailing blanks, none of NUL/FF (TEXT columns
     refuse NUL, form feeds separate pages in document_content.content)."""
     text = text.replace("\r\n", "\n").replace("\r", "\n").replace("\x00", "").replace("\f", "")
@@ -76,13 +76,22 @@ def pages_and_thumbnail(out_pdf: Path, sidecar: Path, opts: OcrOptions, thumb: P
             if len(parsed) == count:  # else (never seen): every page from the PDF
                 ocr = parsed
         pages = [
-            _clean(text if text is not None else _page_text(doc, i)) for i, text in enumerate(ocr)
+            clean(text if text is not None else _page_text(doc, i)) for i, text in enumerate(ocr)
         ]
         if count:
             _render_thumbnail(doc, opts.thumbnail_width, thumb)
     if not count:
         raise OcrFailed("ocrmypdf wrote a PDF without pages")
     return pages
+
+
+def render_thumbnail(pdf: Path, width: int, dest: Path) -> int:
+    """Page 1 of ``pdf`` as a PNG ``width`` pixels wide; the PDF's page count."""
+    with _pdfium(pdf) as doc:
+        count = len(doc)
+        if count:
+            _render_thumbnail(doc, width, dest)
+    return count
 
 
 def _render_thumbnail(doc: Any, width: int, dest: Path) -> None:
