@@ -22,8 +22,10 @@ def worker_health(db: Database, config: Config) -> health.Health:
             return exc.message
         return None
 
+    # One loop per lane (worker/lanes.py names them): a stuck lane is a stuck worker.
+    loops = ["worker", *(f"worker.{lane}" for lane in range(2, config.worker.concurrency + 1))]
     return health.Health(
-        ["worker"], {"database": database, "derived": health.writable(config.paths.derived_dir)}
+        loops, {"database": database, "derived": health.writable(config.paths.derived_dir)}
     )
 
 

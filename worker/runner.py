@@ -79,8 +79,13 @@ class Runner:
         notifier: Notifier | None = None,
         metrics_offset: int | None = None,
         child: Child | None = None,
+        lane: int = 1,
     ) -> None:
         self.config = config
+        # worker/lanes.py: lanes of one process share its worker id (jobs are owned by
+        # attempt, not by name); each has a loop of its own in /healthz.
+        self.lane = lane
+        self.health_name = "worker" if lane == 1 else f"worker.{lane}"
         self.db = db
         self.config_path = config_path
         self.plugins = tuple(plugins)
@@ -89,11 +94,17 @@ class Runner:
         self.worker_id = self.queue.worker_id
         self.notifier = notifier or Notifier()
         self.flags = Flags()
-        self.log = log.get_logger(component="worker", worker=self.worker_id)
+        self.log = log.get_logger(component="worker", worker=self.worker_id, lane=lane)
         # Given: started already by `ingestd worker` (forked before any thread existed).
         self.child = child or Child(config, db.conninfo, self.plugins)
         self.listener = Listener(db.conninfo, config.database.connect_timeout, self.log)
-        self.identity = WorkerIdentity(db.conninfo, self.worker_id, config.database.connect_timeout)
+        # Lane 1 holds the worker id itself (a second process with the same id is
+        # refused); the other lanes hold a name of their own beside it.
+        self.identity = WorkerIdentity(
+            db.conninfo,
+            self.worker_id if lane == 1 else f"{self.worker_id}#lane{lane}",
+            config.database.connect_timeout,
+        )
         self._next_identity = 0.0
         self.heartbeat = Heartbeat(lambda: self.queue, self.flags.poke, self.log)
         now = time.monotonic()
@@ -176,7 +187,7 @@ class Runner:
     def _loop(self) -> None:
         failures = 0
         while not self.flags.stop.is_set():  # until SIGTERM/SIGINT, or drained
-            health.beat("worker", self._turn_period(), self._busy)
+            health.beat(self.health_name, self._turn_period(), self._busy)
             try:
                 self._housekeeping()
                 if self.flags.stop.is_set():

@@ -23,22 +23,24 @@ from ingestd.errors import ConfigError, IngestdError
 def cmd_worker(args: argparse.Namespace) -> int:
     from ingestd.ops.runtime import open_database
     from worker.child import Child
-    from worker.runner import Runner, load_kinds
+    from worker.lanes import Lanes
+    from worker.runner import load_kinds
 
     config = load(args)
     load_kinds(args.plugin)  # a mistyped --plugin fails before the database is touched
     children: list[Child] = []
 
-    def start_child(conninfo: str) -> None:
-        # Before the pool's threads exist: the job child can be a fork of this process,
-        # with every module already imported, instead of a fresh interpreter.
-        child = Child(config, conninfo, args.plugin)
-        children.append(child)
-        child.start(fork=True)
+    def start_children(conninfo: str) -> None:
+        # Before the pool's threads exist: the job children (one per lane) can be forks
+        # of this process, with every module already imported, not fresh interpreters.
+        for _ in range(config.worker.concurrency):
+            child = Child(config, conninfo, args.plugin)
+            children.append(child)
+            child.start(fork=True)
 
     try:
-        with open_database(config, name="ingestd-worker", before_pool=start_child) as db:
-            runner = Runner(
+        with open_database(config, name="ingestd-worker", before_pool=start_children) as db:
+            lanes = Lanes(
                 config,
                 db,
                 config_path=args.config,
@@ -46,9 +48,9 @@ def cmd_worker(args: argparse.Namespace) -> int:
                 worker_id=args.worker_id,
                 drain=args.drain,
                 metrics_offset=args.metrics_offset,
-                child=children[0] if children else None,
+                children=children,
             )
-            return runner.run()
+            return lanes.run()
     finally:
         for child in children:
             child.stop()  # a no-op once the runner stopped it
@@ -85,7 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
     system.add_run_parsers(sub, common, jsonopt)
 
     s = sub.add_parser(
-        "worker", parents=[common], help="run jobs, one at a time, each in a child process"
+        "worker", parents=[common], help="run jobs, worker.concurrency at once, each in a job child"
     )
     s.add_argument(
         "--drain", action="store_true", help="exit 0 once no job is ready and none is running"

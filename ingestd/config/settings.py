@@ -455,9 +455,7 @@ class AnalysisConfig(_Section):
     # per file, e.g. for sites that want its output). Per tenant in tenant_engines.
     # Mode "redo" always runs ocrmypdf (only it strips an old OCR layer).
     engine: Literal["tesseract", "ocrmypdf"] = "tesseract"
-    tenant_engines: dict[TenantName, Literal["tesseract", "ocrmypdf"]] = Field(
-        default_factory=dict
-    )
+    tenant_engines: dict[TenantName, Literal["tesseract", "ocrmypdf"]] = Field(default_factory=dict)
     # Pages of one file OCRed at once (ocrmypdf --jobs); 0 = worker.concurrency. The
     # page slots bound all files together anyway.
     jobs: Annotated[int, Field(ge=0, le=256)] = 0

@@ -28,7 +28,15 @@ from tests.fixtures.queue import (
     runs,
 )
 
-FAST = {"poll_interval": 0.2, "lease_seconds": 2, "retry_base": 0.1, "max_retries": 2}
+# One lane: these tests pin what one runner does with its job and its child (which job
+# runs, what is logged once); tests/e2e/test_lanes.py runs several lanes in one worker.
+FAST = {
+    "poll_interval": 0.2,
+    "lease_seconds": 2,
+    "retry_base": 0.1,
+    "max_retries": 2,
+    "concurrency": 1,
+}
 
 
 @pytest.fixture

@@ -1,0 +1,179 @@
+"""One ``ingestd worker`` process running ``worker.concurrency`` jobs at once: lanes.
+
+A lane is the whole single-job worker (worker/runner.py: claim, run in its own job child,
+heartbeat, record), on a thread of this process. Each lane has its own job child, lease
+heartbeat and LISTEN connection; they share the worker id (jobs are owned by their
+attempt, not by the name; log lines carry ``lane``), the database pool, the metrics
+endpoint (lane 1 serves it) and the systemd notification socket. So the cores stay busy
+when two one-page scans are queued together (two lanes, a job each), and one 300-page
+batch still uses every core (its pages on threads in its job child; host-wide page
+slots keep the total at ``worker.concurrency``, worker/analysis/ocr/slots.py).
+
+Signals: only this module's main thread installs handlers; they set flags, the main loop
+hands a stop to every lane (``Runner.stop``: each finishes or releases its job within
+``worker.shutdown_grace``) and a reload to each (each reads the config between jobs).
+A lane that fails (its worker id in use, a bug) stops the others: systemd restarts the
+unit whole rather than leave it running at part strength unnoticed.
+
+With ``worker.concurrency = 1`` the worker is the single runner as before, signals and all.
+"""
+
+from __future__ import annotations
+
+import select
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+from ingestd import log
+from ingestd.config.settings import Config
+from ingestd.db.database import Database
+from ingestd.ops.sdnotify import Notifier
+from ingestd.queue.claims import default_worker_id
+from worker.child import Child
+from worker.runner import Runner
+from worker.signals import Flags
+
+TURN = 1.0  # seconds between looks at the lanes when no signal comes
+
+
+class StatusBoard:
+    """Every lane's status, joined into the one STATUS= line systemd shows."""
+
+    def __init__(self, lanes: int) -> None:
+        self._texts = ["starting"] * lanes
+        self._lock = threading.Lock()
+        self.ready = False
+        self.stopping = False
+
+    def set(self, lane: int, text: str) -> str:
+        with self._lock:
+            self._texts[lane - 1] = text
+            return "; ".join(f"{i}: {t}" for i, t in enumerate(self._texts, 1))
+
+
+class LaneNotifier(Notifier):
+    """A lane's view of the process's notification socket: STATUS lists every lane,
+    READY/STOPPING go out once, closing is the process's business."""
+
+    def __init__(self, shared: Notifier, lane: int, board: StatusBoard) -> None:
+        super().__init__({})
+        self.shared, self.lane, self.board = shared, lane, board
+        self.watchdog_interval = shared.watchdog_interval
+
+    @property
+    def enabled(self) -> bool:
+        return self.shared.enabled
+
+    def send(self, *fields: str) -> bool:
+        return self.shared.send(*fields)
+
+    def ready(self, status: str | None = None) -> bool:
+        joined = self.board.set(self.lane, status) if status else None
+        if self.lane != 1:
+            return self.status(status) if status else True
+        # READY comes first, from lane 1; the others' statuses wait for it.
+        self.board.ready = True
+        return self.shared.ready(joined)
+
+    def status(self, text: str) -> bool:
+        joined = self.board.set(self.lane, text)
+        # Nothing after STOPPING=1 (systemd reads the last STATUS as the reason).
+        live = self.board.ready and not self.board.stopping
+        return self.shared.status(joined) if live else True
+
+    def reloading(self) -> bool:
+        return self.shared.reloading() if self.lane == 1 else True
+
+    def stopping(self, status: str | None = None) -> bool:
+        if self.lane != 1:
+            return True
+        self.board.stopping = True
+        return self.shared.stopping(status)
+
+    def close(self) -> None:
+        """The shared socket stays open for the other lanes."""
+
+
+class Lanes:
+    def __init__(
+        self,
+        config: Config,
+        db: Database,
+        *,
+        config_path: Path | None = None,
+        plugins: Sequence[str] = (),
+        worker_id: str | None = None,
+        drain: bool = False,
+        metrics_offset: int | None = None,
+        children: Sequence[Child] = (),
+    ) -> None:
+        count = config.worker.concurrency
+        base = worker_id or default_worker_id()
+        self.notifier = Notifier()
+        self.flags = Flags()
+        self.log = log.get_logger(component="worker", worker=base)
+        board = StatusBoard(count)
+        self.runners = [
+            Runner(
+                config,
+                db,
+                config_path=config_path,
+                plugins=plugins,
+                worker_id=base,
+                drain=drain,
+                notifier=self.notifier if count == 1 else LaneNotifier(self.notifier, lane, board),
+                metrics_offset=metrics_offset if lane == 1 else None,
+                child=children[lane - 1] if lane <= len(children) else None,
+                lane=lane,
+            )
+            for lane in range(1, count + 1)
+        ]
+        self._errors: list[BaseException] = []
+
+    def run(self) -> int:
+        if len(self.runners) == 1:
+            return self.runners[0].run()
+        self.flags.install()
+        threads = [
+            threading.Thread(target=self._lane, args=(r,), name=f"lane-{i}", daemon=True)
+            for i, r in enumerate(self.runners, 1)
+        ]
+        self.log.info("worker.lanes", lanes=len(threads))
+        try:
+            for t in threads:
+                t.start()
+            stopped = False
+            while any(t.is_alive() for t in threads):
+                ready, _, _ = select.select([self.flags.fileno()], [], [], TURN)
+                if ready:
+                    self.flags.clear_wake()
+                if self.flags.reload.is_set():
+                    self.flags.reload.clear()
+                    for r in self.runners:
+                        r.flags.reload.set()
+                        r.flags.poke()
+                if not stopped and (self.flags.stop.is_set() or self._errors):
+                    stopped = True
+                    why = self.flags.signal_name or "a lane stopped with an error"
+                    for r in self.runners:
+                        r.flags.request_stop(why)
+                elif not stopped and not all(t.is_alive() for t in threads):
+                    # A drained lane ends alone; the others see the same empty queue.
+                    continue
+            for t in threads:
+                t.join()
+        finally:
+            self.flags.restore()
+            self.flags.close()
+            self.notifier.close()
+        if self._errors:
+            raise self._errors[0]
+        return 0
+
+    def _lane(self, runner: Runner) -> None:
+        try:
+            runner.run(install_signals=False)
+        except BaseException as exc:
+            self._errors.append(exc)
+            self.flags.poke()
