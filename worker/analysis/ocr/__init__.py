@@ -50,6 +50,7 @@ from worker.analysis.ocr.errors import (
     OcrInputError,
     OcrLimitExceeded,
     OcrTimeout,
+    out_of_memory,
 )
 from worker.analysis.ocr.files import TMP_PREFIX, publish, remove_stale_temp_dirs
 from worker.analysis.ocr.images import image_to_pdf
@@ -100,7 +101,9 @@ class OcrResult:
     engine: str  # e.g. "ocrmypdf 17.13.0, tesseract 5.3.0"
 
 
-def _in_process(pdf_in: Path, out_pdf: Path, opts: OcrOptions, deadline: float) -> list[str]:
+def _in_process(
+    pdf_in: Path, out_pdf: Path, opts: OcrOptions, deadline: float, mime_type: str
+) -> list[str]:
     """The tesseract engine in this process, its address space allowed to grow by
     ``memory_limit`` while it runs (the models it loaded before are not the page's)."""
     slots = None
@@ -111,10 +114,7 @@ def _in_process(pdf_in: Path, out_pdf: Path, opts: OcrOptions, deadline: float) 
         with limit:
             return ocr_pdf(pdf_in, out_pdf, opts, deadline, tessdata_dir(), slots)
     except MemoryError:
-        raise OcrLimitExceeded(
-            "OCR ran out of memory under analysis.memory_limit: a page needs more than "
-            "the limit allows"
-        ) from None
+        raise out_of_memory(opts.memory_limit, "PDF" if mime_type == PDF else "image") from None
 
 
 def available_languages() -> set[str]:
@@ -157,7 +157,7 @@ def analyze_file(src: Path, mime_type: str, out_dir: Path, opts: OcrOptions) -> 
             run_ocrmypdf(pdf_in, out_pdf, sidecar, work, opts, deadline, mime_type)
             pages = pages_and_thumbnail(out_pdf, sidecar, opts, thumb)
         else:
-            pages = _in_process(pdf_in, out_pdf, opts, deadline)
+            pages = _in_process(pdf_in, out_pdf, opts, deadline, mime_type)
             if not pages or render_thumbnail(out_pdf, opts.thumbnail_width, thumb) == 0:
                 raise OcrFailed("the searchable PDF has no pages")
         publish(out_pdf, out_dir / SEARCHABLE_PDF)

@@ -16,8 +16,8 @@ from worker.analysis.ocr.errors import (
     OcrError,
     OcrFailed,
     OcrInputError,
-    OcrLimitExceeded,
     OcrTimeout,
+    out_of_memory,
     tail_lines,
 )
 from worker.analysis.ocr.options import PDF, OcrOptions
@@ -107,11 +107,7 @@ def _error_for(
     code, note = res.returncode, _stderr_note(res)
     what = "PDF" if mime_type == PDF else "image"
     if _out_of_memory(res):
-        limit = f" ({memory_limit / 2**30:.1f} GiB)" if memory_limit else ""
-        return OcrLimitExceeded(
-            f"OCR ran out of memory under analysis.memory_limit{limit}: "
-            f"the {what} needs more than the limit allows{note}"
-        )
+        return out_of_memory(memory_limit, what, note)
     if code == EXIT_ENCRYPTED_PDF:
         return OcrInputError(ENCRYPTED)
     if code == EXIT_INPUT_FILE:

@@ -49,6 +49,15 @@ class OcrTimeout(OcrError):
     transient = True
 
 
+def out_of_memory(limit: int | None, what: str, note: str = "") -> OcrLimitExceeded:
+    """The error of an OCR run that hit analysis.memory_limit (either engine)."""
+    size = f" ({limit / 2**30:.1f} GiB)" if limit else ""
+    return OcrLimitExceeded(
+        f"OCR ran out of memory under analysis.memory_limit{size}: "
+        f"the {what} needs more than the limit allows{note}"
+    )
+
+
 def tail_lines(text: str, lines: int = ERROR_TAIL_LINES) -> str:
     """The last non-blank ``lines`` of a program's output, for an error message."""
     kept = [line.rstrip() for line in text.strip().splitlines() if line.strip()]

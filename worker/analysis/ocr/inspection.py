@@ -5,6 +5,7 @@ page boxes: nothing is rasterised)."""
 from __future__ import annotations
 
 import os
+import re
 import stat
 from collections.abc import Mapping
 from pathlib import Path
@@ -147,5 +148,14 @@ def check_image(src: Path, opts: OcrOptions) -> None:
                     )
     except OcrLimitExceeded:
         raise
-    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as exc:
+    except Image.DecompressionBombError as exc:
+        # Pillow's own guard (its header says so much before anything is decoded).
+        found = re.search(r"\((\d+) pixels\)", str(exc))
+        size = _megapixels(int(found[1])) if found else "more pixels than Pillow decodes"
+        limit = _megapixels(opts.max_page_pixels) if opts.max_page_pixels else "no limit"
+        raise OcrLimitExceeded(
+            f"the image has {size}, too many to decode safely "
+            f"(analysis.max_page_megapixels: {limit})"
+        ) from None
+    except (OSError, ValueError, SyntaxError) as exc:
         raise OcrInputError(f"the image cannot be read: {exc}") from None
