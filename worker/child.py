@@ -45,6 +45,7 @@ from ingestd.db.database import Database
 from ingestd.errors import IngestdError
 from ingestd.queue.claims import Job
 from worker.jobs import JobContext, Kind, load
+from worker.limits import fewer_malloc_arenas
 from worker.outcomes import Done, Ended, Ending, Result
 
 _PR_SET_PDEATHSIG = 1
@@ -274,6 +275,7 @@ def child_main(
         os.setpgid(0, 0)
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, _ignore)
+    fewer_malloc_arenas()  # before the OCR page threads exist
     log.configure(config.log.level, config.log.format)
     kinds = load(plugins)
     db = Database(

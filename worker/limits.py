@@ -9,10 +9,15 @@ afterwards for the child's next job.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import os
 import resource
 from collections.abc import Iterator
 from contextlib import contextmanager
+
+_M_ARENA_MAX = -8  # mallopt(3)
+ARENAS = 4
 
 
 @contextmanager
@@ -43,3 +48,11 @@ def growth_limit(extra: int) -> Iterator[None]:
     process maps already (interpreter, libraries, warm OCR models) is not the page's."""
     with address_space_limit(address_space_in_use() + extra):
         yield
+
+
+def fewer_malloc_arenas(arenas: int = ARENAS) -> None:
+    """At most ``arenas`` glibc malloc arenas in this process. Every thread that
+    allocates may otherwise get an arena of its own, each reserving 64 MiB of address
+    space: OCR page threads would use up a growth_limit without touching a page."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None).mallopt(_M_ARENA_MAX, arenas)

@@ -18,7 +18,6 @@ import contextlib
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 from ingestd import log
@@ -32,18 +31,6 @@ MAX_IDLE_PER_KEY = 8
 _lock = threading.Lock()
 _idle: dict[tuple[str, str], list[Any]] = {}
 _loads = 0
-
-
-@dataclass(frozen=True, slots=True)
-class EngineInfo:
-    tesseract: str  # "5.5.4"
-    tesserocr: str
-
-
-def info() -> EngineInfo:
-    tesserocr = _module()
-    first = str(tesserocr.tesseract_version()).split()[1:2]
-    return EngineInfo(first[0] if first else "unknown", str(tesserocr.__version__))
 
 
 def loads() -> int:
