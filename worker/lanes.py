@@ -153,14 +153,13 @@ class Lanes:
                     for r in self.runners:
                         r.flags.reload.set()
                         r.flags.poke()
+                # A drained lane ends alone (the others see the same empty queue); a
+                # signal or a lane's error ends them all.
                 if not stopped and (self.flags.stop.is_set() or self._errors):
                     stopped = True
                     why = self.flags.signal_name or "a lane stopped with an error"
                     for r in self.runners:
                         r.flags.request_stop(why)
-                elif not stopped and not all(t.is_alive() for t in threads):
-                    # A drained lane ends alone; the others see the same empty queue.
-                    continue
             for t in threads:
                 t.join()
         finally:
