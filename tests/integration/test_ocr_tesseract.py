@@ -68,3 +68,50 @@ def test_tesseract_engine_pages_text_searchable_pdf_and_thumbnail(
         "Rechnung",
         "für",
     ]
+
+
+@pytest.mark.parametrize("rotate", [0, 90, 180, 270])
+def test_text_layer_lies_on_the_printed_words_whatever_the_page_rotation(
+    src_dir: Path,  # noqa: F811
+    tmp_path: Path,
+    rotate: int,
+) -> None:
+    """A page stored sideways or upside down with /Rotate making it upright: the
+    invisible word a viewer finds covers that word's ink on the page as displayed."""
+    import ctypes
+
+    import pikepdf
+    import pypdfium2
+    import pypdfium2.raw as pdfium_c
+
+    lines = ["Stadtwerke Musterstadt", "Rechnung Kundennummer 4711", "Wasser und Abwasser"]
+    src = base.scans.image_pdf(
+        src_dir / "turned.pdf", [lines], rotate={0: rotate}, size=base.scans.A6
+    )
+    with pikepdf.open(src, allow_overwriting_input=True) as pdf:
+        if rotate:
+            pdf.pages[0].obj.Rotate = rotate
+        pdf.save(src)
+    res = base.run(base.archived(src), base.PDF, tmp_path / "out")
+    assert "Kundennummer" in res.pages[0]
+    out = pypdfium2.PdfDocument(str(tmp_path / "out" / base.SEARCHABLE_PDF))
+    shown = pypdfium2.PdfDocument(str(src))
+    try:
+        found = out[0].get_textpage().search("Kundennummer").get_next()
+        assert found is not None
+        left, bottom, right, top = out[0].get_textpage().get_charbox(found[0])  # the "K"
+        page = shown[0]
+        image = page.render(scale=1, grayscale=True).to_pil()
+
+        def device(x: float, y: float) -> tuple[int, int]:
+            dx, dy = ctypes.c_int(), ctypes.c_int()
+            pdfium_c.FPDF_PageToDevice(page.raw, 0, 0, image.width, image.height, 0, x, y, dx, dy)
+            return dx.value, dy.value
+
+        (x0, y0), (x1, y1) = device(left, bottom), device(right, top)
+        box = (min(x0, x1), min(y0, y1), max(x0, x1) + 1, max(y0, y1) + 1)
+        ink = [v for v in image.crop(box).tobytes() if v < 128]
+        assert len(ink) > 10, (rotate, box)
+    finally:
+        out.close()
+        shown.close()
