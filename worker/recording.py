@@ -125,7 +125,9 @@ def _record_done(
         jl.info("job.done", seconds=seconds, result=done.summary or None)
         observe(job, Observed.done, t0)
         if done.summary.get("ocr"):
-            metrics.OCR_PAGES.labels(job.tenant).inc(int(done.summary.get("pages") or 0))
+            read = done.summary.get("ocr_pages", done.summary.get("pages"))
+            metrics.OCR_PAGES.labels(job.tenant).inc(int(read or 0))
+            metrics.OCR_ENGINE_LOADS.inc(int(done.summary.get("engine_loads") or 0))
         if job.kind == JobKind.split_batch:
             metrics.SPLIT_PAGES.labels(job.tenant).inc(int(done.summary.get("pages") or 0))
             metrics.SPLIT_CHILDREN.labels(job.tenant).inc(int(done.summary.get("children") or 0))

@@ -109,8 +109,15 @@ JOBS_FAILED = Counter(
 )
 OCR_PAGES = Counter(
     "ingestd_ocr_pages_total",
-    "Pages OCRed by analyze-document (a retry that reuses saved text adds none)",
+    "Pages OCRed by analyze-document (pages that had text and a retry that reuses saved "
+    "text add none)",
     ["tenant"],
+)
+OCR_ENGINE_LOADS = Counter(
+    "ingestd_ocr_engine_loads_total",
+    "Tesseract models loaded by the job children (warm engines: once per engine, not per "
+    "page; a rate that follows the page rate means engines are not kept)",
+    [],
 )
 SPLIT_PAGES = Counter(
     "ingestd_split_pages_total", "Pages of batch scans read by split-batch", ["tenant"]

@@ -24,6 +24,7 @@ SMALL = {
 }
 
 
+@pytest.mark.timeout(900)  # the subprocess's own bound; a busy CI machine needs minutes
 @pytest.mark.parametrize("bench", sorted(SMALL))
 def test_bench_small_mode_prints_its_table(bench: str) -> None:
     """bench/<name>.py in its small mode exits 0 with a table comparing to a baseline."""

@@ -174,7 +174,10 @@ def test_serve_and_worker_metrics(tmp_path: Path, db_url: str) -> None:
             )
             == 2
         )
-        assert _value(wtext, "ingestd_ocr_pages_total", tenant="acme") == 2
+        # Both files are born digital (demo/samples.py: a text layer): analysed without
+        # OCR, so no page was OCRed and no engine loaded its models.
+        assert 'ingestd_ocr_pages_total{tenant="acme"} 0.0' in wtext
+        assert _value(wtext, "ingestd_ocr_engine_loads_total") == 0
         wait_until(
             lambda: (
                 _value(_scrape(serve_metrics), "ingestd_queue_jobs", tenant="acme", state="ready")

@@ -155,6 +155,9 @@ def analyze_document(ctx: JobContext) -> None:
     ctx.result.update(
         pages=text["page_count"],
         ocr=text.get("ran", False),
+        # Pages read and models loaded by this attempt (0 when it reused saved text).
+        ocr_pages=text.get("ocr_pages", 0) if text.get("ran") else 0,
+        engine_loads=text.get("engine_loads", 0) if text.get("ran") else 0,
         title=data.workflow_title or (data.title.new if data.title else None),
         issued_date=issued.isoformat() if issued else None,
         tags=sorted({*data.taxonomy_tags, *data.workflow_tags}),
@@ -255,6 +258,8 @@ def run_ocr(ctx: JobContext, original: Path, mime_type: str, out_dir: Path) -> d
         "languages": "+".join(languages),
         "searchable_pdf": res.searchable_pdf,
         "thumbnail": res.thumbnail,
+        "ocr_pages": res.ocr_pages,
+        "engine_loads": res.engine_loads,
         "ran": True,
     }
 

@@ -42,6 +42,7 @@ from pathlib import Path
 import pypdfium2  # type: ignore[import-untyped]
 
 from ingestd.durable import fsync_dir
+from worker.analysis.ocr import warm
 from worker.analysis.ocr.engine import run_ocrmypdf
 from worker.analysis.ocr.errors import (
     OcrConfigError,
@@ -65,7 +66,7 @@ from worker.analysis.ocr.installation import (
 from worker.analysis.ocr.options import IMAGE_TYPES, PDF, OcrOptions
 from worker.analysis.ocr.slots import page_slots
 from worker.analysis.ocr.tesseract import ocr_pdf
-from worker.analysis.ocr.text import pages_and_thumbnail, render_thumbnail
+from worker.analysis.ocr.text import ocred_pages, pages_and_thumbnail, render_thumbnail
 from worker.limits import growth_limit
 
 # The API: analyze_file with its options, result and errors (worker/jobs/analyze.py,
@@ -98,12 +99,14 @@ class OcrResult:
     page_count: int
     searchable_pdf: str  # file name inside out_dir
     thumbnail: str  # file name inside out_dir
-    engine: str  # e.g. "ocrmypdf 17.13.0, tesseract 5.3.0"
+    engine: str  # e.g. "tesseract 5.5.4 (tesserocr)", "ocrmypdf 17.13.0, tesseract 5.3.0"
+    ocr_pages: int = 0  # pages the engine read (the others had text)
+    engine_loads: int = 0  # models this run loaded (0: the warm engines did it all)
 
 
 def _in_process(
     pdf_in: Path, out_pdf: Path, opts: OcrOptions, deadline: float, mime_type: str
-) -> list[str]:
+) -> tuple[list[str], int]:
     """The tesseract engine in this process, its address space allowed to grow by
     ``memory_limit`` while it runs (the models it loaded before are not the page's)."""
     slots = None
@@ -125,6 +128,7 @@ def available_languages() -> set[str]:
 def analyze_file(src: Path, mime_type: str, out_dir: Path, opts: OcrOptions) -> OcrResult:
     """OCR ``src`` (never written to) into ``out_dir``/searchable.pdf and thumbnail.png."""
     deadline = time.monotonic() + opts.timeout
+    loads_before = warm.loads()
     check_options(opts)
     engine = check_installation(opts)
     if mime_type != PDF and mime_type not in IMAGE_TYPES:
@@ -156,8 +160,9 @@ def analyze_file(src: Path, mime_type: str, out_dir: Path, opts: OcrOptions) -> 
             sidecar = work / "sidecar.txt"
             run_ocrmypdf(pdf_in, out_pdf, sidecar, work, opts, deadline, mime_type)
             pages = pages_and_thumbnail(out_pdf, sidecar, opts, thumb)
+            ocred = ocred_pages(sidecar, len(pages), opts.mode)
         else:
-            pages = _in_process(pdf_in, out_pdf, opts, deadline, mime_type)
+            pages, ocred = _in_process(pdf_in, out_pdf, opts, deadline, mime_type)
             if not pages or render_thumbnail(out_pdf, opts.thumbnail_width, thumb) == 0:
                 raise OcrFailed("the searchable PDF has no pages")
         publish(out_pdf, out_dir / SEARCHABLE_PDF)
@@ -175,4 +180,6 @@ def analyze_file(src: Path, mime_type: str, out_dir: Path, opts: OcrOptions) -> 
         searchable_pdf=SEARCHABLE_PDF,
         thumbnail=THUMBNAIL,
         engine=engine,
+        ocr_pages=ocred,
+        engine_loads=warm.loads() - loads_before,
     )

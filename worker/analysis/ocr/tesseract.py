@@ -79,8 +79,9 @@ def ocr_pdf(
     deadline: float,
     tessdata: str,
     slots: PageSlots | None,
-) -> list[str]:
-    """OCR ``pdf_in`` into ``out_pdf``; the text of every page."""
+) -> tuple[list[str], int]:
+    """OCR ``pdf_in`` into ``out_pdf``; the text of every page, and how many were OCRed
+    (the others had text)."""
     with _pdfium(pdf_in) as doc:
         count = len(doc)
         texts: list[str | None] = [None] * count
@@ -94,12 +95,12 @@ def ocr_pdf(
         if not todo:
             # Born digital: the derived PDF is the original, byte for byte.
             shutil.copyfile(pdf_in, out_pdf)
-            return [clean(t or "") for t in texts]
+            return [clean(t or "") for t in texts], 0
         results = _ocr_pages(doc, pdf_in, todo, opts, deadline, tessdata, slots)
     _write_searchable(pdf_in, out_pdf, results, tessdata)
     for i, res in results.items():
         texts[i] = res.text
-    return [clean(t or "") for t in texts]
+    return [clean(t or "") for t in texts], len(results)
 
 
 @contextlib.contextmanager

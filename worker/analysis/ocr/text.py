@@ -42,6 +42,15 @@ def _sidecar_pages(text: str) -> list[str | None]:
     return pages
 
 
+def ocred_pages(sidecar: Path, count: int, mode: str) -> int:
+    """How many of ``count`` pages ocrmypdf OCRed (its sidecar's placeholders name the
+    skipped ones; "redo" and "force" OCR every page)."""
+    if mode != "skip" or not sidecar.is_file():
+        return count
+    parsed = _sidecar_pages(sidecar.read_text(encoding="utf-8", errors="replace"))
+    return sum(1 for page in parsed if page is not None) if len(parsed) == count else count
+
+
 @contextlib.contextmanager
 def _pdfium(path: Path) -> Iterator[Any]:
     try:
