@@ -5,6 +5,7 @@ folder's settle loop stalled for real, and every other path 404."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -231,7 +232,9 @@ def test_worker_healthz_and_readyz(tmp_path: Path, db_url: str) -> None:
         wait_until(lambda: _answers(port), timeout=60, interval=0.3)
         wait_until(lambda: probe(port, "/healthz")[0] == 200, timeout=30, interval=0.3)
         _, live = probe(port, "/healthz")
-        assert set(live["checks"]) == {"worker"} and live["checks"]["worker"]["ok"]
+        # One loop per lane (worker.concurrency, by default one per core).
+        lanes = {"worker", *(f"worker.{n}" for n in range(2, (os.cpu_count() or 1) + 1))}
+        assert set(live["checks"]) == lanes and all(c["ok"] for c in live["checks"].values())
         wait_until(lambda: probe(port, "/readyz")[0] == 200, timeout=30, interval=0.3)
         _, ready = probe(port, "/readyz")
         assert set(ready["checks"]) == {"database", "derived"}
