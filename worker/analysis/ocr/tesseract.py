@@ -47,7 +47,7 @@ from worker.analysis.ocr.errors import OcrError, OcrFailed, OcrLimitExceeded, Oc
 from worker.analysis.ocr.inspection import page_images
 from worker.analysis.ocr.options import OcrOptions
 from worker.analysis.ocr.slots import PageSlots
-from worker.analysis.ocr.text import clean
+from worker.analysis.ocr.text import clean, page_text
 from worker.analysis.ocr.textlayer import PageWords, Word, glyphless_font, lay_over, page_rotation
 
 CONFIDENT = 70  # mean word confidence (0..100) above which a page is taken as upright
@@ -120,15 +120,7 @@ def _pdfium(path: Path) -> Iterator[Any]:
 def _text_of(doc: Any, index: int) -> str:
     """The page's text layer ('' for none); whitespace alone is none."""
     with _PDFIUM:
-        page = doc[index]
-        try:
-            textpage = page.get_textpage()
-            try:
-                text = str(textpage.get_text_range())
-            finally:
-                textpage.close()
-        finally:
-            page.close()
+        text = page_text(doc, index)
     return text if text.strip() else ""
 
 

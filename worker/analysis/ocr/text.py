@@ -63,7 +63,8 @@ def _pdfium(path: Path) -> Iterator[Any]:
         doc.close()
 
 
-def _page_text(doc: Any, index: int) -> str:
+def page_text(doc: Any, index: int) -> str:
+    """The text layer of page ``index`` of an open pdfium document."""
     page = doc[index]
     try:
         textpage = page.get_textpage()
@@ -85,7 +86,7 @@ def pages_and_thumbnail(out_pdf: Path, sidecar: Path, opts: OcrOptions, thumb: P
             if len(parsed) == count:  # else (never seen): every page from the PDF
                 ocr = parsed
         pages = [
-            clean(text if text is not None else _page_text(doc, i)) for i, text in enumerate(ocr)
+            clean(text if text is not None else page_text(doc, i)) for i, text in enumerate(ocr)
         ]
         if count:
             _render_thumbnail(doc, opts.thumbnail_width, thumb)
