@@ -8,7 +8,7 @@ from typing import Any
 
 from ingestd.db.database import Database
 from tests.conftest import wait_until
-from tests.e2e.test_worker import notify_socket, qdb, start, workers  # noqa: F401
+from tests.e2e.test_worker import notify_socket, qdb, received, start, workers  # noqa: F401
 from tests.fixtures.queue import REPO, WorkerProc, job_row, make_jobs, runs
 
 LANES = {"poll_interval": 0.2, "lease_seconds": 5, "retry_base": 0.1, "concurrency": 2}
@@ -94,13 +94,7 @@ def test_drain_with_lanes_sends_ready_first_and_exits_0(
             script=True,
         )
         assert w.wait(timeout=120) == 0
-        sock.setblocking(False)
-        got = []
-        try:
-            for _ in range(1000):
-                got.append(sock.recv(4096).decode())
-        except BlockingIOError:
-            pass
+        got = received(sock)
     assert all(job_row(qdb, i)["status"] == "done" for i in ids)
     assert got[0].startswith("READY=1") and got[-1].startswith("STOPPING=1"), got
     assert sum(m.startswith("READY=1") for m in got) == 1

@@ -331,6 +331,16 @@ def notify_socket() -> Iterator[tuple[socket.socket, str]]:
         os.rmdir(tmp)
 
 
+def received(sock: socket.socket, most: int = 1000) -> list[str]:
+    """The datagrams the worker sent to the notify socket, in order (it has exited)."""
+    sock.setblocking(False)
+    got: list[str] = []
+    with contextlib.suppress(BlockingIOError):
+        for _ in range(most):
+            got.append(sock.recv(4096).decode())
+    return got
+
+
 def test_drain_on_an_empty_queue_exits_0(
     make_env: Any, qdb: Database, workers: list[WorkerProc]
 ) -> None:
@@ -347,11 +357,7 @@ def test_drain_on_an_empty_queue_exits_0(
             script=True,
         )
         assert w.wait() == 0
-        sock.setblocking(False)
-        got = []
-        with contextlib.suppress(BlockingIOError):
-            for _ in range(100):
-                got.append(sock.recv(4096).decode())
+        got = received(sock)
     assert got[0].startswith("READY=1") and got[-1].startswith("STOPPING=1")
     assert [e["reason"] for e in w.events("worker.stopping")] == ["drained"]
 

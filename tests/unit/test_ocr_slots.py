@@ -114,17 +114,20 @@ def test_a_killed_process_leaves_no_slot_taken(tmp_path: Path) -> None:
     """A job child SIGKILLed while it holds the only slot: the kernel drops its lock and
     the next page gets the slot (a semaphore would have lost it for good)."""
     code = (
-        "import sys, time\n"
+        "import sys\n"
         "from pathlib import Path\n"
         "from worker.analysis.ocr.slots import PageSlots\n"
         "slots = PageSlots(Path(sys.argv[1]), 1)\n"
         "with slots.hold(lambda: False):\n"
         "    print('held', flush=True)\n"
-        "    time.sleep(600)\n"
+        "    sys.stdin.read()  # held until killed (its stdin never ends)\n"
     )
     root = Path(__file__).resolve().parents[2]
     proc = subprocess.Popen(
-        [sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE, cwd=root
+        [sys.executable, "-c", code, str(tmp_path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        cwd=root,
     )
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == b"held"

@@ -26,7 +26,10 @@ from pathlib import Path
 
 from worker.analysis.ocr.errors import OcrFailed
 
-POLL = 0.01  # seconds between looks at the slots (a page takes about a second)
+# Seconds between looks at the slots (a page takes about a second). Polling, not a
+# blocking flock: flock has no timeout (a page past the file's deadline must give up
+# with OcrTimeout, not wait on) and cannot wait for "any one of N" slots.
+POLL = 0.01
 
 
 class PageSlots:
