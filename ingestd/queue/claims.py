@@ -138,6 +138,8 @@ class WorkerIdentity:
     def release(self) -> None:
         conn, self._conn = self._conn, None
         if conn is not None:
+            with contextlib.suppress(Exception):  # a broken session has lost the lock already
+                conn.execute(sql.query("worker_id_unlock"), {"worker": self.worker_id})
             with contextlib.suppress(Exception):  # a broken connection: nothing to close
                 conn.close()
 

@@ -8,7 +8,7 @@ import pytest
 
 from ingestd.config.settings import WorkerConfig
 from ingestd.db.database import Database, DatabaseError
-from ingestd.queue.claims import Queue
+from ingestd.queue.claims import Queue, WorkerIdentity, WorkerIdInUse
 from ingestd.queue.enqueue import JobKindRetired, enqueue
 from tests.fixtures.queue import make_jobs
 
@@ -248,3 +248,17 @@ def test_one_tenant_feeds_several_workers_at_once(db: Database) -> None:
     for t in threads:
         t.join(30)
     assert None not in got and len(set(got)) == 4
+
+
+def test_worker_id_is_free_again_the_moment_it_is_released(db: Database) -> None:
+    """A worker restarted at once under its id is not refused: release gives the lock back
+    before the session closes (a closed backend frees it only when it has exited)."""
+    for _ in range(30):
+        first = WorkerIdentity(db.conninfo, "w-restart", connect_timeout=10)
+        first.acquire()
+        with pytest.raises(WorkerIdInUse):
+            WorkerIdentity(db.conninfo, "w-restart", connect_timeout=10).acquire()
+        first.release()
+        again = WorkerIdentity(db.conninfo, "w-restart", connect_timeout=10)
+        again.acquire()
+        again.release()

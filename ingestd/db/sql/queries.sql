@@ -117,6 +117,12 @@ LEFT JOIN tenants t ON t.id = c.tenant_id;
 -- refused at start instead of sharing leases with the first.
 SELECT pg_try_advisory_lock(7423002, hashtext(%(worker)s)) AS locked;
 
+-- name: worker_id_unlock
+-- Given back before the session closes: a closed connection's backend frees its locks only
+-- when it has exited, a moment after the client has gone, and a worker restarted under the
+-- same id at once would be refused in that moment.
+SELECT pg_advisory_unlock(7423002, hashtext(%(worker)s)) AS unlocked;
+
 -- name: job_tenant
 SELECT name AS tenant, status AS tenant_status FROM tenants WHERE id = %(tenant_id)s;
 
