@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 
 # Everything the suite and the demo use from Debian.
 APT_PACKAGES := postgresql tesseract-ocr tesseract-ocr-deu tesseract-ocr-eng ghostscript fonts-dejavu-core \
-                python3-venv ca-certificates openssh-client openssh-server lftp curl systemd
+                python3-venv ca-certificates openssl openssh-client openssh-server lftp curl systemd
 
 .PHONY: help deps venv lint typecheck test test-fast demo bench deb clean
 
@@ -51,6 +51,7 @@ bench: venv
 	$(BIN)/python bench/sftp.py
 	$(BIN)/python bench/queue.py
 	$(BIN)/python bench/split.py
+	$(BIN)/python bench/audit.py
 
 # The Debian package: $(DIST)/ingestd_<version>_<arch>.deb (packaging/build-deb.sh says how).
 DIST ?= dist

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ingestd import __version__, log
+from ingestd.cli import audit as audit_cli
 from ingestd.cli import documents, sftp, system
 from ingestd.cli import jobs as jobs_cli
 from ingestd.cli import search as search_cli
@@ -119,6 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     jobs_cli.add_parser(sub, common, jsonopt)
     search_cli.add_parser(sub, common, jsonopt)
+    audit_cli.add_parser(sub, common, jsonopt)
 
     return p
 

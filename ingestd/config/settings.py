@@ -529,6 +529,28 @@ class RetentionConfig(_Section):
         return self.tenant_years.get(tenant, self.years)
 
 
+class AuditConfig(_Section):
+    """The seals of the audit trail (``ingestd audit seal``, ingestd-audit-seal.timer).
+
+    Every seal is an Ed25519 signature by the key in ``<state_dir>/audit/`` (made on the
+    first seal, 0600); with ``tsa_url`` also an RFC 3161 timestamp from that authority.
+    """
+
+    # http(s) URL of an RFC 3161 timestamp authority; empty: seals are signed only.
+    tsa_url: str = ""
+    # The CA certificate(s) the authority's certificate chains to: seal and verify check
+    # every timestamp against them. Without it timestamps are kept, not checked.
+    tsa_ca_file: Path | None = None
+    tsa_timeout: Annotated[float, Field(gt=0, le=300)] = 10.0
+
+    @field_validator("tsa_url")
+    @classmethod
+    def _url(cls, v: str) -> str:
+        if v and not re.match(r"^https?://[^\s/]+", v):
+            raise ValueError("must be an http:// or https:// URL")
+        return v
+
+
 class MetricsConfig(_Section):
     """The Prometheus endpoint (/metrics) of each process; loopback by default."""
 
@@ -563,6 +585,7 @@ class Config(_Section):
     worker: WorkerConfig = Field(default_factory=WorkerConfig)
     analysis: AnalysisConfig = Field(default_factory=AnalysisConfig)
     retention: RetentionConfig = Field(default_factory=RetentionConfig)
+    audit: AuditConfig = Field(default_factory=AuditConfig)
     deliveries: DeliveriesConfig = Field(default_factory=DeliveriesConfig)
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
     taxonomy: list[TaxonomyRule] = Field(default_factory=list)

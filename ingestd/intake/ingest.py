@@ -10,9 +10,12 @@ Order of operations (each step is what makes the next one safe):
 5. same bytes already recorded for this tenant -> duplicate, nothing new is written;
 6. ONE transaction: lock the tenant row (FOR SHARE) and check it is still active; link
    the copy to its final WORM name and fsync the directory (``archive.commit``); document
-   row + analyze-document job row. A suspend or delete-tenant waits for it, so no file
-   is linked for a tenant that is being wiped;
+   row + analyze-document job row + its ``document.archived`` audit entry. A suspend or
+   delete-tenant waits for it, so no file is linked for a tenant that is being wiped;
 7. only after COMMIT dispose of the source.
+
+Duplicates and refusals are audit entries as well, committed before the source is
+dropped or quarantined.
 
 A crash anywhere loses nothing: before 7 the source is still there and a re-run finds
 either no row (and reuses the identical archived file) or the row (a duplicate, so it
@@ -23,12 +26,15 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Mapping
 from datetime import UTC, date, datetime
 
+from ingestd.archive import audit
+from ingestd.archive.audit import AuditKind
 from ingestd.archive.store import ArchivedFile, ArchiveStore, TooLarge
 from ingestd.config.pathcheck import ProtectedPaths
 from ingestd.config.settings import IntakeConfig
-from ingestd.db.database import Database
+from ingestd.db.database import Database, Tx
 from ingestd.errors import SourceProtected, TenantNotActive, TenantNotFound
 from ingestd.intake import filetypes
 from ingestd.intake.fsops import why_not_removable
@@ -98,6 +104,10 @@ class Intake:
         try:
             result = self._ingest(item, disposal, log)
         except Refused as refusal:
+            # Recorded before the caller quarantines or leaves the file: a refusal is an
+            # archive event too. With the database down this raises, and the file waits
+            # where it is like any other (it is refused again once the trail can say so).
+            self._record_refusal(item, refusal)
             result = IntakeResult(
                 item, Outcome.refused, reason=refusal.reason, detail=refusal.detail
             )
@@ -202,7 +212,7 @@ class Intake:
                         "document_by_sha256", {"tenant_id": tenant_id, "sha256": archived.sha256}
                     )
                     dup_id = int(dup["id"]) if dup else None
-                    return self._duplicate(item, disposal, log, archived.sha256, dup_id)
+                    return self._duplicate(item, disposal, log, archived.sha256, dup_id, tx)
                 if item.split is not None and ftype in filetypes.BATCH_TYPES:
                     # A batch is analysed only through its children: its one job splits
                     # it (tenant-fair, under the job's limits), with the policy of the
@@ -222,6 +232,22 @@ class Intake:
                     trace=item.trace,
                 )
                 link_tags(tx, tenant_id, int(doc["id"]), item.tags, "intake")
+                audit.append(
+                    tx,
+                    chain=tenant_id,
+                    tenant=item.tenant,
+                    kind=AuditKind.archived,
+                    document_id=int(doc["id"]),
+                    detail={
+                        "sha256": archived.sha256,
+                        "size": archived.size,
+                        "path": archived.relpath,
+                        "type": ftype.name,
+                        "filename": item.name,
+                        "source": item.source,
+                        "job": job_id,
+                    },
+                )
                 crashpoint("before_commit")
         except BaseException as exc:
             if archived is None:  # never linked: the staged copy is ours to drop
@@ -282,15 +308,45 @@ class Intake:
         log: Logger,
         sha256: str,
         document_id: int | None,
+        tx: Tx | None = None,
     ) -> IntakeResult:
         if self.config.duplicates == "refuse":
             raise Refused(Reason.duplicate, f"same content as document {document_id}")
+        detail = {"sha256": sha256, "filename": item.name, "source": item.source}
+        if tx is not None:  # inside the intake transaction that lost the race
+            self._record(tx, item.tenant, AuditKind.duplicate, document_id, detail)
+        else:
+            with self.db.transaction() as own:
+                self._record(own, item.tenant, AuditKind.duplicate, document_id, detail)
         # The bytes are archived and recorded (committed) under that document, so the
         # source is safe to drop. This is also how a re-run after a crash finishes up.
         left = self._dispose(item, disposal, log)
         log.info("intake.duplicate", document_id=document_id)
         return IntakeResult(
             item, Outcome.duplicate, sha256=sha256, document_id=document_id, source_left=left
+        )
+
+    def _record_refusal(self, item: IntakeItem, refusal: Refused) -> None:
+        detail = {
+            "reason": str(refusal.reason),
+            "detail": refusal.detail,
+            "filename": item.name,
+            "source": item.source,
+        }
+        with self.db.transaction() as tx:
+            self._record(tx, item.tenant, AuditKind.refused, None, detail)
+
+    @staticmethod
+    def _record(
+        tx: Tx, tenant: str, kind: AuditKind, document_id: int | None, detail: Mapping[str, object]
+    ) -> None:
+        audit.append(
+            tx,
+            chain=audit.chain_of(tx, tenant),
+            tenant=tenant,
+            kind=kind,
+            document_id=document_id,
+            detail=detail,
         )
 
     def _active_tenant_id(self, tenant: str) -> int:

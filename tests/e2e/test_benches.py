@@ -21,6 +21,7 @@ SMALL = {
     "sftp": ["--small"],
     "ocr": ["--small"],
     "split": ["--pages", "12", "--rounds", "1"],
+    "audit": ["--events", "20000", "--rounds", "1"],
 }
 
 

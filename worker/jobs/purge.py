@@ -15,6 +15,8 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
+from ingestd.archive import audit
+from ingestd.archive.audit import AuditKind
 from ingestd.archive.store import remove_tree
 from ingestd.db.database import Tx
 from ingestd.ops.runtime import make_archive
@@ -34,6 +36,20 @@ def retention_until(ingested: datetime.datetime, years: int) -> datetime.datetim
 
 def apply_purge(tx: Tx, job: Job, data: dict[str, Any]) -> None:
     tx.run("document_purge", {"id": data["document_id"], "tenant_id": job.tenant_id})
+    audit.append(
+        tx,
+        chain=job.tenant_id,
+        tenant=job.tenant,
+        kind=AuditKind.purged,
+        document_id=data["document_id"],
+        detail={
+            "sha256": data["sha256"],
+            "path": data["path"],
+            "original": data["original"],
+            "retention_until": data["retention_until"],
+            "job": job.id,
+        },
+    )
 
 
 @register(JobKind.purge_document, apply=apply_purge)
@@ -70,5 +86,11 @@ def purge_document(ctx: JobContext) -> None:
         files_removed=removed,
         retention_until=until.date().isoformat(),
     )
-    ctx.data = {"document_id": doc_id}
+    ctx.data = {
+        "document_id": doc_id,
+        "sha256": doc["sha256"],
+        "path": str(doc["archive_path"]),
+        "original": original,
+        "retention_until": until.date().isoformat(),
+    }
     ctx.result.update(original=original, files_removed=removed)

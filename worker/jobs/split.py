@@ -33,6 +33,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from ingestd.archive import audit
+from ingestd.archive.audit import AuditKind
 from ingestd.archive.store import LocalArchive, remove_tree
 from ingestd.config.split import SplitPolicy
 from ingestd.db.database import Tx
@@ -234,6 +236,7 @@ def apply_split(tx: Tx, job: Job, data: SplitResult) -> None:
         _apply_whole(tx, job, data, tenant_id)
         return
     archive = LocalArchive(Path(data.archive_dir))
+    child_ids: list[int] = []
     for child in data.children:
         fd = os.open(child.work_file, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
         try:
@@ -276,6 +279,24 @@ def apply_split(tx: Tx, job: Job, data: SplitResult) -> None:
             )
             link_tags(tx, tenant_id, child_id, data.inherited_tags, "intake")
             link_tags(tx, tenant_id, child_id, child.tags, "barcode")
+        child_ids.append(child_id)
+        audit.append(
+            tx,
+            chain=tenant_id,
+            tenant=data.tenant,
+            kind=AuditKind.archived if doc is not None else AuditKind.duplicate,
+            document_id=child_id,
+            detail={
+                "sha256": archived.sha256,
+                "size": archived.size,
+                "path": archived.relpath,
+                "type": "pdf",
+                "filename": child.filename,
+                "source": data.source,
+                "parent": data.parent_id,
+                "pages": [child.first_page, child.last_page],
+            },
+        )
         tx.run(
             "document_part_insert",
             {
@@ -288,6 +309,14 @@ def apply_split(tx: Tx, job: Job, data: SplitResult) -> None:
             },
         )
     tx.run("document_mark_split", {"id": data.parent_id, "tenant_id": tenant_id})
+    audit.append(
+        tx,
+        chain=tenant_id,
+        tenant=data.tenant,
+        kind=AuditKind.batch_split,
+        document_id=data.parent_id,
+        detail={"children": child_ids, "job": job.id},
+    )
     crashpoint("split_before_commit")
     remove_tree(Path(data.work_dir))  # copied; a retry after a failed COMMIT writes it anew
 

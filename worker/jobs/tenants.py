@@ -23,6 +23,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ingestd.archive import audit
+from ingestd.archive.audit import AuditKind
 from ingestd.archive.store import remove_tree
 from ingestd.config.settings import TENANT_NAME, Config
 from ingestd.db.database import Tx, jsonb
@@ -119,7 +121,20 @@ def provision_tenant(ctx: JobContext) -> None:
 # -- delete ---------------------------------------------------------------------------------
 def apply_delete(tx: Tx, job: Job, data: dict[str, Any]) -> None:
     ids = {"tenant_id": job.tenant_id, "job_id": job.id}
-    tx.run("tenant_wipe", ids)
+    wiped = tx.one("tenant_wipe", ids)
+    audit.append(
+        tx,
+        chain=job.tenant_id,
+        tenant=job.tenant,
+        kind=AuditKind.tenant_deleted if data["remove_tenant"] else AuditKind.tenant_reset,
+        detail={
+            "documents": int(wiped["documents"]) if wiped else 0,
+            "files_removed": data.get("files_removed", 0),
+            "nonce": data["nonce"],
+            "final_status": None if data["remove_tenant"] else data["final_status"],
+            "job": job.id,
+        },
+    )
     tx.run("tenant_wipe_taxonomy", {"tenant_id": job.tenant_id})
     if data["remove_tenant"]:
         tx.run("tenant_wipe_capabilities", {"tenant_id": job.tenant_id})
@@ -184,6 +199,7 @@ def delete_tenant(ctx: JobContext) -> None:
         "final_status": request.final_status,
         "nonce": request.nonce,
         "search_config": SEARCH_CONFIGS.get(first, "simple"),
+        "files_removed": removed,
     }
     final = None if request.remove_tenant else request.final_status
     ctx.result.update(action=request.action, files_removed=removed, final_status=final)

@@ -677,3 +677,69 @@ FROM documents d WHERE d.id = %(id)s AND d.tenant_id = %(tenant_id)s;
 -- Which of these jobs are still queued or running (their work files are in use).
 SELECT id FROM processing_jobs
 WHERE id = ANY(%(ids)s::bigint[]) AND status IN ('queued', 'processing');
+
+-- ===================================================================== audit trail
+-- name: audit_append
+-- One entry at the end of a chain (the function in migration 0010 builds and hashes it).
+SELECT seq, hash FROM audit_append(%(chain)s, %(tenant)s, %(kind)s, %(document_id)s,
+                                   %(detail)s);
+
+-- name: audit_chain_of_tenant
+-- A tenant's chain by name (its id); NULL when no such tenant exists.
+SELECT id AS chain FROM tenants WHERE name = %(tenant)s;
+
+-- name: audit_chains
+-- Every chain with its head, the tenant's name (NULL once it is deleted) and its newest
+-- seal.
+SELECT h.chain, h.seq, h.hash, t.name AS tenant
+FROM audit_heads h LEFT JOIN tenants t ON t.id = h.chain
+ORDER BY h.chain;
+
+-- name: audit_entries
+-- A chain's entries in order (verify streams these).
+SELECT seq, kind, tenant, document_id, body, prev_hash, hash
+FROM audit_events WHERE chain = %(chain)s ORDER BY seq;
+
+-- name: audit_entries_all
+-- Every entry of every chain in order (verify streams these).
+SELECT chain, seq, kind, tenant, document_id, body, prev_hash, hash
+FROM audit_events ORDER BY chain, seq;
+
+-- name: audit_entries_between
+-- A chain's entries made in [from, to) (export).
+SELECT seq, body, prev_hash, hash FROM audit_events
+WHERE chain = %(chain)s AND at >= %(from)s AND at < %(to)s ORDER BY seq;
+
+-- name: audit_seals_of
+SELECT id, chain, seq, head, body, signature, public_key, tsa_reply, made_at
+FROM audit_seals WHERE chain = %(chain)s ORDER BY id;
+
+-- name: audit_seals_all
+SELECT id, chain, seq, head, body, signature, public_key, tsa_reply, made_at
+FROM audit_seals ORDER BY chain, id;
+
+-- name: audit_head_for_seal
+-- A chain's head, locked so that nothing is appended between reading it and sealing it;
+-- with the kind of its last entry (a chain whose last entry is its seal needs no new one).
+SELECT h.chain, h.seq, h.hash, e.kind AS last_kind, t.name AS tenant
+FROM audit_heads h
+LEFT JOIN audit_events e ON e.chain = h.chain AND e.seq = h.seq
+LEFT JOIN tenants t ON t.id = h.chain
+WHERE h.chain = %(chain)s
+FOR UPDATE OF h;
+
+-- name: audit_seal_insert
+INSERT INTO audit_seals (chain, seq, head, body, signature, public_key, tsa_reply)
+VALUES (%(chain)s, %(seq)s, %(head)s, %(body)s, %(signature)s, %(public_key)s, %(tsa_reply)s)
+RETURNING id;
+
+-- name: audit_documents
+-- The document rows verify checks against the chains.
+SELECT id, tenant_id, sha256, archive_path FROM documents;
+
+-- name: snapshot_read_only
+-- First in a transaction: every statement after it sees the same snapshot.
+SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY;
+
+-- name: audit_head_of
+SELECT seq, hash FROM audit_heads WHERE chain = %(chain)s;

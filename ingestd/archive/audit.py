@@ -1,0 +1,99 @@
+"""The audit trail: every archive event, appended in the transaction of the event.
+
+An entry is one line of JSON (built by ``audit_append`` in migration 0010, so every writer
+makes the same shape) whose hash covers the hash of the entry before it:
+``hash = sha256(prev_hash + body)``, hex, the first entry's ``prev_hash`` 64 zeros. One
+chain per tenant (its id; chain 0 is the appliance's own). Nothing here decides whether
+an event happens: the code that makes it happen calls ``append`` inside its own
+transaction, so the event and its record commit or roll back together.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ingestd.db.database import Tx, jsonb
+
+SYSTEM_CHAIN = 0
+GENESIS = "0" * 64
+
+
+class AuditKind(enum.StrEnum):
+    # -- a tenant's chain -----------------------------------------------------------------
+    archived = "document.archived"  # a file is in the archive and recorded
+    duplicate = "document.duplicate"  # the same bytes again: nothing new stored
+    refused = "document.refused"  # not taken, with the reason (quarantined or left)
+    batch_split = "document.split"  # a batch became its children (each also archived)
+    purged = "document.purged"  # removed after its retention
+    tenant_deleted = "tenant.deleted"
+    tenant_reset = "tenant.reset"
+    retention_changed = "retention.changed"
+    hold_set = "hold.set"
+    hold_released = "hold.released"
+    sealed = "seal.made"
+    # -- the appliance's chain ------------------------------------------------------------
+    chain_opened = "chain.opened"  # a tenant's chain started (written by audit_append)
+    verify_run = "verify.run"
+
+
+@dataclass(frozen=True, slots=True)
+class Appended:
+    chain: int
+    seq: int
+    hash: str
+
+
+def recordable(value: object) -> object:
+    """``value`` as JSONB can hold it: a file name's undecodable bytes (surrogate escapes)
+    and NUL, which Postgres text refuses, are written as backslash escapes, so a hostile
+    name is recorded legibly instead of failing the event's transaction."""
+    if isinstance(value, str):
+        if value.isascii() and "\x00" not in value:
+            return value
+        text = value.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        return text.replace("\x00", "\\x00")
+    if isinstance(value, Mapping):
+        return {str(recordable(k)): recordable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [recordable(v) for v in value]
+    return value
+
+
+def entry_hash(prev_hash: str, body: str) -> str:
+    """What an entry's hash must be (the same rule the database applies)."""
+    return hashlib.sha256((prev_hash + body).encode()).hexdigest()
+
+
+def append(
+    tx: Tx,
+    *,
+    chain: int,
+    tenant: str | None,
+    kind: AuditKind,
+    document_id: int | None = None,
+    detail: Mapping[str, object] | None = None,
+) -> Appended:
+    """Append one entry to ``chain`` in ``tx`` (waits for the chain's head row: entries of
+    one chain are numbered in commit order, without gaps)."""
+    row = tx.one(
+        "audit_append",
+        {
+            "chain": chain,
+            "tenant": recordable(tenant),
+            "kind": str(kind),
+            "document_id": document_id,
+            "detail": jsonb(recordable(detail or {})),
+        },
+    )
+    assert row is not None  # the function always returns its one row
+    return Appended(chain, int(row["seq"]), str(row["hash"]))
+
+
+def chain_of(tx: Tx, tenant: str) -> int:
+    """The chain a tenant's events go to: its own, or the appliance's when no tenant of
+    that name exists (a hot folder or account naming a tenant never created)."""
+    row = tx.one("audit_chain_of_tenant", {"tenant": tenant})
+    return int(row["chain"]) if row is not None else SYSTEM_CHAIN

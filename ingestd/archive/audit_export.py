@@ -1,0 +1,105 @@
+"""``ingestd audit export``: one tenant's chain as a file its auditor checks on their own.
+
+JSON lines: a header (format, tenant, chain, range, the sealing key), one line per entry
+(position, previous hash, hash and the body exactly as hashed), the seals of the
+exported positions, and the chain's head at the time of export. A whole-chain export
+(no range) is marked ``complete``: the checker then also holds it to its head and its
+seals. ``ingestd/archive/export_check.py`` checks it with nothing but Python and
+``cryptography``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import UTC, date, datetime, time, timedelta
+from pathlib import Path
+from typing import IO
+
+from ingestd.archive.export_check import FORMAT
+from ingestd.db.database import Database
+from ingestd.errors import ExitCode, IngestdError
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+FAR = datetime(9999, 1, 1, tzinfo=UTC)
+
+
+class NoSuchChain(IngestdError):
+    exit_code = ExitCode.not_found
+
+
+def _line(out: IO[str], item: object) -> None:
+    out.write(json.dumps(item, sort_keys=True, separators=(",", ":"), ensure_ascii=False))
+    out.write("\n")
+
+
+def export_chain(
+    db: Database,
+    tenant: str,
+    out: IO[str],
+    *,
+    since: date | None = None,
+    until: date | None = None,
+    public_key: str | None = None,
+) -> int:
+    """Write the export of ``tenant``'s chain (entries made on ``since`` .. ``until``,
+    both days included, UTC) to ``out``; the number of entries written."""
+    lo = datetime.combine(since, time(), UTC) if since else EPOCH
+    hi = datetime.combine(until, time(), UTC) + timedelta(days=1) if until else FAR
+    written = 0
+    with db.transaction() as tx:
+        tx.run("snapshot_read_only")
+        row = tx.one("audit_chain_of_tenant", {"tenant": tenant})
+        if row is None:
+            raise NoSuchChain(f"no tenant named {tenant!r}")
+        chain = int(row["chain"])
+        head = tx.one("audit_head_of", {"chain": chain})
+        _line(
+            out,
+            {
+                "format": FORMAT,
+                "tenant": tenant,
+                "chain": chain,
+                "from": since.isoformat() if since else None,
+                "to": until.isoformat() if until else None,
+                "complete": since is None and until is None,
+                "exported_at": datetime.now(UTC).isoformat(timespec="seconds"),
+                "public_key": public_key,
+            },
+        )
+        seqs: set[int] = set()
+        params = {"chain": chain, "from": lo, "to": hi}
+        for e in tx.stream("audit_entries_between", params):
+            seqs.add(int(e["seq"]))
+            _line(out, {"entry": {k: e[k] for k in ("seq", "prev_hash", "hash", "body")}})
+            written += 1
+        for s in tx.all("audit_seals_of", {"chain": chain}):
+            if int(s["seq"]) in seqs:
+                keys = ("id", "seq", "head", "body", "signature", "public_key", "tsa_reply")
+                _line(out, {"seal": {k: s[k] for k in keys}})
+        if head is not None:
+            _line(out, {"head": {"seq": int(head["seq"]), "hash": str(head["hash"])}})
+    return written
+
+
+def write_export(
+    db: Database,
+    tenant: str,
+    path: Path,
+    *,
+    since: date | None = None,
+    until: date | None = None,
+    public_key: str | None = None,
+) -> int:
+    """``export_chain`` into a new file (never over an existing one), fsynced; a failed
+    export leaves no half a file behind."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o640)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            n = export_chain(db, tenant, out, since=since, until=until, public_key=public_key)
+            out.flush()
+            os.fsync(out.fileno())
+    except BaseException:
+        path.unlink(missing_ok=True)
+        raise
+    return n
