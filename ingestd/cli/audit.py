@@ -37,34 +37,25 @@ def cmd_verify(args: argparse.Namespace) -> int:
             tsa_ca_file=config.audit.tsa_ca_file,
             public_key=seals.known_public_key(config.paths.state_dir),
         )
+        counts = {
+            "command": "audit verify",
+            "ok": report.ok,
+            "chains": report.chains,
+            "entries": report.entries,
+            "seals": report.seals,
+            "documents": report.documents,
+            "files": report.files,
+        }
         with db.transaction() as tx:
             audit.append(
                 tx,
                 chain=SYSTEM_CHAIN,
                 tenant=None,
                 kind=AuditKind.verify_run,
-                detail={
-                    "ok": report.ok,
-                    "chains": report.chains,
-                    "entries": report.entries,
-                    "seals": report.seals,
-                    "documents": report.documents,
-                    "files": report.files,
-                    "problems": report.by_kind(),
-                },
+                detail={**counts, "problems": report.by_kind()},
             )
     if args.json:
-        print_json(
-            {
-                "ok": report.ok,
-                "chains": report.chains,
-                "entries": report.entries,
-                "seals": report.seals,
-                "documents": report.documents,
-                "files": report.files,
-                "problems": [dataclasses.asdict(p) for p in report.problems],
-            }
-        )
+        print_json({**counts, "problems": [dataclasses.asdict(p) for p in report.problems]})
     else:
         for p in report.problems:
             print(p.line())

@@ -14,6 +14,7 @@ from ingestd import __version__, log
 from ingestd.cli import audit as audit_cli
 from ingestd.cli import documents, sftp, system
 from ingestd.cli import jobs as jobs_cli
+from ingestd.cli import retention as retention_cli
 from ingestd.cli import search as search_cli
 from ingestd.cli import tenants as tenant_cli
 from ingestd.cli.common import Handler, load
@@ -121,6 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
     jobs_cli.add_parser(sub, common, jsonopt)
     search_cli.add_parser(sub, common, jsonopt)
     audit_cli.add_parser(sub, common, jsonopt)
+    retention_cli.add_parsers(sub, common, jsonopt)
 
     return p
 

@@ -180,13 +180,27 @@ def _print_status(report: dict[str, Any]) -> None:
 def cmd_verify(args: argparse.Namespace) -> int:
     import time
 
-    from ingestd.archive.verify import record_run, verify_archive
+    from ingestd.archive import audit
+    from ingestd.archive.verify import PROBLEM_KINDS, record_run, verify_archive
     from ingestd.ops.runtime import make_archive, open_database
 
     config = load(args)
     started = time.time()
     with open_database(config) as db:
         report = verify_archive(db, make_archive(config), rehash=not args.no_rehash)
+        with db.transaction() as tx:  # a verify run is an archive event too
+            audit.append(
+                tx,
+                chain=audit.SYSTEM_CHAIN,
+                tenant=None,
+                kind=audit.AuditKind.verify_run,
+                detail={
+                    "command": "verify",
+                    "ok": report.ok,
+                    "files": report.checked,
+                    "problems": {k: report.count(k) for k in PROBLEM_KINDS},
+                },
+            )
     try:  # for the daemon's ingestd_verify_last_* metrics
         record_run(config.paths.state_dir, report, started=started, rehash=not args.no_rehash)
     except (OSError, IngestdError) as exc:

@@ -16,8 +16,11 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from datetime import UTC, datetime
 from typing import Any
 
+from ingestd.archive import retention
+from ingestd.config.settings import Config
 from ingestd.db.database import Tx
 from ingestd.errors import ExitCode, TenantError
 from ingestd.queue.enqueue import enqueue
@@ -69,7 +72,7 @@ def cmd_tenant(args: argparse.Namespace) -> int:
                     f"provision-tenant job {job} queued"
                 )
             elif args.tenant_cmd in ("delete", "reset"):
-                return _delete(tx, args, config.paths.state_dir)
+                return _delete(tx, args, config)
             else:
                 return _set_status(tx, args)
         if args.tenant_cmd == "create" and args.wait > 0:
@@ -92,7 +95,7 @@ def _set_status(tx: Tx, args: argparse.Namespace) -> int:
     return ExitCode.ok
 
 
-def _delete(tx: Tx, args: argparse.Namespace, state_dir: Any) -> int:
+def _delete(tx: Tx, args: argparse.Namespace, config: Config) -> int:
     if args.confirm != args.name:
         print(
             f"refusing: `ingestd tenant {args.tenant_cmd}` removes every file and row of "
@@ -100,12 +103,31 @@ def _delete(tx: Tx, args: argparse.Namespace, state_dir: Any) -> int:
             file=sys.stderr,
         )
         return ExitCode.usage
-    _tenant(tx, args.name)
+    tenant = _tenant(tx, args.name)
+    override = args.override_retention
+    policy = retention.policy_for(config.retention, args.name)
+    retention.record_policy(tx, int(tenant["id"]), args.name, policy)
+    found = retention.blockers(tx, int(tenant["id"]), policy, datetime.now(UTC).date())
+    if found.held or found.tenant_holds or (found.retained and not override):
+        hint = (
+            "release the hold first (`ingestd hold release`)"
+            if found.held or found.tenant_holds
+            else "to remove them anyway, give --override-retention REASON (recorded in "
+            "the audit trail)"
+        )
+        raise retention.RetentionRefused(
+            f"tenant {args.name}: {found.describe()}; {hint}; nothing was deleted"
+        )
     row = tx.one("tenant_mark_deleting", {"name": args.name})
     assert row is not None
     final = getattr(args, "final_status", None)
     payload = signing.delete_request(
-        signing.server_secret(state_dir), int(row["id"]), args.name, args.tenant_cmd, final
+        signing.server_secret(config.paths.state_dir),
+        int(row["id"]),
+        args.name,
+        args.tenant_cmd,
+        final,
+        override_retention=override if found.retained else None,
     )
     job = _enqueue(tx, int(row["id"]), JobKind.delete_tenant, payload)
     what = "deleted" if args.tenant_cmd == "delete" else f"emptied (then {final or 'suspended'})"
@@ -218,6 +240,13 @@ def add_parsers(
         t = tsub.add_parser(name, parents=[common], help=text)
         t.add_argument("name")
         t.add_argument("--confirm", required=True, metavar="NAME", help="the tenant's name again")
+        t.add_argument(
+            "--override-retention",
+            metavar="REASON",
+            default=None,
+            help="remove documents still within retention (why: kept in the audit trail); "
+            "never those under a legal hold",
+        )
         if name == "reset":
             t.add_argument(
                 "--final-status",

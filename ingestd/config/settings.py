@@ -516,17 +516,34 @@ class DeliveriesConfig(_Section):
     retry_jitter: Annotated[float, Field(ge=0, le=1)] = 0.1
 
 
-class RetentionConfig(_Section):
-    """How long an archived original must be kept before purge-document may remove it."""
+class RetentionRule(ConfigModel):
+    """Documents of a class (a tag, a document type or a correspondent, by name, any case)
+    kept ``years``; the longest matching rule wins over the tenant's default."""
 
-    # Years from ingest (records law: 10 for invoices and books, 6 for letters in DE).
+    tenant: TenantName | Literal["*"] = "*"
+    match: Literal["tag", "document_type", "correspondent"]
+    name: Annotated[str, Field(min_length=1, max_length=128)]
+    years: Annotated[int, Field(ge=0, le=100)]
+
+
+class RetentionConfig(_Section):
+    """How long an archived original must be kept before purge-document or delete-tenant
+    may remove it: whole calendar years after the year of ingest (GoBD counts to the end
+    of the year), by document class, and never while a legal hold is on it."""
+
+    # Default years (records law in DE: 10 for books and invoices, 8 for vouchers, 6 for
+    # business letters); 0: no retention.
     years: Annotated[int, Field(ge=0, le=100)] = 10
     tenant_years: dict[TenantName, Annotated[int, Field(ge=0, le=100)]] = Field(
         default_factory=dict
     )
+    rules: list[RetentionRule] = Field(default_factory=list)
 
     def years_for(self, tenant: str) -> int:
         return self.tenant_years.get(tenant, self.years)
+
+    def rules_for(self, tenant: str) -> list[RetentionRule]:
+        return [r for r in self.rules if r.tenant in ("*", tenant)]
 
 
 class AuditConfig(_Section):

@@ -98,6 +98,10 @@ def message(tenant_id: int, p: dict[str, Any]) -> bytes:
         str(p.get("issued_at", "")),
         str(p.get("final_status") or ""),
     ]
+    if p.get("override_retention"):
+        # Signed like the rest, so nobody can add it to a queued request; appended only
+        # when present, so requests signed before it existed still verify.
+        fields.append(f"override_retention={p['override_retention']}")
     return "|".join(fields).encode()
 
 
@@ -112,8 +116,10 @@ def delete_request(
     action: str,
     final_status: str | None = None,
     now: datetime.datetime | None = None,
+    override_retention: str | None = None,
 ) -> dict[str, Any]:
-    """The seed's delete-tenant payload, signed."""
+    """The seed's delete-tenant payload, signed; ``override_retention`` (the operator's
+    reason) lets it remove documents still within retention (never under a legal hold)."""
     if action not in ACTIONS:
         raise ValueError(f"action must be one of {ACTIONS}")
     if action == "delete" and final_status is not None:
@@ -130,6 +136,8 @@ def delete_request(
     }
     if final_status is not None:
         payload["final_status"] = final_status
+    if override_retention:
+        payload["override_retention"] = override_retention
     payload["signature"] = sign(secret, tenant_id, payload)
     return payload
 
@@ -142,6 +150,7 @@ class DeleteRequest:
     final_status: str  # for reset: the status the empty tenant is left in
     nonce: str
     issued_at: datetime.datetime
+    override_retention: str | None = None  # the operator's reason, when given
 
 
 def verify(
@@ -214,4 +223,7 @@ def verify(
         final_status=final or TenantStatus.suspended,
         nonce=nonce,
         issued_at=issued,
+        override_retention=str(payload["override_retention"])
+        if payload.get("override_retention")
+        else None,
     )

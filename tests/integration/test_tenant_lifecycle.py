@@ -97,7 +97,9 @@ def _snapshot(db: Database, tid: int) -> dict[str, Any]:
 
 @pytest.fixture
 def life(make_env: Any) -> Env:
-    env: Env = make_env(worker=WORKER, analysis=ANALYSIS)
+    # No retention: these tests delete tenants with documents (test_retention.py has the
+    # refusals within retention and under a legal hold).
+    env: Env = make_env(worker=WORKER, analysis=ANALYSIS, retention={"years": 0})
     return env
 
 
@@ -413,7 +415,7 @@ def test_purge_respects_retention_and_shared_originals(make_env: Any, db: Databa
 
     job = _purge(env, db, doc)
     assert (job["status"], job["retry_count"]) == ("failed", 0)
-    until = (row["created_at"].date().replace(year=row["created_at"].year + 10)).isoformat()
+    until = f"{row['created_at'].year + 10}-12-31"  # to the end of the 10th calendar year
     assert f"under retention until {until}" in job["error_message"]
     assert archived.is_file() and derived.is_dir()
     assert _rows(db, "SELECT count(*) AS n FROM document_content")[0]["n"] == 1

@@ -1,8 +1,9 @@
 """purge-document (seed 004): remove a trashed document, its derived data and its rows.
 
 The WORM original is the one thing that may not go early: it is removed only when the
-tenant's retention period has passed since ingest (``[retention]``, default 10 years)
-and no other document references the same archived file. Within retention the job fails
+retention of its class has ended (``[retention]``: whole calendar years after the year
+of ingest, default 10) and no legal hold is on it, and when no other document references
+the same archived file. Within retention the job fails
 at once naming the date, and nothing at all is deleted (not even derived data: a purge
 is all or nothing). A document that is not in the trash is refused the same way.
 
@@ -15,7 +16,7 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
-from ingestd.archive import audit
+from ingestd.archive import audit, retention
 from ingestd.archive.audit import AuditKind
 from ingestd.archive.store import remove_tree
 from ingestd.db.database import Tx
@@ -24,14 +25,6 @@ from ingestd.queue.claims import Job
 from ingestd.queue.kinds import JobKind
 from worker.jobs import JobContext, PermanentError, register
 from worker.jobs.analyze import derived_dir
-
-
-def retention_until(ingested: datetime.datetime, years: int) -> datetime.datetime:
-    """``years`` calendar years after ingest (29 February -> 28 February)."""
-    try:
-        return ingested.replace(year=ingested.year + years)
-    except ValueError:
-        return ingested.replace(year=ingested.year + years, day=28)
 
 
 def apply_purge(tx: Tx, job: Job, data: dict[str, Any]) -> None:
@@ -56,23 +49,32 @@ def apply_purge(tx: Tx, job: Job, data: dict[str, Any]) -> None:
 def purge_document(ctx: JobContext) -> None:
     job, cfg = ctx.job, ctx.config
     doc_id = job.document_id or job.payload.get("document_id")
+    policy = retention.policy_for(cfg.retention, job.tenant)
     with ctx.db.transaction() as tx:
         doc = tx.one("document_for_purge", {"id": doc_id, "tenant_id": job.tenant_id})
-    if doc is None:
+        kept = None
+        if doc is not None:
+            retention.record_policy(tx, job.tenant_id, job.tenant, policy)
+            kept = retention.document_retention(tx, job.tenant_id, int(doc["id"]), policy)
+    if doc is None or kept is None:
         raise PermanentError(f"document {doc_id} of tenant {job.tenant} does not exist")
     if doc["trashed_at"] is None:
         raise PermanentError(
             f"document {doc_id} is not in the trash; `ingestd document "
             "trash` it first; nothing was deleted"
         )
-    years = cfg.retention.years_for(job.tenant)
-    until = retention_until(doc["created_at"], years)
-    now = datetime.datetime.now(datetime.UTC)
-    if now < until:
+    if kept["held"]:
+        raise PermanentError(
+            f"document {doc_id} is under a legal hold (`ingestd hold list --tenant "
+            f"{job.tenant}`); nothing was deleted"
+        )
+    until = kept["retain_until"]
+    if until is not None and datetime.datetime.now(datetime.UTC).date() <= until:
         ingested = doc["created_at"].date().isoformat()
         raise PermanentError(
-            f"document {doc_id} is under retention until {until.date().isoformat()} "
-            f"({years} years from ingest on {ingested}); nothing was deleted"
+            f"document {doc_id} is under retention until {until.isoformat()} "
+            f"({kept['years']} years after the year of its ingest on {ingested}); "
+            "nothing was deleted"
         )
     removed = remove_tree(derived_dir(cfg.paths.derived_dir, str(doc["archive_path"])))
     original = "kept: shared with another document" if doc["sharing"] else "removed"
@@ -84,13 +86,13 @@ def purge_document(ctx: JobContext) -> None:
         sha256=doc["sha256"],
         original=original,
         files_removed=removed,
-        retention_until=until.date().isoformat(),
+        retention_until=until.isoformat() if until else None,
     )
     ctx.data = {
         "document_id": doc_id,
         "sha256": doc["sha256"],
         "path": str(doc["archive_path"]),
         "original": original,
-        "retention_until": until.date().isoformat(),
+        "retention_until": until.isoformat() if until else None,
     }
     ctx.result.update(original=original, files_removed=removed)

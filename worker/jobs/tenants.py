@@ -20,10 +20,11 @@ from __future__ import annotations
 import contextlib
 import json
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from ingestd.archive import audit
+from ingestd.archive import audit, retention
 from ingestd.archive.audit import AuditKind
 from ingestd.archive.store import remove_tree
 from ingestd.config.settings import TENANT_NAME, Config
@@ -132,6 +133,9 @@ def apply_delete(tx: Tx, job: Job, data: dict[str, Any]) -> None:
             "files_removed": data.get("files_removed", 0),
             "nonce": data["nonce"],
             "final_status": None if data["remove_tenant"] else data["final_status"],
+            # Documents removed within their retention, and the operator's reason.
+            "retained": data.get("retained", 0),
+            "override_retention": data.get("override_retention"),
             "job": job.id,
         },
     )
@@ -178,6 +182,12 @@ def delete_tenant(ctx: JobContext) -> None:
             f"by job {used and used['job_id']} (a replayed request); "
             "nothing was deleted"
         )
+    policy = retention.policy_for(cfg.retention, job.tenant)
+    with ctx.db.transaction() as tx:
+        retention.record_policy(tx, job.tenant_id, job.tenant, policy)
+        found = retention.blockers(tx, job.tenant_id, policy, datetime.now(UTC).date())
+    if found.held or found.tenant_holds or (found.retained and not request.override_retention):
+        raise PermanentError(f"delete-tenant refused: {found.describe()}; nothing was deleted")
     ctx.log.warning(
         "tenant.delete_verified",
         action=request.action,
@@ -200,6 +210,8 @@ def delete_tenant(ctx: JobContext) -> None:
         "nonce": request.nonce,
         "search_config": SEARCH_CONFIGS.get(first, "simple"),
         "files_removed": removed,
+        "override_retention": request.override_retention if found.retained else None,
+        "retained": found.retained,
     }
     final = None if request.remove_tenant else request.final_status
     ctx.result.update(action=request.action, files_removed=removed, final_status=final)
