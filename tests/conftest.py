@@ -27,6 +27,9 @@ from ingestd.db.database import Database, connect_once, conninfo_with
 from ingestd.db.pgcluster import EmbeddedPostgres
 from ingestd.db.schema import migrate
 
+# Fixtures kept in modules of their own (the S3 endpoint: moto's server).
+pytest_plugins = ["tests.fixtures.s3"]
+
 _counter = itertools.count()
 
 

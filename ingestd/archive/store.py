@@ -162,7 +162,7 @@ class LocalArchive:
         except OSError as exc:
             raise ArchiveError(f"cannot create a file in {target_dir}: {exc.strerror}") from exc
         try:
-            sha256, size = _hash_fd(src_fd, max_bytes, out)
+            sha256, size = hash_fd(src_fd, max_bytes, out)
             os.fsync(out)
             # Read-only before it ever gets its final name: there is no instant at which
             # the archived name refers to a writable file.
@@ -190,7 +190,7 @@ class LocalArchive:
         the archive is on another filesystem.
         """
         relative_dir, target_dir, temp_path = self._target_dir(tenant, when)
-        sha256, size = _hash_fd(src_fd, max_bytes, None)
+        sha256, size = hash_fd(src_fd, max_bytes, None)
         try:
             os.link(src_path, temp_path, follow_symlinks=False)
         except OSError as exc:
@@ -329,7 +329,7 @@ def remove_tree(root: Path) -> int:
     return count
 
 
-def _hash_fd(src_fd: int, max_bytes: int, out: int | None) -> tuple[str, int]:
+def hash_fd(src_fd: int, max_bytes: int, out: int | None) -> tuple[str, int]:
     """SHA-256 and size of ``src_fd`` from offset 0, copying to ``out`` if given."""
     digest = hashlib.sha256()
     size = 0
