@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from datetime import date
+from datetime import UTC, date, datetime
 from typing import Any
 
 from ingestd.archive import audit
@@ -78,6 +78,15 @@ class Blockers:
             docs = f"{self.held} document(s) under legal hold" if self.held else ""
             parts.append(", ".join(p for p in (what, docs) if p))
         return "; ".join(parts)
+
+
+def lock_until(archived: datetime, years: int) -> datetime | None:
+    """The Object Lock date of a file archived at ``archived`` kept ``years`` (the first
+    moment after 31 December of year + years), None for no retention. The tenant's
+    default: a class known later may only lengthen it (locks are never shortened)."""
+    if years <= 0:
+        return None
+    return datetime(archived.year + years + 1, 1, 1, tzinfo=UTC)
 
 
 def policy_for(config: RetentionConfig, tenant: str) -> Policy:

@@ -65,7 +65,7 @@ class S3Archive:
         staging_dir: Path,
         *,
         prefix: str = "",
-        retain_until: Callable[[str, datetime.datetime], datetime.datetime],
+        retain_until: Callable[[str, datetime.datetime], datetime.datetime | None],
     ) -> None:
         self.client = client
         self.bucket = bucket
@@ -117,6 +117,10 @@ class S3Archive:
         reused = False
         try:
             try:
+                lock = {} if until is None else {
+                    "ObjectLockMode": LOCK_MODE,
+                    "ObjectLockRetainUntilDate": until,
+                }  # fmt: skip
                 with open(staged.temp_path, "rb") as body:
                     answer = self.client.put_object(
                         Bucket=self.bucket,
@@ -126,8 +130,7 @@ class S3Archive:
                         ChecksumAlgorithm="SHA256",
                         ChecksumSHA256=b64_sha256(staged.sha256),
                         IfNoneMatch="*",
-                        ObjectLockMode=LOCK_MODE,
-                        ObjectLockRetainUntilDate=until,
+                        **lock,
                     )
             except Exception as exc:
                 if _code(exc) not in ("PreconditionFailed", "412"):
@@ -283,13 +286,10 @@ class S3Archive:
             raise self._errors("listing", exc) from exc
 
     def inspect(self, relpath: str) -> StoredFacts | None:
-        """An object is regular and read-only by nature; unlocked, it counts as a file
-        whose mode was changed (verify reports it as ``mode``)."""
+        """An object is a regular, read-only file by nature (its lock is the store's own
+        business: ``locate``)."""
         found = self.locate(relpath)
-        if found is None:
-            return None
-        mode = FILE_MODE if found.lock_mode == LOCK_MODE else 0o640
-        return StoredFacts(True, found.size, mode)
+        return None if found is None else StoredFacts(True, found.size, FILE_MODE)
 
     def sha256(self, relpath: str) -> str | None:
         """Re-hash the object's bytes (downloads all of them)."""

@@ -546,6 +546,46 @@ class RetentionConfig(_Section):
         return [r for r in self.rules if r.tenant in ("*", tenant)]
 
 
+class S3Config(_Section):
+    """An S3-compatible bucket with Object Lock enabled (AWS S3, MinIO, Ceph RGW)."""
+
+    # Empty: AWS's own endpoint for the region. MinIO: "https://minio.example:9000".
+    endpoint: str = ""
+    bucket: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")]
+    region: str = "us-east-1"
+    # Keys under this prefix ("ingestd/"): one bucket may serve several appliances.
+    prefix: Annotated[str, Field(pattern=r"^([A-Za-z0-9._-]+/)*$")] = ""
+    # "path" for MinIO and Ceph RGW; "virtual" for AWS.
+    addressing_style: Literal["path", "virtual", "auto"] = "path"
+    # The access key: a 0600 file of two lines, "access_key_id = ..." and
+    # "secret_access_key = ..."; unset: the environment (AWS_ACCESS_KEY_ID and
+    # AWS_SECRET_ACCESS_KEY, e.g. from a systemd credential) or the instance's role.
+    credentials_file: Path | None = None
+    # Seconds for a connection and for a read.
+    timeout: Annotated[float, Field(gt=0, le=600)] = 30.0
+
+    @field_validator("endpoint")
+    @classmethod
+    def _endpoint(cls, v: str) -> str:
+        if v and not re.match(r"^https?://[^\s/]+", v):
+            raise ValueError("must be an http:// or https:// URL")
+        return v
+
+
+class ArchiveConfig(_Section):
+    """Where originals are kept: the local WORM file system (default) or an S3 bucket
+    with Object Lock in COMPLIANCE mode."""
+
+    backend: Literal["local", "s3"] = "local"
+    s3: S3Config | None = None
+
+    @model_validator(mode="after")
+    def _s3_named(self) -> ArchiveConfig:
+        if self.backend == "s3" and self.s3 is None:
+            raise ValueError('backend = "s3" needs an [archive.s3] table with its bucket')
+        return self
+
+
 class AuditConfig(_Section):
     """The seals of the audit trail (``ingestd audit seal``, ingestd-audit-seal.timer).
 
@@ -603,6 +643,7 @@ class Config(_Section):
     analysis: AnalysisConfig = Field(default_factory=AnalysisConfig)
     retention: RetentionConfig = Field(default_factory=RetentionConfig)
     audit: AuditConfig = Field(default_factory=AuditConfig)
+    archive: ArchiveConfig = Field(default_factory=ArchiveConfig)
     deliveries: DeliveriesConfig = Field(default_factory=DeliveriesConfig)
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
     taxonomy: list[TaxonomyRule] = Field(default_factory=list)
@@ -635,6 +676,9 @@ class Config(_Section):
             if hook is not None and hook.secret_file is not None:
                 files.append((f"workflows[{i}].then.webhook.secret_file", hook.secret_file))
         files.extend(notify_secret_files(self.smtp, self.notify))
+        s3 = self.archive.s3
+        if self.archive.backend == "s3" and s3 is not None and s3.credentials_file is not None:
+            files.append(("archive.s3.credentials_file", s3.credentials_file))
         return files
 
     @model_validator(mode="after")

@@ -5,7 +5,8 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator
 
-from ingestd.archive.store import ArchiveStore, LocalArchive
+from ingestd.archive.backends import archive_for
+from ingestd.archive.store import ArchiveStore
 from ingestd.config.pathcheck import ProtectedPaths
 from ingestd.config.settings import Config
 from ingestd.db.database import Database, connect_once
@@ -73,8 +74,8 @@ def probe(conninfo: str, timeout: float, *, require_server: bool = True) -> None
 
 
 def make_archive(config: Config) -> ArchiveStore:
-    """The archive backend the config names (today: the local WORM filesystem)."""
-    return LocalArchive(config.paths.archive_dir)
+    """The archive backend the config names: the local WORM file system or S3."""
+    return archive_for(config.paths, config.archive, config.retention)
 
 
 def make_intake(config: Config, db: Database) -> Intake:

@@ -9,12 +9,15 @@ from __future__ import annotations
 import hashlib
 import json
 import signal
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 from ingestd.db.database import Database
 from tests.conftest import Env, run_cli
 from tests.fixtures.files import pdf_bytes, write
+from tests.fixtures.s3 import S3Endpoint, archive_section
 
 N_FILES = 5
 
@@ -32,6 +35,36 @@ def test_sigkill_at_each_step_then_rerun(
     env: Env, db: Database, tenant: str, point: str, orphans_expected: str | None
 ) -> None:
     """0 files lost, 0 duplicate documents, 0 documents without job, verify sees the orphan."""
+    _crash_then_rerun(env, db, tenant, point, orphans_expected, temp_kept=point == "after_stage")
+
+
+@pytest.mark.parametrize(
+    ("point", "orphans_expected"),
+    [
+        ("after_stage", None),  # staged locally: nothing in the bucket yet
+        ("after_archive", "orphaned"),  # the object is uploaded and confirmed, no row yet
+        ("before_commit", "orphaned"),  # rows inserted, transaction never committed
+        ("after_commit", None),  # committed, source not yet removed
+    ],
+)
+def test_sigkill_at_each_step_then_rerun_on_s3(
+    make_env: Any,
+    db: Database,
+    tenant: str,
+    s3_endpoint: S3Endpoint,
+    tmp_path: Path,
+    point: str,
+    orphans_expected: str | None,
+) -> None:
+    """The same matrix with the S3 Object Lock archive: the object confirmed before
+    COMMIT, an orphan object found by verify and reused by the re-run."""
+    env: Env = make_env(archive=archive_section(s3_endpoint, tmp_path))
+    _crash_then_rerun(env, db, tenant, point, orphans_expected, temp_kept=False)
+
+
+def _crash_then_rerun(
+    env: Env, db: Database, tenant: str, point: str, orphans_expected: str | None, temp_kept: bool
+) -> None:
     files = [
         write(env.root / "in" / f"Brief {i}.pdf", pdf_bytes(seed=i, pad_to=50_000))
         for i in range(N_FILES)
@@ -69,7 +102,7 @@ def test_sigkill_at_each_step_then_rerun(
     assert not any(f.exists() for f in files)
 
     after = run_cli(env, "verify", "--json")
-    if point == "after_stage":
+    if temp_kept:
         # The abandoned temp copy is still reported until an operator removes it.
         assert [p["kind"] for p in json.loads(after.stdout)["problems"]] == ["temp"]
     else:

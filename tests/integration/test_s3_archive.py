@@ -8,13 +8,20 @@ import datetime
 import hashlib
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from ingestd.archive.audit_verify import verify_audit
 from ingestd.archive.s3 import LOCK_MODE, S3Archive
+from ingestd.db.database import Database
 from ingestd.errors import ArchiveError
-from tests.conftest import wait_until
-from tests.fixtures.s3 import S3Endpoint
+from ingestd.intake.items import IntakeItem, Outcome
+from ingestd.ops.runtime import make_archive, make_intake
+from tests.conftest import Env, wait_until
+from tests.fixtures.drain import run_once
+from tests.fixtures.files import pdf_bytes, write
+from tests.fixtures.s3 import S3Endpoint, archive_section
 
 WHEN = datetime.datetime(2026, 12, 1, 10, 0, tzinfo=datetime.UTC)
 
@@ -127,3 +134,32 @@ def test_paths_that_walk_elsewhere_are_refused(s3_endpoint: S3Endpoint, tmp_path
     for bad in ("../x.pdf", "acme//x.pdf", "acme/./x.pdf", ""):
         with pytest.raises(ArchiveError, match="not an archive path"):
             store.key(bad)
+
+
+def test_intake_workers_and_verify_use_the_bucket_alone(
+    make_env: Any, db: Database, tenant: str, s3_endpoint: S3Endpoint, tmp_path: Path
+) -> None:
+    """With backend = "s3" originals go to the bucket only, workers analyse them from
+    there, audit verify re-hashes the objects; an object replaced or deleted behind our
+    back is reported with the position of the entry that archived it."""
+    section = archive_section(s3_endpoint, tmp_path)
+    env: Env = make_env(archive=section, worker={"poll_interval": 0.1}, analysis={"jobs": 1})
+    docs = []
+    for i in range(2):
+        src = write(env.root / "in" / f"Brief {i}.pdf", pdf_bytes(f"Brief Nummer {i}", seed=i))
+        res = make_intake(env.config, db).ingest(IntakeItem(path=src, tenant=tenant))
+        assert res.outcome is Outcome.ingested
+        docs.append(res)
+    assert not any(p.is_file() for p in env.config.paths.archive_dir.rglob("*"))
+    run_once(env, db, "w-s3")
+    with db.transaction() as tx:
+        states = tx.raw("SELECT processing_status FROM documents ORDER BY id")
+    assert [s["processing_status"] for s in states] == ["done", "done"]
+    report = verify_audit(db, make_archive(env.config))
+    assert report.ok and report.files == 2, report.problems
+    client, bucket = s3_endpoint.client(), section["s3"]["bucket"]
+    client.put_object(Bucket=bucket, Key=f"ingestd/{docs[0].archive_path}", Body=b"forged")
+    client.delete_object(Bucket=bucket, Key=f"ingestd/{docs[1].archive_path}")
+    report = verify_audit(db, make_archive(env.config))
+    found = {(str(p.kind), p.seq, p.detail.split(":")[0]) for p in report.problems}
+    assert found == {("file", 1, "altered"), ("file", 2, "missing")}, report.problems

@@ -12,6 +12,8 @@ from typing import Any
 import pikepdf
 import pytest
 
+from ingestd.archive.audit_verify import verify_audit
+from ingestd.archive.s3 import S3Archive
 from ingestd.config.split import SplitPolicy, Symbology
 from ingestd.db.database import Database
 from ingestd.demo.batches import (
@@ -28,10 +30,11 @@ from ingestd.demo.batches import (
 from ingestd.errors import IngestdError
 from ingestd.intake.items import IntakeItem, Outcome
 from ingestd.log import get_logger
-from ingestd.ops.runtime import make_intake
+from ingestd.ops.runtime import make_archive, make_intake
 from ingestd.queue.claims import Queue
 from tests.conftest import Env, run_cli
 from tests.fixtures.drain import drain
+from tests.fixtures.s3 import S3Endpoint, archive_section
 from tests.fixtures.sql import one, rows
 from worker.jobs import JobContext
 from worker.jobs.split import apply_split, split_batch_job
@@ -585,3 +588,28 @@ def test_a_job_whose_policy_does_not_read_fails_for_good(
         )
     with pytest.raises(PermanentError, match="split policy does not read"):
         _split_here(split_env, db)
+
+
+def test_a_batch_on_the_s3_archive_splits_into_locked_objects(
+    make_env: Any, db: Database, tenant: str, s3_endpoint: S3Endpoint, tmp_path: Path
+) -> None:
+    """With backend = "s3" the split reads the batch from the bucket and stores each child
+    there (checksummed, locked); the chain records them; audit verify re-hashes all."""
+    section = archive_section(s3_endpoint, tmp_path)
+    env: Env = make_env(worker=WORKER, analysis=ANALYSIS, archive=section)
+    env.config_path.write_text(env.config_path.read_text() + "\n[split.acme]\nmax_pages = 6\n")
+    env.reload()
+    path = batch_pdf(tmp_path / "in" / "Scan_0002.pdf", [letter(12), separator(), letter(13)])
+    parent = _ingest(env, db, path)
+    assert _split_here(env, db) is None
+    parts = _parts(db, parent)
+    assert len(parts) == 2
+    store = make_archive(env.config)
+    assert isinstance(store, S3Archive)
+    for p in parts:
+        found = store.locate(p["archive_path"])
+        assert found is not None and found.sha256 == p["sha256"]
+        assert found.lock_mode == "COMPLIANCE"
+    assert not any(f.is_file() for f in env.config.paths.archive_dir.rglob("*"))
+    report = verify_audit(db, store)
+    assert report.ok and report.files == 3, report.problems

@@ -35,7 +35,8 @@ from pydantic import ValidationError
 
 from ingestd.archive import audit
 from ingestd.archive.audit import AuditKind
-from ingestd.archive.store import LocalArchive, remove_tree
+from ingestd.archive.backends import ArchiveLocation
+from ingestd.archive.store import remove_tree
 from ingestd.config.split import SplitPolicy
 from ingestd.db.database import Tx
 from ingestd.intake.tags import link_tags
@@ -76,9 +77,9 @@ class SplitResult:
 
     parent_id: int
     tenant: str
-    # The archive root and work directory: the applier runs in the worker, which
-    # copies the children into the archive under the tenant's lock.
-    archive_dir: str
+    # Where the archive is (the config's sections for it) and the work directory: the
+    # applier runs in the worker, which stores the children under the tenant's lock.
+    archive: ArchiveLocation
     work_dir: str
     # The parent's month directory: a retry archives the children under the same
     # names, so a crash's leftovers are found and reused, never doubled.
@@ -199,7 +200,7 @@ def _result(
     return SplitResult(
         parent_id=int(doc["id"]),
         tenant=job.tenant,
-        archive_dir=str(ctx.config.paths.archive_dir),
+        archive=ArchiveLocation(ctx.config.paths, ctx.config.archive, ctx.config.retention),
         work_dir=str(work),
         archived_at=doc["created_at"],
         source=str(doc["source"]),
@@ -235,7 +236,7 @@ def apply_split(tx: Tx, job: Job, data: SplitResult) -> None:
     if data.whole:
         _apply_whole(tx, job, data, tenant_id)
         return
-    archive = LocalArchive(Path(data.archive_dir))
+    archive = data.archive.store()
     child_ids: list[int] = []
     for child in data.children:
         fd = os.open(child.work_file, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
