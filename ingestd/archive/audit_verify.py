@@ -223,6 +223,12 @@ def check_documents(
     the position of its ``document.archived`` entry (for the file problems)."""
     positions: dict[int, int] = {}
     seen: set[tuple[int, int]] = set()
+
+    def problem(c: _Chain, seq: int | None, detail: str) -> None:
+        checker.problems.append(
+            AuditProblem(AuditProblemKind.document, c.chain, c.tenant, seq, detail)
+        )
+
     for row in rows:
         report.documents += 1
         chain, doc = int(row["tenant_id"]), int(row["id"])
@@ -230,41 +236,29 @@ def check_documents(
         live = c.live.get(doc)
         seen.add((chain, doc))
         if live is None:
-            checker.problems.append(
-                AuditProblem(
-                    AuditProblemKind.document,
-                    chain,
-                    c.tenant,
-                    None,
-                    f"document {doc} ({row['archive_path']}) has no document.archived entry: "
-                    "it was recorded behind the trail's back",
-                )
+            problem(
+                c,
+                None,
+                f"document {doc} ({row['archive_path']}) has no document.archived entry: "
+                "it was recorded behind the trail's back",
             )
             continue
         positions[doc] = live.seq
         if (live.sha256, live.path) != (row["sha256"], row["archive_path"]):
-            checker.problems.append(
-                AuditProblem(
-                    AuditProblemKind.document,
-                    chain,
-                    c.tenant,
-                    live.seq,
-                    f"document {doc}: its row says {row['archive_path']} sha256 "
-                    f"{str(row['sha256'])[:12]}, the entry says {live.path} {live.sha256[:12]}",
-                )
+            problem(
+                c,
+                live.seq,
+                f"document {doc}: its row says {row['archive_path']} sha256 "
+                f"{str(row['sha256'])[:12]}, the entry says {live.path} {live.sha256[:12]}",
             )
     for chain, c in checker.chains.items():
         for doc, live in c.live.items():
             if (chain, doc) not in seen:
-                checker.problems.append(
-                    AuditProblem(
-                        AuditProblemKind.document,
-                        chain,
-                        c.tenant,
-                        live.seq,
-                        f"document {doc} ({live.path}) is gone from the database without a "
-                        "purge or tenant deletion entry",
-                    )
+                problem(
+                    c,
+                    live.seq,
+                    f"document {doc} ({live.path}) is gone from the database without a "
+                    "purge or tenant deletion entry",
                 )
     return positions
 

@@ -13,7 +13,7 @@ from ipaddress import IPv4Network, IPv6Network, ip_address
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import ByteSize, Field, field_validator, model_validator
+from pydantic import AfterValidator, ByteSize, Field, field_validator, model_validator
 
 from ingestd.config import pathcheck
 from ingestd.config.notify import NotifySink, SmtpConfig, check_notify
@@ -546,11 +546,21 @@ class RetentionConfig(_Section):
         return [r for r in self.rules if r.tenant in ("*", tenant)]
 
 
+def _http_url(v: str) -> str:
+    if v and not re.match(r"^https?://[^\s/]+", v):
+        raise ValueError("must be an http:// or https:// URL")
+    return v
+
+
+# An http(s) URL, or empty for "none".
+HttpUrlText = Annotated[str, AfterValidator(_http_url)]
+
+
 class S3Config(_Section):
     """An S3-compatible bucket with Object Lock enabled (AWS S3, MinIO, Ceph RGW)."""
 
     # Empty: AWS's own endpoint for the region. MinIO: "https://minio.example:9000".
-    endpoint: str = ""
+    endpoint: HttpUrlText = ""
     bucket: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")]
     region: str = "us-east-1"
     # Keys under this prefix ("ingestd/"): one bucket may serve several appliances.
@@ -563,13 +573,6 @@ class S3Config(_Section):
     credentials_file: Path | None = None
     # Seconds for a connection and for a read.
     timeout: Annotated[float, Field(gt=0, le=600)] = 30.0
-
-    @field_validator("endpoint")
-    @classmethod
-    def _endpoint(cls, v: str) -> str:
-        if v and not re.match(r"^https?://[^\s/]+", v):
-            raise ValueError("must be an http:// or https:// URL")
-        return v
 
 
 class ArchiveConfig(_Section):
@@ -594,18 +597,11 @@ class AuditConfig(_Section):
     """
 
     # http(s) URL of an RFC 3161 timestamp authority; empty: seals are signed only.
-    tsa_url: str = ""
+    tsa_url: HttpUrlText = ""
     # The CA certificate(s) the authority's certificate chains to: seal and verify check
     # every timestamp against them. Without it timestamps are kept, not checked.
     tsa_ca_file: Path | None = None
     tsa_timeout: Annotated[float, Field(gt=0, le=300)] = 10.0
-
-    @field_validator("tsa_url")
-    @classmethod
-    def _url(cls, v: str) -> str:
-        if v and not re.match(r"^https?://[^\s/]+", v):
-            raise ValueError("must be an http:// or https:// URL")
-        return v
 
 
 class MetricsConfig(_Section):

@@ -404,3 +404,27 @@ def test_a_hostile_file_name_is_recorded_legibly(env: Env, db: Database, tenant:
     (e,) = _chain(db, tenant)
     assert json.loads(e["body"])["detail"]["filename"] == "Rechnung-\\xff\\xfe.pdf"
     assert verify_audit(db, None).ok
+
+
+def test_an_export_of_a_date_range_checks_on_its_own(
+    env: Env, db: Database, tenant: str, tmp_path: Path
+) -> None:
+    """--from/--to export the entries made on those days only, not marked complete; the
+    checker holds them to their links; a range with nothing in it exports no entry."""
+    import ingestd.archive.export_check as checker
+
+    _five(env, db, tenant)
+    today = _rows(db, "SELECT (now() AT TIME ZONE 'UTC')::date AS d")[0]["d"].isoformat()
+    out = tmp_path / "today.jsonl"
+    args = ("--tenant", tenant, "--from", today, "--to", today, "-o", str(out))
+    assert run_cli(env, "audit", "export", *args).returncode == 0
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert lines[0]["complete"] is False and lines[0]["from"] == today
+    assert [e["entry"]["seq"] for e in lines if "entry" in e] == [1, 2, 3, 4, 5]
+    assert checker.check(out) == []
+    later = tmp_path / "later.jsonl"
+    args = ("--tenant", tenant, "--from", "2099-01-01", "-o", str(later))
+    assert run_cli(env, "audit", "export", *args).returncode == 0
+    assert not any("entry" in json.loads(line) for line in later.read_text().splitlines())
+    missing = run_cli(env, "audit", "export", "--tenant", "nobody", "-o", str(tmp_path / "x"))
+    assert missing.returncode == 7 and not (tmp_path / "x").exists()
