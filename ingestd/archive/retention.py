@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from typing import Any
@@ -92,6 +93,23 @@ def lock_until(archived: datetime, years: int) -> datetime | None:
 def policy_for(config: RetentionConfig, tenant: str) -> Policy:
     rules = tuple(sorted((r.match, r.name.lower(), r.years) for r in config.rules_for(tenant)))
     return Policy(config.years_for(tenant), rules)
+
+
+def class_years(
+    policy: Policy, *, tags: Iterable[str], document_type: str | None, correspondent: str | None
+) -> int:
+    """A document's period from what analysis knows of it, before it is written: the same
+    rule as the database's ``retention_years`` (longest matching rule, else the default),
+    for the one decision taken in the job child: how long to lock its original."""
+    names = {t.lower() for t in tags}
+    matching = [
+        years
+        for kind, name, years in policy.rules
+        if (kind == "tag" and name in names)
+        or (kind == "document_type" and document_type and name == document_type.lower())
+        or (kind == "correspondent" and correspondent and name == correspondent.lower())
+    ]
+    return max(matching) if matching else policy.default_years
 
 
 def record_policy(tx: Tx, tenant_id: int, tenant: str, policy: Policy) -> bool:

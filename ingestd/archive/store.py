@@ -89,6 +89,7 @@ class ArchiveStore(Protocol):
     def prepare_tenant(self, tenant: str) -> None: ...
     def remove(self, relpath: str) -> bool: ...
     def remove_tenant(self, tenant: str) -> int: ...
+    def extend_retention(self, relpath: str, until: datetime) -> bool: ...
 
     # -- verify -------------------------------------------------------------------------
     def iter_files(self) -> Iterator[str]: ...
@@ -284,6 +285,11 @@ class LocalArchive:
         """Remove the tenant's directory and everything in it (delete-tenant, after the
         signed request was checked); the number of files removed."""
         return remove_tree(self._tenant_root(tenant))
+
+    def extend_retention(self, relpath: str, until: datetime) -> bool:
+        """Nothing to lock on a local disk: the retention checks of purge and delete-tenant
+        are the lock (False: nothing moved)."""
+        return False
 
     def inspect(self, relpath: str) -> StoredFacts | None:
         """Facts about a stored file as it is on disk, None if it is gone. Links are not

@@ -163,3 +163,44 @@ def test_intake_workers_and_verify_use_the_bucket_alone(
     report = verify_audit(db, make_archive(env.config))
     found = {(str(p.kind), p.seq, p.detail.split(":")[0]) for p in report.problems}
     assert found == {("file", 1, "altered"), ("file", 2, "missing")}, report.problems
+
+
+def test_analysis_locks_an_original_as_long_as_its_class_keeps_it(
+    make_env: Any, db: Database, tenant: str, s3_endpoint: S3Endpoint, tmp_path: Path
+) -> None:
+    """Locked for the tenant's default at intake; once analysis knows the class (a tag
+    kept 30 years) the lock is extended; a shorter class (6 years) never shortens it."""
+    rules = [
+        {"match": "tag", "name": "Vertrag", "years": 30},
+        {"match": "tag", "name": "Korrespondenz", "years": 6},
+    ]
+    env: Env = make_env(
+        archive=archive_section(s3_endpoint, tmp_path),
+        retention={"rules": rules},
+        worker={"poll_interval": 0.1},
+        analysis={"jobs": 1},
+    )
+    made = {}
+    for tag in ("Vertrag", "Korrespondenz"):
+        src = write(env.root / "in" / f"{tag}.pdf", pdf_bytes(f"{tag} vom Januar"))
+        res = make_intake(env.config, db).ingest(IntakeItem(path=src, tenant=tenant, tags=(tag,)))
+        assert res.outcome is Outcome.ingested and res.archive_path
+        made[tag] = res.archive_path
+    store = make_archive(env.config)
+    assert isinstance(store, S3Archive)
+    year = datetime.datetime.now(datetime.UTC).year
+
+    def lock_year(rel: str) -> int:
+        found = store.locate(rel)
+        assert found is not None and found.retain_until is not None
+        return found.retain_until.year
+
+    assert {t: lock_year(r) for t, r in made.items()} == {
+        "Vertrag": year + 11,
+        "Korrespondenz": year + 11,
+    }
+    run_once(env, db, "w-s3-lock")
+    assert {t: lock_year(r) for t, r in made.items()} == {
+        "Vertrag": year + 31,
+        "Korrespondenz": year + 11,
+    }

@@ -58,3 +58,25 @@ def test_hostile_names_become_recordable_text() -> None:
         "n": 3,
         "ok": "Brief",
     }
+
+
+def test_class_years_is_the_longest_matching_rule_else_the_default() -> None:
+    """The job child's reading of the rules agrees with the database's retention_years."""
+    from ingestd.archive.retention import class_years, policy_for
+    from ingestd.config.settings import RetentionConfig
+
+    config = RetentionConfig.model_validate(
+        {
+            "years": 10,
+            "rules": [
+                {"tenant": "acme", "match": "document_type", "name": "Beleg", "years": 8},
+                {"match": "tag", "name": "Korrespondenz", "years": 6},
+            ],
+        }
+    )
+    acme, other = policy_for(config, "acme"), policy_for(config, "globex")
+    none: dict[str, str | None] = {"document_type": None, "correspondent": None}
+    assert class_years(acme, tags=[], **none) == 10
+    assert class_years(acme, tags=["korrespondenz"], **none) == 6
+    assert class_years(acme, tags=["Korrespondenz"], document_type="BELEG", correspondent=None) == 8
+    assert class_years(other, tags=[], document_type="Beleg", correspondent=None) == 10

@@ -38,6 +38,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from ingestd.archive import retention
 from ingestd.ops.runtime import make_archive
 from ingestd.queue.kinds import JobKind
 from worker.analysis import ocr
@@ -105,7 +106,8 @@ def analyze_document(ctx: JobContext) -> None:
         raise NeedsAttention(f"document {job.document_id} of tenant {job.tenant} not found")
     force = bool(job.payload.get("force"))
     out_dir = derived_dir(cfg.paths.derived_dir, str(doc["archive_path"]))
-    with make_archive(cfg).reading(str(doc["archive_path"])) as original:
+    store = make_archive(cfg)
+    with store.reading(str(doc["archive_path"])) as original:
         verify_original(original, doc)
         text = None if force else load_text(out_dir, str(doc["sha256"]))
         if text is None:
@@ -151,6 +153,18 @@ def analyze_document(ctx: JobContext) -> None:
     redeliver = bool(job.payload.get("redeliver"))
     first = not job.payload.get("reanalysis")
     run_workflows(ctx, facts, set(doc["workflows_run"]), data, send=first, redeliver=redeliver)
+    # Now the class is known: an original locked for the tenant's default (S3 Object
+    # Lock) is locked as long as its class keeps it. Before the result is written, and
+    # only ever longer: a failed attempt leaves a lock too long, never too short.
+    years = retention.class_years(
+        retention.policy_for(cfg.retention, job.tenant),
+        tags=[*facts.tags, *data.workflow_tags],
+        document_type=document_type,
+        correspondent=correspondent,
+    )
+    until = retention.lock_until(doc["created_at"], years)
+    if until is not None and store.extend_retention(str(doc["archive_path"]), until):
+        ctx.log.info("document.lock_extended", until=until.date().isoformat(), years=years)
     ctx.data = data
     ctx.result.update(
         pages=text["page_count"],

@@ -245,7 +245,7 @@ WHERE id IN (SELECT id FROM processing_jobs
 
 -- name: job_document
 SELECT d.id, d.tenant_id, d.sha256, d.size_bytes, d.archive_path, d.original_filename,
-       d.trace_id,
+       d.trace_id, d.created_at,
        d.title, d.mime_type, d.issued_date, d.source, d.source_subdir,
        c.name AS correspondent, y.name AS document_type,
        coalesce((SELECT array_agg(g.name ORDER BY g.name) FROM document_tags dt
