@@ -103,11 +103,15 @@ def _delete(tx: Tx, args: argparse.Namespace, config: Config) -> int:
             file=sys.stderr,
         )
         return ExitCode.usage
-    tenant = _tenant(tx, args.name)
+    _tenant(tx, args.name)
+    # The tenant row first, then its chain's head (record_policy): the order intake takes
+    # them in, so the two never wait for each other. A refusal below rolls it all back.
+    row = tx.one("tenant_mark_deleting", {"name": args.name})
+    assert row is not None
     override = args.override_retention
     policy = retention.policy_for(config.retention, args.name)
-    retention.record_policy(tx, int(tenant["id"]), args.name, policy)
-    found = retention.blockers(tx, int(tenant["id"]), policy, datetime.now(UTC).date())
+    retention.record_policy(tx, int(row["id"]), args.name, policy)
+    found = retention.blockers(tx, int(row["id"]), policy, datetime.now(UTC).date())
     if found.held or found.tenant_holds or (found.retained and not override):
         hint = (
             "release the hold first (`ingestd hold release`)"
@@ -118,8 +122,6 @@ def _delete(tx: Tx, args: argparse.Namespace, config: Config) -> int:
         raise retention.RetentionRefused(
             f"tenant {args.name}: {found.describe()}; {hint}; nothing was deleted"
         )
-    row = tx.one("tenant_mark_deleting", {"name": args.name})
-    assert row is not None
     final = getattr(args, "final_status", None)
     payload = signing.delete_request(
         signing.server_secret(config.paths.state_dir),
