@@ -131,6 +131,14 @@ class ArchiveError(IngestdError):
     transient = True
 
 
+class ArchiveLocked(ArchiveError):
+    """Permanent until a date: the store itself keeps the file (an S3 Object Lock that
+    has not expired). Retrying cannot help; nothing was deleted."""
+
+    exit_code = ExitCode.refused
+    transient = False
+
+
 class SourceUnavailable(IngestdError):
     """Transient: a source file could not be opened, read or removed right now for a
     reason outside the file (descriptors or memory exhausted, I/O error, disk full, no

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from ingestd.archive.store import CHUNK, FILE_MODE, ArchivedFile, StagedFile, StoredFacts, hash_fd
-from ingestd.errors import ArchiveError
+from ingestd.errors import ArchiveError, ArchiveLocked
 
 LOCK_MODE = "COMPLIANCE"
 TEMP_PREFIX = ".tmp-"
@@ -215,7 +215,7 @@ class S3Archive:
     def _refuse_locked(self, relpath: str, found: Located) -> None:
         now = datetime.datetime.now(datetime.UTC)
         if found.retain_until is not None and found.retain_until > now:
-            raise ArchiveError(
+            raise ArchiveLocked(
                 f"s3://{self.bucket}/{self.key(relpath)} is locked ({found.lock_mode}) until "
                 f"{found.retain_until.date().isoformat()}; nothing was deleted"
             )

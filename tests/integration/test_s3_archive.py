@@ -18,7 +18,7 @@ from ingestd.db.database import Database
 from ingestd.errors import ArchiveError
 from ingestd.intake.items import IntakeItem, Outcome
 from ingestd.ops.runtime import make_archive, make_intake
-from tests.conftest import Env, wait_until
+from tests.conftest import Env, run_cli, wait_until
 from tests.fixtures.drain import run_once
 from tests.fixtures.files import pdf_bytes, write
 from tests.fixtures.s3 import S3Endpoint, archive_section
@@ -204,3 +204,34 @@ def test_analysis_locks_an_original_as_long_as_its_class_keeps_it(
         "Vertrag": year + 31,
         "Korrespondenz": year + 11,
     }
+
+
+def test_a_purge_the_lock_still_forbids_fails_at_once_and_deletes_nothing(
+    make_env: Any, db: Database, tenant: str, s3_endpoint: S3Endpoint, tmp_path: Path
+) -> None:
+    """Retention shortened in the config after intake: our check lets the purge through,
+    the object's lock does not; the job fails at once naming the date, nothing deleted
+    (not even derived data)."""
+    section = archive_section(s3_endpoint, tmp_path)
+    opts = {"worker": {"poll_interval": 0.1, "max_retries": 3}, "analysis": {"jobs": 1}}
+    env: Env = make_env(archive=section, **opts)
+    src = write(env.root / "in" / "Brief.pdf", pdf_bytes("Brief zum Löschen"))
+    res = make_intake(env.config, db).ingest(IntakeItem(path=src, tenant=tenant))
+    assert res.document_id is not None and res.archive_path
+    run_once(env, db, "w-s3-purge")
+    env = make_env(archive=section, retention={"years": 0}, **opts)
+    doc = str(res.document_id)
+    for cmd in ("trash", "purge"):
+        assert run_cli(env, "document", cmd, "--tenant", tenant, doc).returncode == 0
+    run_once(env, db, "w-s3-purge")
+    with db.transaction() as tx:
+        job = tx.raw("SELECT * FROM processing_jobs WHERE kind = 'purge-document'")[0]
+        left = tx.raw("SELECT count(*) AS n FROM documents")[0]["n"]
+    assert (job["status"], job["retry_count"]) == ("failed", 0)
+    assert "locked (COMPLIANCE) until" in job["error_message"]
+    assert "nothing was deleted" in job["error_message"]
+    assert left == 1
+    store = make_archive(env.config)
+    assert isinstance(store, S3Archive) and store.locate(res.archive_path) is not None
+    derived = env.config.paths.derived_dir / Path(res.archive_path).with_suffix("")
+    assert derived.is_dir() and any(derived.iterdir())

@@ -7,8 +7,10 @@ the same archived file. Within retention the job fails
 at once naming the date, and nothing at all is deleted (not even derived data: a purge
 is all or nothing). A document that is not in the trash is refused the same way.
 
-Files go first (in the child), rows last (in the worker's done transaction): a crash in
-between leaves the rows, the retry finds the files already gone and finishes.
+Files go first (in the child: the original, then derived data), rows last (in the
+worker's done transaction): a crash in between leaves the rows, the retry finds the files
+already gone and finishes. A store that refuses to let the original go (an unexpired S3
+Object Lock) fails the job at once with the date, nothing deleted.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from ingestd.archive import audit, retention
 from ingestd.archive.audit import AuditKind
 from ingestd.archive.store import remove_tree
 from ingestd.db.database import Tx
+from ingestd.errors import ArchiveLocked
 from ingestd.ops.runtime import make_archive
 from ingestd.queue.claims import Job
 from ingestd.queue.kinds import JobKind
@@ -76,10 +79,16 @@ def purge_document(ctx: JobContext) -> None:
             f"({kept['years']} years after the year of its ingest on {ingested}); "
             "nothing was deleted"
         )
-    removed = remove_tree(derived_dir(cfg.paths.derived_dir, str(doc["archive_path"])))
+    # The original first: a store that still keeps it (an Object Lock set longer than
+    # this class) refuses before anything is gone, so the purge stays all or nothing.
+    removed = 0
     original = "kept: shared with another document" if doc["sharing"] else "removed"
-    if not doc["sharing"] and make_archive(cfg).remove(str(doc["archive_path"])):
-        removed += 1  # (False: a retry after the unlink)
+    try:
+        if not doc["sharing"] and make_archive(cfg).remove(str(doc["archive_path"])):
+            removed += 1  # (False: a retry after the removal)
+    except ArchiveLocked as exc:
+        raise PermanentError(f"document {doc_id}: {exc.message}") from None
+    removed += remove_tree(derived_dir(cfg.paths.derived_dir, str(doc["archive_path"])))
     ctx.log.warning(
         "document.purged_files",
         document_id=doc_id,

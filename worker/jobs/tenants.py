@@ -29,7 +29,7 @@ from ingestd.archive.audit import AuditKind
 from ingestd.archive.store import remove_tree
 from ingestd.config.settings import TENANT_NAME, Config
 from ingestd.db.database import Tx, jsonb
-from ingestd.errors import IngestdError
+from ingestd.errors import ArchiveLocked, IngestdError
 from ingestd.ops.runtime import make_archive
 from ingestd.queue.claims import Job
 from ingestd.queue.kinds import JobKind
@@ -199,7 +199,10 @@ def delete_tenant(ctx: JobContext) -> None:
         tx.run("tenant_queued_jobs_delete", {"tenant_id": job.tenant_id, "job_id": job.id})
     wait_for_running_jobs(ctx)
     dirs = tenant_dirs(cfg, job.tenant)  # (the name checked first)
-    removed = make_archive(cfg).remove_tenant(job.tenant)
+    try:
+        removed = make_archive(cfg).remove_tenant(job.tenant)
+    except ArchiveLocked as exc:  # checked for every object before any goes
+        raise PermanentError(f"delete-tenant refused: {exc.message}") from None
     for d in dirs:
         removed += remove_tree(d)
     removed += remove_spool_entries(cfg.paths.spool, job.tenant)
