@@ -7,6 +7,8 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import secrets
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -35,3 +37,25 @@ def write_new(path: Path, data: bytes, mode: int) -> None:
             os.unlink(path)
         raise
     os.close(fd)
+
+
+def publish_new(
+    path: Path, data: bytes, mode: int, *, prepare: Callable[[Path], None] | None = None
+) -> bool:
+    """Give ``path`` all of ``data`` at once, never replacing a file already there: it is
+    written and fsynced under a temp name beside it, then linked (link(2) fails if the
+    name exists). False if another process made ``path`` first (its file stays: two
+    first starts keep one key). ``prepare(temp)`` runs before the link (a chown)."""
+    tmp = path.with_name(f".tmp-{secrets.token_hex(6)}-{path.name}")
+    write_new(tmp, data, mode)
+    try:
+        if prepare is not None:
+            prepare(tmp)
+        os.link(tmp, path)
+    except FileExistsError:
+        return False
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+    fsync_dir(path.parent)
+    return True

@@ -320,32 +320,19 @@ def _check_seal(
     checker: ChainChecker, s: Mapping[str, Any], tsa_ca_file: Path | None, public_key: str | None
 ) -> None:
     chain, seq = int(s["chain"]), int(s["seq"])
-    c = checker.chains.get(chain) or _Chain(chain, None)
-    for reason in seals.problems(s, tsa_ca_file=tsa_ca_file, public_key=public_key):
-        checker.problems.append(
-            AuditProblem(AuditProblemKind.seal, chain, c.tenant, seq, f"seal {s['id']}: {reason}")
-        )
+    tenant = (checker.chains.get(chain) or _Chain(chain, None)).tenant
+    reasons = [f": {r}" for r in seals.problems(s, tsa_ca_file=tsa_ca_file, public_key=public_key)]
     at = checker.hash_at(chain, seq)
     if at is None:
-        checker.problems.append(
-            AuditProblem(
-                AuditProblemKind.seal,
-                chain,
-                c.tenant,
-                seq,
-                f"seal {s['id']} names entry {seq}, which the chain no longer has",
-            )
-        )
+        reasons.append(f" names entry {seq}, which the chain no longer has")
     elif at != s["head"]:
+        reasons.append(
+            f" no longer matches: entry {seq} was {str(s['head'])[:12]} when it was sealed, "
+            f"it is {at[:12]} now (the chain was rewritten)"
+        )
+    for reason in reasons:
         checker.problems.append(
-            AuditProblem(
-                AuditProblemKind.seal,
-                chain,
-                c.tenant,
-                seq,
-                f"seal {s['id']} no longer matches: entry {seq} was {str(s['head'])[:12]} when "
-                f"it was sealed, it is {at[:12]} now (the chain was rewritten)",
-            )
+            AuditProblem(AuditProblemKind.seal, chain, tenant, seq, f"seal {s['id']}{reason}")
         )
 
 

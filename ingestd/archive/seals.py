@@ -13,12 +13,9 @@ made on the first seal); ``seal-ed25519.pub`` beside it is what an auditor pins.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
-import secrets
-import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -30,8 +27,10 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from ingestd.archive import audit, tsa
 from ingestd.archive.audit import AuditKind
+from ingestd.config.filemodes import read_secret_file
 from ingestd.config.settings import AuditConfig
 from ingestd.db.database import Database
+from ingestd.durable import publish_new
 from ingestd.errors import ConfigError
 from ingestd.ops import statedir
 
@@ -56,28 +55,13 @@ def key_path(state_dir: Path) -> Path:
 
 def signing_key(state_dir: Path, *, create: bool = True) -> Ed25519PrivateKey:
     """The sealing key; made if missing and ``create``. Refused when it is not a regular
-    file of ours readable by nobody else (a key others can read seals nothing)."""
+    file readable by nobody else (a key others can read seals nothing)."""
     path = key_path(state_dir)
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except FileNotFoundError:
+    if not os.path.lexists(path):
         if not create:
-            raise ConfigError(
-                f"{path}: no sealing key yet (`ingestd audit seal` makes one)"
-            ) from None
+            raise ConfigError(f"{path}: no sealing key yet (`ingestd audit seal` makes one)")
         return _create(state_dir, path)
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot open the sealing key: {exc.strerror}") from exc
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or stat.S_IMODE(st.st_mode) & 0o077:
-            raise ConfigError(
-                f"{path}: the sealing key must be a regular file of mode 0600 "
-                f"(it is {stat.S_IMODE(st.st_mode):o}); chmod 600 it"
-            )
-        raw = os.read(fd, 256).strip()
-    finally:
-        os.close(fd)
+    raw = read_secret_file(path, f"the sealing key {path}")
     try:
         return Ed25519PrivateKey.from_private_bytes(bytes.fromhex(raw.decode()))
     except ValueError:
@@ -87,31 +71,14 @@ def signing_key(state_dir: Path, *, create: bool = True) -> Ed25519PrivateKey:
 def _create(state_dir: Path, path: Path) -> Ed25519PrivateKey:
     statedir.make_dirs(state_dir, path.parent, 0o700)
     key = Ed25519PrivateKey.generate()
+
+    def adopt(p: Path) -> None:  # root's first seal: the service user must read it
+        statedir.adopt(state_dir, p)
+
     raw = key.private_bytes_raw().hex().encode() + b"\n"
-    tmp = path.parent / f".{KEY_FILE}.{secrets.token_hex(6)}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    try:
-        statedir.adopt(state_dir, fd)  # root's first seal: the service user must read it
-        os.write(fd, raw)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    try:
-        # A link never replaces: two first seals at once keep one key, the other's.
-        os.link(tmp, path)
-    except FileExistsError:
-        return signing_key(state_dir, create=False)
-    finally:
-        os.unlink(tmp)
-    pub = path.parent / PUBLIC_FILE
-    with contextlib.suppress(FileExistsError):
-        fd = os.open(pub, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-        try:
-            statedir.adopt(state_dir, fd)
-            os.write(fd, public_hex(key).encode() + b"\n")
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+    if not publish_new(path, raw, 0o600, prepare=adopt):
+        return signing_key(state_dir, create=False)  # two first seals at once: theirs
+    publish_new(path.parent / PUBLIC_FILE, public_hex(key).encode() + b"\n", 0o644, prepare=adopt)
     return key
 
 

@@ -93,20 +93,6 @@ def verify(reply_b64: str, digest_hex: str, ca_file: Path) -> None:
     )
 
 
-def gen_time(reply_b64: str) -> str | None:
-    """The time the TSA put in its token (for display), None if it cannot be read."""
-    try:
-        text = _with_file(
-            base64.b64decode(reply_b64), lambda p: _openssl(["ts", "-reply", "-in", p, "-text"])
-        )
-    except (TsaError, ValueError):
-        return None
-    for line in text.decode(errors="replace").splitlines():
-        if line.startswith("Time stamp:"):
-            return line.split(":", 1)[1].strip()
-    return None
-
-
 def _with_file(data: bytes, run: Callable[[str], bytes]) -> bytes:
     # openssl ts reads replies from files only.
     fd, name = tempfile.mkstemp(prefix="ingestd-tsr-")

@@ -19,14 +19,12 @@ from typing import Any
 from ingestd.archive import audit, retention
 from ingestd.archive.audit import AuditKind
 from ingestd.cli.common import load, print_json
-from ingestd.errors import ExitCode, TenantError
+from ingestd.errors import ExitCode
+from ingestd.tenants import lookup
 
 
 def _tenant_id(tx: Any, name: str) -> int:
-    row = tx.one("audit_chain_of_tenant", {"tenant": name})
-    if row is None:
-        raise TenantError(f"no tenant named {name!r}")
-    return int(row["chain"])
+    return int(lookup.by_name(tx, name)["id"])
 
 
 def cmd_hold(args: argparse.Namespace) -> int:

@@ -41,3 +41,16 @@ def test_a_failed_write_leaves_nothing(tmp_path: Path) -> None:
     with pytest.raises(TypeError):
         write_new(target, "not bytes", 0o600)  # type: ignore[arg-type]
     assert not os.path.lexists(target)
+
+
+def test_publish_new_never_replaces_and_leaves_no_temp(tmp_path: object) -> None:
+    """The second of two first writers loses: the first file stays whole, no temp is left."""
+    from pathlib import Path
+
+    from ingestd.durable import publish_new
+
+    path = Path(str(tmp_path)) / "seal.key"
+    assert publish_new(path, b"first\n", 0o600) is True
+    assert publish_new(path, b"second\n", 0o600) is False
+    assert path.read_bytes() == b"first\n" and oct(path.stat().st_mode & 0o777) == "0o600"
+    assert [p.name for p in path.parent.iterdir()] == ["seal.key"]

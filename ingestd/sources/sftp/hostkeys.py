@@ -18,7 +18,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519, rsa
 
 from ingestd.config.filemodes import check_secret_file
-from ingestd.durable import fsync_dir
+from ingestd.durable import publish_new
 from ingestd.errors import ConfigError
 from ingestd.ops import statedir
 
@@ -70,24 +70,6 @@ def _generate(kind: str) -> bytes:
     )
 
 
-def _write_new(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".tmp-{path.name}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    # link(): never replaces a key another process created meanwhile.
-    try:
-        os.link(tmp, path)
-    except FileExistsError:
-        pass
-    finally:
-        os.unlink(tmp)
-    fsync_dir(path.parent)
-
-
 def key_paths(state_dir: Path) -> list[Path]:
     """The key files, one per KEY_TYPES entry (present or not)."""
     return [key_dir(state_dir) / f"ssh_host_{kind}_key" for kind in KEY_TYPES]
@@ -117,7 +99,7 @@ def load_or_create(state_dir: Path, *, create: bool = True) -> list[HostKey]:
             if not os.path.lexists(path):
                 if not create:
                     continue
-                _write_new(path, _generate(kind))
+                publish_new(path, _generate(kind), 0o600)
                 statedir.adopt(state_dir, path)
             keys.append(HostKey(kind, path, _load(kind, path)))
     except OSError as exc:
