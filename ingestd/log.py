@@ -40,6 +40,9 @@ def _safe_text(_: Any, __: str, event_dict: MutableMapping[str, Any]) -> Mutable
 # The handler configure() put on the root logger (replaced, not added to, on SIGHUP).
 _handler: logging.Handler | None = None
 _json = False
+# What configure() was last given: a child process (an SFTP process) logs the same way,
+# into the same stream.
+_settings: tuple[str, TextIO] = ("info", sys.stderr)
 
 
 def json_output() -> bool:
@@ -48,10 +51,17 @@ def json_output() -> bool:
     return _json
 
 
+def settings() -> tuple[str, Format, TextIO]:
+    """The level, the resolved format and the stream of the last configure()."""
+    level, out = _settings
+    return level, "json" if _json else "console", out
+
+
 def configure(level: str = "info", fmt: Format = "auto", stream: TextIO | None = None) -> None:
     """Configure structlog for the whole process; safe to call again (e.g. on SIGHUP)."""
-    global _json
+    global _json, _settings
     out = stream or sys.stderr
+    _settings = (level, out)
     use_json = fmt == "json" or (fmt == "auto" and not out.isatty())
     renderer: Any
     if use_json:

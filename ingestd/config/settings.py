@@ -318,6 +318,10 @@ class SftpConfig(_Section):
     # SSH flow control: a larger window lets the client keep more writes in flight.
     window_size: Annotated[ByteSize, Field(ge=65536, le=2**31 - 1)] = ByteSize(16 * 1024 * 1024)
     max_packet_size: Annotated[ByteSize, Field(ge=32768, le=262144)] = ByteSize(262144)
+    # Processes serving SFTP connections (key exchange, login, requests, the uploads'
+    # bytes): paramiko does its work in Python, so one process is one core. 0: one per
+    # core; 1: the daemon's own process serves them. Needs a restart to change.
+    processes: Annotated[int, Field(ge=0, le=64)] = 0
     # Threads taking completed uploads from the spool through intake.
     spool_workers: Annotated[int, Field(ge=1, le=32)] = 2
     # Spool files are retried with backoff up to this delay while the database is down.

@@ -152,3 +152,18 @@ def set_build_info() -> None:
             "ocrmypdf": _dist_version("ocrmypdf"),
         }
     )
+
+
+# Counted in the SFTP processes (sftp.processes > 1) and reported to the supervisor
+# once a second, which adds them to its own: /metrics shows one total per series.
+SFTP_PROCESS_COUNTERS = (
+    SFTP_CONNECTIONS,
+    SFTP_AUTH_FAILURES,
+    SFTP_LOGINS,
+    SFTP_UPLOADS,
+    SFTP_UPLOAD_BYTES,
+    SFTP_REFUSED,
+)
+SFTP_PROCESS_RESTARTS = Counter(
+    "ingestd_sftp_process_restarts_total", "SFTP processes that exited unasked and were replaced"
+)

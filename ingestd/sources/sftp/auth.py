@@ -22,7 +22,7 @@ from ingestd.sources.sftp.session import Session
 from ingestd.states import TenantStatus
 
 if TYPE_CHECKING:
-    from ingestd.sources.sftp.server import SftpServer
+    from ingestd.sources.sftp.server import SessionHost
 
 
 def safe(value: str) -> str:
@@ -33,7 +33,7 @@ def safe(value: str) -> str:
 class ServerPolicy(paramiko.ServerInterface):
     """paramiko asks this object what a connection may do; only SFTP after a login."""
 
-    def __init__(self, server: SftpServer, conn: Connection) -> None:
+    def __init__(self, server: SessionHost, conn: Connection) -> None:
         self.server = server
         self.conn = conn
         self.session: Session | None = None
@@ -174,6 +174,7 @@ class ServerPolicy(paramiko.ServerInterface):
                     conn.kill.set()
                 return paramiko.AUTH_FAILED
             with self._login_lock:
+                conn.account = username
                 if not self.server.admission.admit_session(conn):
                     # The credentials were right: no failure, no ban score. paramiko
                     # answers "authenticated"; no channel opens, the connection closes.

@@ -38,6 +38,7 @@ from ingestd.config.settings import SftpConfig
 from ingestd.ops import metrics
 from ingestd.ops.logflood import FloodGate
 from ingestd.sources.sftp.bans import BanList
+from ingestd.sources.sftp.views import FloodLog
 
 if TYPE_CHECKING:
     from ingestd.sources.sftp.session import Session
@@ -95,6 +96,10 @@ class Connection:
     in_session: bool = False
     # Closed to make room for a known-good address; no longer counted in any pool.
     evicted: bool = False
+    # The SFTP process serving it ("" for this process's own host) and, once logged in,
+    # its account: what the supervisor knows of a connection another process serves.
+    owner: str = ""
+    account: str | None = None
 
 
 @dataclass
@@ -110,7 +115,14 @@ class Waiter:
     known_good: bool = False  # promoted first; may displace an unknown waiter
 
 
-def conn_log(gate: FloodGate, level: str, event: str, conn: Connection, **fields: Any) -> None:
+def shut_down(conn: Connection) -> None:
+    """Wake paramiko's reader of ``conn``; the connection's own thread then cleans up."""
+    if conn.sock is not None:
+        with contextlib.suppress(OSError):
+            conn.sock.shutdown(socket.SHUT_RDWR)
+
+
+def conn_log(gate: FloodLog, level: str, event: str, conn: Connection, **fields: Any) -> None:
     """A per-connection log line through ``gate`` (keyed by the remote IP)."""
     gate.log_event(level, event, conn.remote_ip, conn=conn.id, remote_ip=conn.remote_ip, **fields)
 
@@ -123,12 +135,20 @@ class Admission:
     """
 
     def __init__(
-        self, cfg: SftpConfig, bans: BanList, flood: FloodGate, start: Callable[[Connection], None]
+        self,
+        cfg: SftpConfig,
+        bans: BanList,
+        flood: FloodGate,
+        start: Callable[[Connection], None],
+        *,
+        kill: Callable[[Connection], None] | None = None,
     ) -> None:
         self.cfg = cfg
         self.bans = bans
         self.flood = flood
         self.start = start
+        # Closes an evicted connection; an SFTP process's are closed by that process.
+        self.kill = kill or shut_down
         self.lock = threading.Lock()
         self.conns: dict[str, Connection] = {}
         # Sockets waiting for a slot in the unauthenticated pool (at most as many as it has).
@@ -261,10 +281,7 @@ class Admission:
         victim = max(candidates, key=lambda c: (held[c.remote_ip], now - c.started))
         victim.evicted = True
         victim.kill.set()
-        if victim.sock is not None:
-            # Wakes paramiko's reader; the victim's own thread then cleans up.
-            with contextlib.suppress(OSError):
-                victim.sock.shutdown(socket.SHUT_RDWR)
+        self.kill(victim)
         pending.remove(victim)
         return victim
 

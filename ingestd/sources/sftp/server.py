@@ -22,7 +22,7 @@ import resource
 import socket
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import paramiko
 
@@ -37,10 +37,14 @@ from ingestd.sources.sftp.bans import BanList
 from ingestd.sources.sftp.connections import Admission, Connection, PreAuthSocket, conn_log
 from ingestd.sources.sftp.hostkeys import HostKey
 from ingestd.sources.sftp.session import HandleBudget
-from ingestd.sources.sftp.spool import Spool
+from ingestd.sources.sftp.spool import Spool, SpoolView
 from ingestd.sources.sftp.subsystem import IngestSFTPServer
 from ingestd.sources.sftp.tenant_status import TenantStatusCache
 from ingestd.sources.sftp.vfs import InboxSFTP
+from ingestd.sources.sftp.views import AdmissionView, BanView, FloodLog, TenantStatusView
+
+if TYPE_CHECKING:
+    from ingestd.sources.sftp.processes import SftpProcesses
 
 SERVER_VERSION = "SSH-2.0-ingestd"  # no library or version numbers for scanners of scanners
 
@@ -55,6 +59,18 @@ _ACCEPT_HARMLESS = {errno.ECONNABORTED, errno.EPROTO, errno.EINTR}
 AUTH_BURST = 20
 
 
+def auth_burst(config: Config) -> int:
+    return max(AUTH_BURST, config.sftp.bans.threshold)
+
+
+def quiet_paramiko() -> None:
+    """paramiko logs every failed handshake (a load balancer's TCP check, a port scan) as
+    a multi-line traceback; our own one-line JSON events say what happened."""
+    paramiko_log = logging.getLogger("paramiko")
+    paramiko_log.addHandler(logging.NullHandler())
+    paramiko_log.propagate = False
+
+
 def handle_budget() -> int:
     """Handles all sessions together may hold: half the descriptor limit, the rest is for
     sockets, the spool, the database and logs."""
@@ -64,41 +80,54 @@ def handle_budget() -> int:
     return max(16, soft // 2)
 
 
-class SftpServer:
+class SessionHost:
+    """Serves connections from the accepted socket to their last byte: handshake, login,
+    session. The listener's own (``sftp.processes`` = 1) or one per SFTP process, whose
+    admission, bans, events and tenant statuses are then proxies of the supervisor's."""
+
     def __init__(
         self,
         config: Config,
-        spool: Spool,
+        spool: SpoolView,
         hostkeys: list[HostKey],
-        bans: BanList,
-        tenant_status: TenantStatusCache | None = None,
+        bans: BanView,
+        admission: AdmissionView,
+        tenant_status: TenantStatusView | None,
+        stopping: threading.Event,
+        *,
+        process: str = "",
+        gates: tuple[FloodLog, FloodLog] | None = None,
     ) -> None:
-        self.log = get_logger(component="sftp")
+        # An SFTP process's lines say which process served the connection.
+        self.log = get_logger(component="sftp", **({"process": process} if process else {}))
         self.spool = spool
         self.hostkeys = hostkeys
         self.bans = bans
+        self.admission = admission
         # None: no tenant check at all (every verified login goes in).
         self.tenant_status = tenant_status
-        # Per-connection events, keyed by remote IP (see the module docstring).
-        self.flood = FloodGate(self.log)
-        self.auth_flood = FloodGate(self.log, burst=AUTH_BURST)
-        self.admission = Admission(config.sftp, bans, self.flood, self._start)
-        self._apply(config)
-        self._sock: socket.socket | None = None
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self.address: tuple[str, int] = config.sftp.address
+        self._stop = stopping
+        # Per-connection events, keyed by remote IP (see the module docstring); an SFTP
+        # process's go to the supervisor's gates (``gates``).
+        self.flood: FloodLog
+        self.auth_flood: FloodLog
+        if gates is None:
+            self.flood, self.auth_flood = FloodGate(self.log), FloodGate(self.log, burst=AUTH_BURST)
+        else:
+            self.flood, self.auth_flood = gates
         self.handles = HandleBudget(handle_budget())
+        self.apply(config)
 
-    def _apply(self, config: Config) -> None:
+    def apply(self, config: Config) -> None:
+        """New accounts and limits apply to new connections; sessions keep theirs."""
         self.config = config
         self.cfg: SftpConfig = config.sftp
-        self.admission.cfg = config.sftp
         self.accounts = Accounts(config.sftp.accounts)
         self.legacy_offered = config.sftp.legacy_algorithms or any(
             a.legacy_algorithms for a in config.sftp.accounts
         )
-        self.auth_flood.burst = max(AUTH_BURST, config.sftp.bans.threshold)
+        if isinstance(self.auth_flood, FloodGate):
+            self.auth_flood.burst = auth_burst(config)
 
     # -- log lines a flood repeats -----------------------------------------------------------
     def flood_log(self, level: str, event: str, conn: Connection, **fields: Any) -> None:
@@ -107,121 +136,18 @@ class SftpServer:
     def auth_log(self, level: str, event: str, conn: Connection, **fields: Any) -> None:
         conn_log(self.auth_flood, level, event, conn, **fields)
 
-    def reload(self, config: Config) -> None:
-        """New accounts and limits apply to new connections; sessions keep theirs."""
-        if config.sftp.listen != self.cfg.listen:
-            self.log.warning("sftp.listen_changed_needs_restart", listen=config.sftp.listen)
-        self.bans.cfg = config.sftp.bans
-        self._apply(config)
-
-    # -- listener ------------------------------------------------------------------------
-    def start(self) -> None:
-        # paramiko logs every failed handshake (a load balancer's TCP check, a port scan)
-        # as a multi-line traceback; our own one-line JSON events say what happened.
-        paramiko_log = logging.getLogger("paramiko")
-        paramiko_log.addHandler(logging.NullHandler())
-        paramiko_log.propagate = False
-        host, port = self.cfg.address
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        sock = socket.create_server(
-            (host, port),
-            family=family,
-            backlog=128,
-            reuse_port=False,
-            dualstack_ipv6=(host == "::"),
-        )
-        sock.settimeout(0.5)
-        self._sock = sock
-        self.address = sock.getsockname()[:2]
-        self._thread = threading.Thread(target=self._accept_loop, name="sftp-accept", daemon=True)
-        self._thread.start()
-        self.log.info(
-            "sftp.listening",
-            address=self.address[0],
-            port=self.address[1],
-            accounts=len(self.accounts),
-            legacy_algorithms=self.legacy_offered,
-            hostkeys=[f"{k.algorithm} {k.fingerprint}" for k in self.hostkeys],
-        )
-
-    def stop(self, timeout: float = 10.0) -> None:
-        self._stop.set()
-        if self._sock is not None:
-            self._sock.close()
-        if self._thread is not None:
-            self._thread.join(timeout)
-        adm = self.admission
-        with adm.lock:
-            conns = list(adm.conns.values())
-            waiting, adm.waiting = adm.waiting, []
-        for waiter in waiting:
-            waiter.sock.close()
-        for conn in conns:
-            conn.kill.set()
-            if conn.transport is not None:
-                conn.transport.close()
-        deadline = time.monotonic() + timeout
-        while self.connection_count() and time.monotonic() < deadline:
-            time.sleep(0.05)
+    def close(self) -> None:
         self.flood.close()  # the summaries of what was held back
         self.auth_flood.close()
 
-    def connection_count(self) -> int:
-        return self.admission.count()
-
-    def _accept_loop(self) -> None:
-        assert self._sock is not None
-        delay = 0.0
-        failures = 0
-        promoted = time.monotonic()
-        while not self._stop.is_set():
-            health.beat("sftp.accept", 1.0)
-            try:
-                sock, addr = self._sock.accept()
-            except TimeoutError:
-                self.admission.promote()  # expires waiters even when nobody connects
-                continue
-            except OSError as exc:
-                if self._stop.is_set():
-                    return
-                if exc.errno in _ACCEPT_HARMLESS:
-                    continue
-                # EMFILE & co: the connection waits in the backlog. Spinning (and a
-                # traceback per attempt) helps nobody; retry after a growing delay.
-                failures += 1
-                delay = min(ACCEPT_BACKOFF[1], max(ACCEPT_BACKOFF[0], delay * 2))
-                metrics.SFTP_CONNECTIONS.labels("accept_failed").inc()
-                self.flood.log_event(
-                    "error",
-                    "sftp.accept_failed",
-                    "accept",
-                    errno=errno.errorcode.get(exc.errno or 0, str(exc.errno)),
-                    detail=exc.strerror or str(exc),
-                    retry_in=round(delay, 2),
-                    failures=failures,
-                    connections=self.connection_count(),
-                )
-                self._stop.wait(delay)
-                continue
-            if failures:
-                self.log.info("sftp.accept_recovered", failures=failures)
-                failures, delay = 0, 0.0
-            try:
-                self.admission.admit(sock, addr)
-            except Exception:
-                sock.close()
-                self.flood.log_event("error", "sftp.accept_error", "accept", exc_info=True)
-            if time.monotonic() - promoted >= 0.25:  # waiters expire under a flood too
-                self.admission.promote()
-                promoted = time.monotonic()
-
-    def _start(self, conn: Connection) -> None:
+    def start(self, conn: Connection) -> None:
+        """Serve ``conn`` (its socket in ``conn.sock``) in a thread of its own."""
         assert isinstance(conn.sock, PreAuthSocket)
         threading.Thread(
-            target=self._serve, args=(conn.sock, conn), name=f"sftp-{conn.id}", daemon=True
+            target=self.serve, args=(conn.sock, conn), name=f"sftp-{conn.id}", daemon=True
         ).start()
 
-    def _serve(self, sock: PreAuthSocket, conn: Connection) -> None:
+    def serve(self, sock: PreAuthSocket, conn: Connection) -> None:
         log = self.log.bind(conn=conn.id, remote_ip=conn.remote_ip)
         transport: paramiko.Transport | None = None
         reason = "client_closed"
@@ -368,11 +294,183 @@ class SftpServer:
                 return "idle_timeout"
         return "client_closed"
 
+
+class SftpServer:
+    """The listener: accepts, admits (bans, limits, the waiting room: ``Admission``, one
+    for every process) and hands each admitted connection to its session host: its own
+    (one process) or the least busy SFTP process (``SftpProcesses``)."""
+
+    def __init__(
+        self,
+        config: Config,
+        spool: Spool,
+        hostkeys: list[HostKey],
+        bans: BanList,
+        tenant_status: TenantStatusCache | None = None,
+        *,
+        processes: SftpProcesses | None = None,
+    ) -> None:
+        self.log = get_logger(component="sftp")
+        self.spool = spool
+        self.hostkeys = hostkeys
+        self.bans = bans
+        self.tenant_status = tenant_status
+        self.processes = processes
+        self._stop = threading.Event()
+        self.flood = FloodGate(self.log)
+        # The gates of every SFTP process's lines (with processes; else the host's own).
+        self.auth_flood = FloodGate(self.log, burst=auth_burst(config))
+        if processes is None:
+            self.admission = Admission(config.sftp, bans, self.flood, self._dispatch)
+            self.host: SessionHost | None = SessionHost(
+                config, spool, hostkeys, bans, self.admission, tenant_status, self._stop
+            )
+        else:
+            self.admission = Admission(
+                config.sftp, bans, self.flood, processes.dispatch, kill=processes.kill
+            )
+            processes.admission = self.admission
+            processes.gates = {"flood": self.flood, "auth": self.auth_flood}
+            self.host = None
+        self.config = config
+        self.cfg: SftpConfig = config.sftp
+        self._sock: socket.socket | None = None
+        self._thread: threading.Thread | None = None
+        self.address: tuple[str, int] = config.sftp.address
+
+    @property
+    def handles(self) -> HandleBudget:
+        assert self.host is not None, "handles are per SFTP process"
+        return self.host.handles
+
+    def _dispatch(self, conn: Connection) -> None:
+        assert self.host is not None
+        self.host.start(conn)
+
+    def reload(self, config: Config) -> None:
+        """New accounts and limits apply to new connections; sessions keep theirs."""
+        if config.sftp.listen != self.cfg.listen:
+            self.log.warning("sftp.listen_changed_needs_restart", listen=config.sftp.listen)
+        self.bans.cfg = config.sftp.bans
+        self.admission.cfg = config.sftp
+        self.auth_flood.burst = auth_burst(config)
+        self.config, self.cfg = config, config.sftp
+        if self.host is not None:
+            self.host.apply(config)
+        if self.processes is not None:
+            self.processes.reload(config)
+
+    # -- listener ------------------------------------------------------------------------
+    def start(self) -> None:
+        quiet_paramiko()
+        host, port = self.cfg.address
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        sock = socket.create_server(
+            (host, port),
+            family=family,
+            backlog=128,
+            reuse_port=False,
+            dualstack_ipv6=(host == "::"),
+        )
+        sock.settimeout(0.5)
+        self._sock = sock
+        self.address = sock.getsockname()[:2]
+        self._thread = threading.Thread(target=self._accept_loop, name="sftp-accept", daemon=True)
+        self._thread.start()
+        self.log.info(
+            "sftp.listening",
+            address=self.address[0],
+            port=self.address[1],
+            accounts=len(self.cfg.accounts),
+            legacy_algorithms=self.cfg.legacy_algorithms
+            or any(a.legacy_algorithms for a in self.cfg.accounts),
+            hostkeys=[f"{k.algorithm} {k.fingerprint}" for k in self.hostkeys],
+            processes=1 if self.processes is None else self.processes.count,
+        )
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stop.set()
+        if self._sock is not None:
+            self._sock.close()
+        if self._thread is not None:
+            self._thread.join(timeout)
+        adm = self.admission
+        with adm.lock:
+            conns = list(adm.conns.values())
+            waiting, adm.waiting = adm.waiting, []
+        for waiter in waiting:
+            waiter.sock.close()
+        for conn in conns:
+            conn.kill.set()
+            if conn.transport is not None:
+                conn.transport.close()
+        if self.processes is not None:
+            # Each process closes its sessions (open uploads aborted) and exits.
+            self.processes.stop(timeout)
+        deadline = time.monotonic() + timeout
+        while self.connection_count() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.flood.close()  # the summaries of what was held back
+        self.auth_flood.close()
+        if self.host is not None:
+            self.host.close()
+
+    def connection_count(self) -> int:
+        return self.admission.count()
+
+    def _accept_loop(self) -> None:
+        assert self._sock is not None
+        delay = 0.0
+        failures = 0
+        promoted = time.monotonic()
+        while not self._stop.is_set():
+            health.beat("sftp.accept", 1.0)
+            try:
+                sock, addr = self._sock.accept()
+            except TimeoutError:
+                self.admission.promote()  # expires waiters even when nobody connects
+                continue
+            except OSError as exc:
+                if self._stop.is_set():
+                    return
+                if exc.errno in _ACCEPT_HARMLESS:
+                    continue
+                # EMFILE & co: the connection waits in the backlog. Spinning (and a
+                # traceback per attempt) helps nobody; retry after a growing delay.
+                failures += 1
+                delay = min(ACCEPT_BACKOFF[1], max(ACCEPT_BACKOFF[0], delay * 2))
+                metrics.SFTP_CONNECTIONS.labels("accept_failed").inc()
+                self.flood.log_event(
+                    "error",
+                    "sftp.accept_failed",
+                    "accept",
+                    errno=errno.errorcode.get(exc.errno or 0, str(exc.errno)),
+                    detail=exc.strerror or str(exc),
+                    retry_in=round(delay, 2),
+                    failures=failures,
+                    connections=self.connection_count(),
+                )
+                self._stop.wait(delay)
+                continue
+            if failures:
+                self.log.info("sftp.accept_recovered", failures=failures)
+                failures, delay = 0, 0.0
+            try:
+                self.admission.admit(sock, addr)
+            except Exception:
+                sock.close()
+                self.flood.log_event("error", "sftp.accept_error", "accept", exc_info=True)
+            if time.monotonic() - promoted >= 0.25:  # waiters expire under a flood too
+                self.admission.promote()
+                promoted = time.monotonic()
+
     def sessions(self) -> list[dict[str, Any]]:
         with self.admission.lock:
             conns = list(self.admission.conns.values())
         out = []
         for c in conns:
-            account = c.session.account.username if c.session else None
-            out.append({"conn": c.id, "remote_ip": c.remote_ip, "account": account})
+            account = c.session.account.username if c.session else c.account
+            out.append(
+                {"conn": c.id, "remote_ip": c.remote_ip, "account": account, "process": c.owner}
+            )
         return out

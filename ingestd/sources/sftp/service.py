@@ -15,6 +15,7 @@ from ingestd.log import get_logger
 from ingestd.ops.events import EventLog
 from ingestd.sources.sftp import hostkeys
 from ingestd.sources.sftp.bans import BanList
+from ingestd.sources.sftp.processes import SftpProcesses, default_count
 from ingestd.sources.sftp.server import SftpServer
 from ingestd.sources.sftp.spool import Spool
 from ingestd.sources.sftp.spool_intake import SpoolIntake
@@ -79,7 +80,17 @@ class SftpService:
         bans = BanList(config.sftp.bans, state_dir, self.events)
         if self.tenant_status is not None:
             self.tenant_status.start()
-        self.server = SftpServer(config, self.spool, keys, bans, self.tenant_status)
+        count = config.sftp.processes or default_count()
+        processes = None
+        if count > 1:
+            processes = SftpProcesses(
+                config, self.spool, bans, self.tenant_status, self.events, count
+            )
+        self.server = SftpServer(
+            config, self.spool, keys, bans, self.tenant_status, processes=processes
+        )
+        if processes is not None:
+            processes.start()
         self.server.start()
 
     def reload(self, config: Config, intake: Intake) -> None:

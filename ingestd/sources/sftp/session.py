@@ -12,12 +12,10 @@ from paramiko.sftp import SFTP_FAILURE
 from ingestd.config.settings import SftpAccountConfig
 from ingestd.intake import filetypes
 from ingestd.log import Logger
-from ingestd.ops.events import EventLog
-from ingestd.ops.logflood import FloodGate
 from ingestd.sources.sftp.listing import PENDING_FILE_MODE
 from ingestd.sources.sftp.refusals import SftpRefusal, refuse
-from ingestd.sources.sftp.spool import Spool
-from ingestd.sources.sftp.tenant_status import TenantStatusCache
+from ingestd.sources.sftp.spool import SpoolView
+from ingestd.sources.sftp.views import EventSink, FloodLog, TenantStatusView
 
 
 class HandleBudget:
@@ -48,18 +46,18 @@ class Session:
     account: SftpAccountConfig
     remote_ip: str
     conn_id: str
-    spool: Spool
+    spool: SpoolView
     max_file_size: int
     max_filename_bytes: int
     log: Logger
     legacy: list[str] = field(default_factory=list)
     # Checked at every upload's OPEN too, not only at login: a session that outlives its
     # tenant's suspension or deletion must not keep feeding the spool.
-    tenant_status: TenantStatusCache | None = None
+    tenant_status: TenantStatusView | None = None
     # intake.allowed_types: content is checked at upload against what intake will accept.
     allowed_types: frozenset[str] = frozenset(filetypes.ARCHIVABLE)
     # Refusals an operator must hear about become operator events (file.refused).
-    events: EventLog | None = None
+    events: EventSink | None = None
     last_activity: float = field(default_factory=time.monotonic)
     uploads: int = 0
     upload_bytes: int = 0
@@ -77,7 +75,7 @@ class Session:
     handles: int = 0
     handle_budget: HandleBudget | None = None
     # The server's FloodGate (per remote IP), for refusals a client can repeat in a loop.
-    flood: FloodGate | None = None
+    flood: FloodLog | None = None
 
     def touch(self) -> None:
         self.last_activity = time.monotonic()

@@ -6,18 +6,31 @@ Layout under ``paths.spool`` (one filesystem, so every hand-over is a rename):
                             still carry a temp name (``scan.pdf.part``)
     partial/<account>.<id>  the bytes of an open write handle; private to that handle,
                             so two scanners writing the same name never share a file
-    queue/<id>.json         a completed upload's metadata (account, tenant, name, ...)
-    queue/<id>.data         ... and its bytes; the pair is what intake takes
+    queue/<id>.data         a completed upload's bytes, its metadata (account, tenant,
+                            name, ...) in the file's extended attribute user.ingestd.entry
+    queue/<id>.json         ... or beside it, where the filesystem keeps no such attribute
+                            (and for entries written before the attribute was used)
 
-An upload is acknowledged (the CLOSE reply) only after its bytes are fsynced and both
-queue entries are renamed in and the queue directory is fsynced: from then on it survives
+The metadata is written into the partial file before its fsync, so the one fsync that
+makes the bytes durable makes their metadata durable too (a second file would need its
+own). An upload is acknowledged (the CLOSE reply) only after that fsync, the rename into
+``queue/`` and the queue directory's fsync: from then on it survives
 a crash or power loss, whether or not Postgres is up. Anything in ``partial/`` at start
 belongs to a connection that dropped before CLOSE; it is deleted (no document).
+
+Quota ledger: an account's pending bytes are what waits in the queue and in its inbox
+(temp-named files), plus what its open uploads have reserved. Open reservations are kept
+per *owner*, the SFTP process holding the upload (``LOCAL`` for this process's own
+server): when an SFTP process dies, its open uploads die with it, and ``forget`` drops
+their reservations and partial files in one go. SFTP processes reach this ledger and the
+queue's index through their supervisor (``SpoolClient`` in spool_client.py); the files
+they write themselves.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fnmatch
 import json
 import os
@@ -28,11 +41,12 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from ingestd.durable import fsync_dir, write_new
 from ingestd.errors import ExitCode, IngestdError
 from ingestd.log import get_logger
+from ingestd.ops.faults import crashpoint
 
 DIR_MODE = 0o700
 FILE_MODE = 0o600
@@ -86,6 +100,135 @@ def _new_id() -> str:
     return f"{time.time_ns():020d}-{secrets.token_hex(4)}"
 
 
+# The owner of the uploads this process's own server holds open (not an SFTP process's).
+LOCAL = ""
+# A queue file's entry (Entry.to_json) lives in this extended attribute of the file.
+XATTR = "user.ingestd.entry"
+# "No such attribute here", not a failing disk: the entry goes into a file beside the data.
+_NO_XATTR = (errno.ENOTSUP, errno.EOPNOTSUPP, errno.E2BIG, errno.ERANGE)
+
+
+def inbox_usage(inbox_root: Path) -> dict[str, int]:
+    """Bytes of the files (temp-named uploads) in each account's inbox."""
+    usage: dict[str, int] = {}
+    for account_dir in inbox_root.iterdir():
+        for dirpath, _dirs, files in os.walk(account_dir):
+            for name in files:
+                with contextlib.suppress(OSError):
+                    size = os.lstat(Path(dirpath, name)).st_size
+                    usage[account_dir.name] = usage.get(account_dir.name, 0) + size
+    return usage
+
+
+def is_temp_name(patterns: Iterable[str], name: str) -> bool:
+    """Whether ``name`` matches one of the (lower-case) temp-name patterns."""
+    lowered = name.lower()
+    return any(fnmatch.fnmatchcase(lowered, pattern) for pattern in patterns)
+
+
+def make_entry(**fields: Any) -> Entry:
+    received = datetime.now(UTC).isoformat(timespec="milliseconds")
+    return Entry(id=_new_id(), received_at=received, **fields)
+
+
+def new_partial(partial_dir: Path, account: str, owner: str) -> tuple[Path, int]:
+    """A new private file for an open write handle; its name starts with its owner's."""
+    prefix = f"{owner}-" if owner else ""
+    path = partial_dir / f"{prefix}{account}.{_new_id()}"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    return path, os.open(path, flags, FILE_MODE)
+
+
+def label(target: int | Path, entry: Entry) -> bool:
+    """Write ``entry`` into the extended attribute of its data file (a descriptor or a
+    path): one fsync of the file then makes bytes and metadata durable together. False
+    where the filesystem keeps no such attribute (or none that large): the entry then goes
+    into a file of its own beside the data."""
+    try:
+        os.setxattr(target, XATTR, entry.to_json())
+    except OSError as exc:
+        if exc.errno in _NO_XATTR:
+            return False
+        raise
+    return True
+
+
+def load_entry(data: Path) -> Entry | None:
+    """The entry of the queue file ``data``: from its attribute, else from the file beside
+    it; None if it has neither. ValueError & co for metadata that does not parse."""
+    try:
+        raw = os.getxattr(data, XATTR)
+    except OSError as exc:
+        if exc.errno not in (*_NO_XATTR, errno.ENODATA):
+            raise
+        try:
+            raw = data.with_suffix(".json").read_bytes()
+        except FileNotFoundError:
+            return None
+    return Entry.from_json(raw)
+
+
+def write_entry(queue_dir: Path, src: Path, entry: Entry, *, labelled: bool = False) -> None:
+    """Move the fsynced file ``src`` into ``queue_dir`` with its metadata; durable on return.
+    ``labelled``: ``entry`` is in ``src``'s attribute already, written before its fsync
+    (an upload's CLOSE does both), so the data and its metadata need no further flush."""
+    sidecar: Path | None = None
+    if not labelled and label(src, entry):
+        fsync_path(src)  # the attribute as durable as the bytes
+        labelled = True
+    if not labelled:
+        sidecar = queue_dir / f"{entry.id}.json"
+        tmp = queue_dir / f".tmp-{entry.id}.json"
+        # A full spool fails here (ENOSPC, nothing left behind): truncated metadata must
+        # never be acked, nor trip recovery later.
+        write_new(tmp, entry.to_json(), FILE_MODE)
+        os.rename(tmp, sidecar)
+    crashpoint("spool.before_queue")
+    try:
+        os.rename(src, queue_dir / f"{entry.id}.data")
+    except OSError:
+        if sidecar is not None:
+            os.unlink(sidecar)  # e.g. another session renamed the same temp file first
+        raise
+    crashpoint("spool.after_data")
+    # One directory flush makes the name durable; only then is the client told.
+    fsync_dir(queue_dir)
+    crashpoint("spool.after_flush")
+
+
+def fsync_path(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class SpoolView(Protocol):
+    """What an SFTP session uses of the spool: the ``Spool`` itself in this process, a
+    ``SpoolClient`` in an SFTP process."""
+
+    temp_names: list[str]
+
+    def is_temp_name(self, name: str) -> bool: ...
+    def inbox(self, account: str) -> Path: ...
+    def new_partial(self, account: str) -> tuple[Path, int]: ...
+    def upload_ended(self, account: str) -> None: ...
+    def reserve(self, account: str, nbytes: int, limit: int) -> None: ...
+    def release(self, account: str, nbytes: int) -> None: ...
+    def stage(self, account: str, reserved: int, size: int) -> None: ...
+    def release_staged(self, account: str, nbytes: int) -> None: ...
+    def make_entry(self, **fields: Any) -> Entry: ...
+    def enqueue(
+        self, src: Path, entry: Entry, *, reserved: int, staged: int = 0, labelled: bool = False
+    ) -> Entry: ...
+    def pending(self, account: str, subdir: str) -> list[Entry]: ...
+    def pending_under(self, account: str, subdir: str) -> bool: ...
+    def find(self, account: str, subdir: str, filename: str) -> Entry | None: ...
+    def remove(self, entry: Entry) -> bool: ...
+    def rename(self, entry: Entry, subdir: str, filename: str) -> bool: ...
+
+
 class QuotaExceeded(IngestdError):
     """A reservation would take the account over its quota; says by how much, for the client.
 
@@ -101,6 +244,9 @@ class QuotaExceeded(IngestdError):
         self.used = used
         self.limit = limit
 
+    def __reduce__(self) -> tuple[type[QuotaExceeded], tuple[int, int]]:
+        return QuotaExceeded, (self.used, self.limit)  # crosses from the supervisor
+
 
 class Spool:
     def __init__(self, root: Path, temp_names: Iterable[str]) -> None:
@@ -112,7 +258,10 @@ class Spool:
         self.wake = threading.Event()
         self._lock = threading.Lock()
         self._entries: dict[str, Entry] = {}
-        self._usage: dict[str, int] = {}
+        # account -> bytes waiting in the queue and in its inbox (temp-named files)
+        self._held: dict[str, int] = {}
+        # (owner, account) -> bytes reserved by that owner's open uploads
+        self._open: dict[tuple[str, str], int] = {}
         self.log = get_logger(component="spool")
 
     # -- start-up ---------------------------------------------------------------------
@@ -129,35 +278,30 @@ class Spool:
                 size = partial.lstat().st_size
                 partial.unlink()
                 self.log.info("spool.partial_discarded", file=partial.name, size=size)
-        for meta in sorted(self.queue_dir.glob("*.json")):
-            data = meta.with_suffix(".data")
-            if not data.exists():
+        for meta in self.queue_dir.glob("*.json"):
+            if not meta.with_suffix(".data").exists():
                 meta.unlink()  # the data rename never happened: that upload was not acked
-                continue
+        for data in sorted(self.queue_dir.glob("*.data")):  # ids are time-ordered
             try:
-                entry = Entry.from_json(meta.read_bytes())
+                entry = load_entry(data)
             except (ValueError, KeyError, TypeError) as exc:
-                self.log.error("spool.bad_metadata", file=meta.name, detail=str(exc))
+                self.log.error("spool.bad_metadata", file=data.name, detail=str(exc))
                 continue
-            self._entries[entry.id] = entry
-            self._add_usage(entry.account, entry.size)
-        for data in self.queue_dir.glob("*.data"):
-            if not data.with_suffix(".json").exists():
+            if entry is None:
                 # Never deleted: these are someone's bytes. An admin looks at them.
                 self.log.error("spool.orphan_data", file=str(data))
-        for account_dir in self.inbox_root.iterdir():
-            for dirpath, _dirs, files in os.walk(account_dir):
-                for name in files:
-                    with contextlib.suppress(OSError):
-                        self._add_usage(account_dir.name, os.lstat(Path(dirpath, name)).st_size)
+                continue
+            self._entries[entry.id] = entry
+            self._hold(entry.account, entry.size)
+        for account, nbytes in inbox_usage(self.inbox_root).items():
+            self._hold(account, nbytes)
         if self._entries:
             self.log.info("spool.recovered", pending=len(self._entries))
             self.wake.set()
 
     # -- names ------------------------------------------------------------------------
     def is_temp_name(self, name: str) -> bool:
-        lowered = name.lower()
-        return any(fnmatch.fnmatchcase(lowered, pattern) for pattern in self.temp_names)
+        return is_temp_name(self.temp_names, name)
 
     def inbox(self, account: str) -> Path:
         path = self.inbox_root / account
@@ -165,58 +309,152 @@ class Spool:
         return path
 
     # -- quota ------------------------------------------------------------------------
-    def _add_usage(self, account: str, nbytes: int) -> None:
-        self._usage[account] = self._usage.get(account, 0) + nbytes
+    def _hold(self, account: str, nbytes: int) -> None:
+        """With the lock held (or at start): ``nbytes`` more (or fewer) waiting."""
+        self._held[account] = max(0, self._held.get(account, 0) + nbytes)
 
-    def reserve(self, account: str, nbytes: int, limit: int) -> None:
-        with self._lock:
-            used = self._usage.get(account, 0)
-            if nbytes > 0 and used + nbytes > limit:
-                raise QuotaExceeded(used, limit)
-            self._usage[account] = used + nbytes
+    def _reserved(self, owner: str, account: str, nbytes: int) -> None:
+        key = (owner, account)
+        left = max(0, self._open.get(key, 0) + nbytes)
+        if left:
+            self._open[key] = left
+        else:
+            self._open.pop(key, None)
 
-    def release(self, account: str, nbytes: int) -> None:
+    def _usage(self, account: str) -> int:
+        opened = sum(n for (_, acct), n in self._open.items() if acct == account)
+        return self._held.get(account, 0) + opened
+
+    def reserve(self, account: str, nbytes: int, limit: int, owner: str = LOCAL) -> None:
+        """``nbytes`` more for an open upload, or QuotaExceeded."""
+        self.grant(account, nbytes, nbytes, limit, owner)
+
+    def grant(self, account: str, want: int, need: int, limit: int, owner: str) -> int:
+        """Reserve ``want`` bytes if they fit under ``limit``, else ``need``, else raise
+        QuotaExceeded (with what the account holds besides ``owner``'s reservations).
+        SFTP processes ask for more than they need so that not every WRITE is a round
+        trip; what they do not use they give back when their last upload ends."""
         with self._lock:
-            self._usage[account] = max(0, self._usage.get(account, 0) - nbytes)
+            used = self._usage(account)
+            for amount in (want, need):
+                if amount <= 0 or used + amount <= limit:
+                    self._reserved(owner, account, max(0, amount))
+                    return max(0, amount)
+            mine = self._open.get((owner, account), 0)
+        raise QuotaExceeded(used - mine, limit)
+
+    def release(self, account: str, nbytes: int, owner: str = LOCAL) -> None:
+        """An open upload gave back ``nbytes`` (it ended without a file, or shrank)."""
+        with self._lock:
+            self._reserved(owner, account, -nbytes)
+
+    def stage(self, account: str, reserved: int, size: int, owner: str = LOCAL) -> None:
+        """An open upload that reserved ``reserved`` bytes is now a ``size``-byte temp-named
+        file in the inbox."""
+        with self._lock:
+            self._reserved(owner, account, -reserved)
+            self._hold(account, size)
+
+    def release_staged(self, account: str, nbytes: int) -> None:
+        """A temp-named file of ``nbytes`` left the inbox (removed, replaced, swept)."""
+        with self._lock:
+            self._hold(account, -nbytes)
+
+    def forget(self, owner: str) -> int:
+        """``owner`` (an SFTP process) is gone: its open uploads' reservations and partial
+        files go too (those clients were never told their uploads succeeded). Returns the
+        number of partial files deleted."""
+        with self._lock:
+            for key in [k for k in self._open if k[0] == owner]:
+                del self._open[key]
+        removed = 0
+        for partial in self.partial_dir.glob(f"{owner}-*"):
+            with contextlib.suppress(FileNotFoundError):
+                partial.unlink()
+                removed += 1
+        return removed
 
     def usage(self, account: str) -> int:
         with self._lock:
-            return self._usage.get(account, 0)
+            return self._usage(account)
 
     # -- uploads ----------------------------------------------------------------------
-    def new_partial(self, account: str) -> tuple[Path, int]:
-        path = self.partial_dir / f"{account}.{_new_id()}"
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-        return path, os.open(path, flags, FILE_MODE)
+    def new_partial(self, account: str, owner: str = LOCAL) -> tuple[Path, int]:
+        return new_partial(self.partial_dir, account, owner)
 
-    def enqueue(self, src: Path, entry: Entry) -> Entry:
-        """Move the fsynced file ``src`` into the queue under ``entry``; durable on return."""
-        meta = self.queue_dir / f"{entry.id}.json"
-        tmp = self.queue_dir / f".tmp-{entry.id}.json"
-        # A full spool fails here (ENOSPC, nothing left behind): truncated metadata must
-        # never be acked, nor trip recovery later.
-        write_new(tmp, entry.to_json(), FILE_MODE)
-        os.rename(tmp, meta)
-        try:
-            os.rename(src, self.queue_dir / f"{entry.id}.data")
-        except OSError:
-            os.unlink(meta)  # e.g. another session renamed the same temp file first
-            raise
-        # One directory flush makes both names durable; only then is the client told.
-        fsync_dir(self.queue_dir)
+    def upload_ended(self, account: str) -> None:
+        """An upload handle is done (here: nothing to settle; see SpoolClient)."""
+
+    def enqueue(
+        self,
+        src: Path,
+        entry: Entry,
+        *,
+        reserved: int,
+        staged: int = 0,
+        labelled: bool = False,
+        owner: str = LOCAL,
+    ) -> Entry:
+        """Move the fsynced file ``src`` into the queue under ``entry``; durable on return.
+        ``reserved``: what its open upload had reserved; ``staged``: its bytes already
+        held as a temp-named inbox file (a rename to the final name); ``labelled``: see
+        ``write_entry``."""
+        write_entry(self.queue_dir, src, entry, labelled=labelled)
+        return self.accept(entry, reserved=reserved, staged=staged, owner=owner)
+
+    def accept(self, entry: Entry, *, reserved: int, staged: int, owner: str) -> Entry:
+        """``entry`` is durable in the queue (written here or by an SFTP process): index it
+        and wake intake."""
         with self._lock:
+            self._reserved(owner, entry.account, -reserved)
+            self._hold(entry.account, entry.size - staged)
             self._entries[entry.id] = entry
         self.wake.set()
         return entry
 
     def make_entry(self, **fields: Any) -> Entry:
-        received = datetime.now(UTC).isoformat(timespec="milliseconds")
-        return Entry(id=_new_id(), received_at=received, **fields)
+        return make_entry(**fields)
 
     def data_path(self, entry: Entry) -> Path:
         return self.queue_dir / f"{entry.id}.data"
 
     # -- the client's view of pending files ---------------------------------------------
+    def reindex(self) -> int:
+        """Index queue entries that are on disk but not known here: an SFTP process that
+        died between writing an entry and reporting it. Returns how many were found."""
+        found = 0
+        for data in sorted(self.queue_dir.glob("*.data")):
+            entry_id = data.name.removesuffix(".data")
+            with self._lock:
+                if entry_id in self._entries:
+                    continue
+            try:
+                entry = load_entry(data)
+            except (OSError, ValueError, KeyError, TypeError):
+                continue  # gone meanwhile, or as bad as recovery at start will say
+            if entry is None:
+                continue
+            with self._lock:
+                self._entries[entry.id] = entry
+            found += 1
+        # What the queue and the inboxes hold, counted again: a process may also have died
+        # between moving a temp-named file into the queue and saying so.
+        held: dict[str, int] = {}
+        with self._lock:
+            for e in self._entries.values():
+                held[e.account] = held.get(e.account, 0) + e.size
+        for account, nbytes in inbox_usage(self.inbox_root).items():
+            held[account] = held.get(account, 0) + nbytes
+        with self._lock:
+            self._held = held
+        if found:
+            self.wake.set()
+        return found
+
+    def entry(self, entry_id: str) -> Entry | None:
+        with self._lock:
+            return self._entries.get(entry_id)
+
     def pending(self, account: str, subdir: str) -> list[Entry]:
         with self._lock:
             return [
@@ -246,7 +484,7 @@ class Spool:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.queue_dir / f"{entry.id}.json")
         fsync_dir(self.queue_dir)
-        self.release(entry.account, entry.size)
+        self.release_staged(entry.account, entry.size)
         return True
 
     def rename(self, entry: Entry, subdir: str, filename: str) -> bool:
@@ -256,13 +494,18 @@ class Spool:
                 return False
             updated = Entry(**{k: getattr(entry, k) for k in Entry._PERSISTED})
             updated.subdir, updated.filename = subdir, filename
-            tmp = self.queue_dir / f".tmp-{entry.id}.json"
-            with open(tmp, "wb") as fh:
-                fh.write(updated.to_json())
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, self.queue_dir / f"{entry.id}.json")
-            fsync_dir(self.queue_dir)
+            data = self.data_path(entry)
+            sidecar = self.queue_dir / f"{entry.id}.json"
+            if not sidecar.exists() and label(data, updated):
+                fsync_path(data)
+            else:
+                tmp = self.queue_dir / f".tmp-{entry.id}.json"
+                with open(tmp, "wb") as fh:
+                    fh.write(updated.to_json())
+                    fh.flush()
+                    os.fsync(fh.fileno())
+                os.replace(tmp, sidecar)
+                fsync_dir(self.queue_dir)
             entry.subdir, entry.filename = subdir, filename
             return True
 
@@ -298,7 +541,7 @@ class Spool:
             os.unlink(self.queue_dir / f"{entry.id}.json")
         with self._lock:
             self._entries.pop(entry.id, None)
-        self.release(entry.account, entry.size)
+            self._hold(entry.account, -entry.size)
 
     def snapshot(self) -> dict[str, int]:
         with self._lock:

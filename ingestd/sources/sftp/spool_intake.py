@@ -98,7 +98,7 @@ class SpoolIntake:
                         reason="abandoned_upload",
                         detail=f"temp-named upload not renamed within {int(max_age)} s",
                     )
-                    self.spool.release(account, st.st_size)
+                    self.spool.release_staged(account, st.st_size)
                     metrics.SPOOL_QUARANTINED.labels(tenant, "abandoned_upload").inc()
                     self.log.warning(
                         "spool.abandoned_upload",

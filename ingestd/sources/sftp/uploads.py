@@ -65,6 +65,7 @@ class UploadHandle(paramiko.SFTPHandle):
         self.parts = parts
         self.partial, self.fd = vfs.spool.new_partial(vfs.account.username)
         self.size = 0  # bytes reserved against the quota
+        self._ended = False  # the spool was told this upload is over (upload_ended)
         self.failed: SftpRefusal | None = None
         self.closed = False
         self.check_content = not vfs.spool.is_temp_name(parts[-1])
@@ -189,6 +190,9 @@ class UploadHandle(paramiko.SFTPHandle):
                 )
                 if refusal is not None:
                     raise refusal
+            # A final-named upload's queue entry goes into the file before the fsync:
+            # that fsync then makes both durable (spool.write_entry).
+            prepared = self.vfs.prepare_upload(self.fd, self.parts, st.st_size, st.st_mtime)
             os.fsync(self.fd)
         except SftpRefusal as exc:
             self._fail("close", exc)
@@ -199,20 +203,30 @@ class UploadHandle(paramiko.SFTPHandle):
         os.close(self.fd)
         self.fd = -1
         try:
-            self.vfs.complete_upload(self.partial, self.parts, st.st_size, st.st_mtime)
+            self.vfs.complete_upload(
+                self.partial, self.parts, st.st_size, st.st_mtime, self.size, prepared
+            )
         except SftpRefusal as exc:
             self._fail("close", exc)
             return exc.code
         except OSError as exc:
             self._fail("close", storage_refusal(exc, "store_error"))
             return SFTP_FAILURE
+        self.size = 0  # the spool holds these bytes now, as a queue entry or a temp file
+        self._end()
         return SFTP_OK
+
+    def _end(self) -> None:
+        if not self._ended:
+            self._ended = True
+            self.vfs.spool.upload_ended(self.vfs.account.username)
 
     def _discard(self) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.partial)
         self.vfs.spool.release(self.vfs.account.username, self.size)
         self.size = 0
+        self._end()
 
     def abort(self) -> None:
         """The connection dropped (or the upload failed) before a good CLOSE: no document."""

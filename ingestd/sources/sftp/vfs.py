@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import stat
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,9 +35,18 @@ from ingestd.sources.sftp.refusals import (
     storage_refusal,
 )
 from ingestd.sources.sftp.session import Session
-from ingestd.sources.sftp.spool import Entry
+from ingestd.sources.sftp.spool import Entry, label
 from ingestd.sources.sftp.uploads import UploadHandle
 from ingestd.states import TenantStatus
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A final-named upload's queue entry, made at CLOSE; ``labelled``: already written
+    into the upload's file (before its fsync)."""
+
+    entry: Entry
+    labelled: bool = False
 
 
 class InboxSFTP(paramiko.SFTPServerInterface):
@@ -166,30 +176,48 @@ class InboxSFTP(paramiko.SFTPServerInterface):
         self.session.log.debug("sftp.open", path=vpath_of(parts))
         return handle
 
+    def prepare_upload(
+        self, fd: int, parts: tuple[str, ...], size: int, mtime: float
+    ) -> Prepared | None:
+        """Before CLOSE's fsync: the queue entry of a final-named upload, written into the
+        file when the filesystem keeps it there. None for a temp name (no entry yet)."""
+        if self.spool.is_temp_name(parts[-1]):
+            return None
+        entry = self._entry(parts, size, mtime)
+        return Prepared(entry, labelled=label(fd, entry))
+
     def complete_upload(
-        self, partial: Path, parts: tuple[str, ...], size: int, mtime: float
+        self,
+        partial: Path,
+        parts: tuple[str, ...],
+        size: int,
+        mtime: float,
+        reserved: int,
+        prepared: Prepared | None,
     ) -> None:
-        """The upload under ``partial`` is CLOSEd and fsynced: publish it."""
+        """The upload under ``partial`` (which reserved ``reserved`` bytes of the quota) is
+        CLOSEd and fsynced: publish it."""
         name = parts[-1]
         vpath = vpath_of(parts)
-        if self.spool.is_temp_name(name):
+        if prepared is None:
             # Stays visible under its temp name until the client renames it.
             parent = self.chroot.parent_dir(parts)
             target = parent / name
             old = self.chroot.lstat(parts)
             os.replace(partial, target)
             fsync_dir(parent)
+            self.spool.stage(self.account.username, reserved, size)
             if old is not None:
-                self.spool.release(self.account.username, old.st_size)
+                self.spool.release_staged(self.account.username, old.st_size)
             self.session.log.info("sftp.upload_staged", path=vpath, size=size)
         else:
-            self._enqueue(partial, parts, size, mtime)
+            self._publish(partial, prepared, reserved=reserved, labelled=prepared.labelled)
         self.session.remember(vpath, size, mtime)
 
-    def _enqueue(self, src: Path, parts: tuple[str, ...], size: int, mtime: float) -> None:
+    def _entry(self, parts: tuple[str, ...], size: int, mtime: float) -> Entry:
         acct = self.account
         subdir = self._subdir(parts)
-        entry = self.spool.make_entry(
+        return self.spool.make_entry(
             account=acct.username,
             tenant=acct.tenant,
             filename=parts[-1],
@@ -199,16 +227,29 @@ class InboxSFTP(paramiko.SFTPServerInterface):
             remote_ip=self.session.remote_ip,
             tags=list(subfolder_tags(acct.tags, subdir, enabled=acct.subfolder_tags)),
         )
-        self.spool.enqueue(src, entry)
+
+    def _publish(
+        self,
+        src: Path,
+        prepared: Prepared,
+        *,
+        reserved: int = 0,
+        staged: int = 0,
+        labelled: bool = False,
+    ) -> None:
+        entry = prepared.entry
+        acct = self.account
+        self.spool.enqueue(src, entry, reserved=reserved, staged=staged, labelled=labelled)
         self.session.uploads += 1
-        self.session.upload_bytes += size
+        self.session.upload_bytes += entry.size
         metrics.SFTP_UPLOADS.labels(acct.tenant).inc()
-        metrics.SFTP_UPLOAD_BYTES.labels(acct.tenant).inc(size)
+        metrics.SFTP_UPLOAD_BYTES.labels(acct.tenant).inc(entry.size)
         # The spool id is the upload's correlation id (trace): intake and its jobs carry it.
+        path = "/".join((entry.subdir, entry.filename)) if entry.subdir else entry.filename
         self.session.log.info(
             "sftp.upload_complete",
-            path=vpath_of(parts),
-            size=size,
+            path=vpath_of(tuple(path.split("/"))),
+            size=entry.size,
             spool_id=entry.id,
             trace=entry.id,
         )
@@ -250,7 +291,7 @@ class InboxSFTP(paramiko.SFTPServerInterface):
             if stat.S_ISDIR(st.st_mode):
                 raise refuse("is_directory", "use rmdir for folders", SFTP_FAILURE)
             os.unlink(self.chroot.real(parts))
-            self.spool.release(self.account.username, st.st_size)
+            self.spool.release_staged(self.account.username, st.st_size)
             self.session.log.info("sftp.removed", path=vpath_of(parts))
             return SFTP_OK
         entry = self._pending(parts)
@@ -294,9 +335,10 @@ class InboxSFTP(paramiko.SFTPServerInterface):
                     raise refusal
                 if target is not None:
                     os.unlink(self.chroot.real(new))
-                    self.spool.release(self.account.username, target.st_size)
+                    self.spool.release_staged(self.account.username, target.st_size)
                 try:
-                    self._enqueue(real_old, new, st.st_size, st.st_mtime)
+                    made = self._entry(new, st.st_size, st.st_mtime)
+                    self._publish(real_old, Prepared(made), staged=st.st_size)
                 except FileNotFoundError:
                     return SFTP_NO_SUCH_FILE  # another session took it first
                 except OSError as exc:

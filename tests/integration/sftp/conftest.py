@@ -252,6 +252,8 @@ def make_rig(
         the_db = database or db
         sftp_cfg = {
             "listen": "127.0.0.1:0",
+            # Two SFTP processes, as serve runs on a 2-core machine (whatever this one has).
+            "processes": 2,
             "retry_max_delay": 1,
             "spool_workers": 2,
             "accounts": accounts
@@ -289,3 +291,11 @@ def make_rig(
 @pytest.fixture
 def rig(make_rig: Callable[..., Rig]) -> Rig:
     return make_rig()
+
+
+@pytest.fixture
+def inproc_rig(make_rig: Callable[..., Rig]) -> Rig:
+    """A rig whose SFTP sessions run in this process (``sftp.processes = 1``): for tests
+    that inject a fault into the serving process (an rlimit) or look at a session's
+    internals, and for the exact quota ledger an SFTP process's credit blurs."""
+    return make_rig({"processes": 1})

@@ -102,8 +102,9 @@ def test_postgres_down_during_50_uploads(
         rig.service.stop()
 
 
-def test_write_error_fails_the_upload_instead_of_ingesting_a_torso(rig: Rig) -> None:
+def test_write_error_fails_the_upload_instead_of_ingesting_a_torso(inproc_rig: Rig) -> None:
     """A failing write (here: file size limit, as with a full disk) makes CLOSE fail too."""
+    rig = inproc_rig  # the limit is set on this process
     import resource
     import signal
 

@@ -380,10 +380,12 @@ def test_open_handles_are_limited_per_session(rig: Rig) -> None:
     assert 1 <= len(refused) <= 5
 
 
-def test_all_sessions_together_stay_within_the_server_budget(rig: Rig) -> None:
+def test_all_sessions_together_stay_within_the_server_budget(inproc_rig: Rig) -> None:
     """Two sessions of one client together cannot take more handles than the server's
     budget (half the descriptor limit; set to 70 here): the one past it reads "too many
-    open files on the server", and gets handles once the other session ends."""
+    open files on the server", and gets handles once the other session ends. (In this
+    process: each SFTP process has a budget of its own, from its own limit.)"""
+    rig = inproc_rig
     server = rig.service.server
     assert server is not None
     assert server.handles.limit == resource.getrlimit(resource.RLIMIT_NOFILE)[0] // 2

@@ -36,6 +36,7 @@ from paramiko.sftp import (
     int64,
 )
 
+from ingestd.sources.sftp import spool, vfs
 from tests.conftest import wait_until
 from tests.fixtures.files import pdf_bytes
 from tests.integration.sftp.conftest import Rig
@@ -141,8 +142,9 @@ def upload_file(rig: Rig, name: str, data: bytes) -> Path:
 
 
 # -- content refused by its first bytes --------------------------------------------------------
-def test_executable_named_pdf_fails_the_write_with_its_real_type(rig: Rig) -> None:
+def test_executable_named_pdf_fails_the_write_with_its_real_type(inproc_rig: Rig) -> None:
     """An ELF named Scan.pdf fails the WRITE that delivers its header; nothing is spooled."""
+    rig = inproc_rig  # the exact ledger, byte for byte
     data = elf(100_000)
     local = upload_file(rig, "Scan.pdf", data)
     with rig.paramiko() as sftp:
@@ -209,8 +211,9 @@ def test_empty_file_fails_at_close(rig: Rig) -> None:
     assert_good_upload_works(rig, 4)
 
 
-def test_out_of_order_writes_are_refused_once_the_header_is_complete(rig: Rig) -> None:
+def test_out_of_order_writes_are_refused_once_the_header_is_complete(inproc_rig: Rig) -> None:
     """Writes past the header first, then offset 0: the WRITE that completes it fails."""
+    rig = inproc_rig  # the exact ledger, byte for byte
     data = elf(40_000)
     with rig.paramiko() as sftp:
         handle = raw_open(sftp, "Scan.pdf")
@@ -352,7 +355,8 @@ def small_spool_rig(tmp_path: Path, make_rig: Callable[..., Rig]) -> Iterator[Ri
     if res.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs as the spool: {res.stderr.strip() or res.returncode}")
     try:
-        rig = make_rig()
+        # In this process: the test below takes the extended attributes away from it.
+        rig = make_rig({"processes": 1})
         yield rig
         rig.service.stop()  # idle before the spool goes away (make_rig's stop is then a no-op)
     finally:
@@ -361,9 +365,29 @@ def small_spool_rig(tmp_path: Path, make_rig: Callable[..., Rig]) -> Iterator[Ri
                 subprocess.run(["umount", "-l", str(mount_point)], check=False)
 
 
-def test_full_spool_says_so_at_write_and_at_close(small_spool_rig: Rig) -> None:
+def test_an_upload_as_large_as_the_free_spool_fits_with_its_metadata(small_spool_rig: Rig) -> None:
+    """The queue entry lives in the upload's extended attribute, not in a file of its own:
+    an upload exactly as large as the free spool is still taken, and ingested."""
+    rig = small_spool_rig
+    exact = pdf_bytes("exact", pad_to=SPOOL_BYTES - 1000, seed=30)
+    exact += b"\n" * (SPOOL_BYTES - len(exact))
+    with rig.paramiko() as sftp:
+        sftp.put(str(upload_file(rig, "exact.pdf", exact)), "exact.pdf")
+    [doc] = rig.wait_documents(1)
+    assert doc["size_bytes"] == SPOOL_BYTES
+    rig.wait_idle()
+    assert queue_files(rig) == [] and rig.partials() == []
+    assert rig.spool.usage("scan1") == 0
+
+
+def test_full_spool_says_so_at_write_and_at_close(
+    small_spool_rig: Rig, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """ENOSPC in a WRITE or in CLOSE's spool hand-off reaches the client as "spool is full"."""
     rig = small_spool_rig
+    # A filesystem without extended attributes: each queue entry needs a file of its own.
+    for module in (vfs, spool):
+        monkeypatch.setattr(module, "label", lambda target, entry: False)
     # Exactly the spool's size: every WRITE fits, the queue metadata at CLOSE does not.
     exact = pdf_bytes("exact", pad_to=SPOOL_BYTES - 1000, seed=30)
     exact += b"\n" * (SPOOL_BYTES - len(exact))

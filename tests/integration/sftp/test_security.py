@@ -630,7 +630,8 @@ def test_connection_limit_per_ip(make_rig: Callable[..., Rig]) -> None:
 
 def test_auth_timeout_and_idle_timeout(make_rig: Callable[..., Rig]) -> None:
     """Silent, never-logged-in and idle connections are closed by auth/idle_timeout."""
-    rig = make_rig(sftp={"auth_timeout": 1, "idle_timeout": 5})
+    # In this process: the test ages a session's last activity.
+    rig = make_rig(sftp={"auth_timeout": 1, "idle_timeout": 5, "processes": 1})
     with connect(rig) as t:
         wait_until(lambda: not t.is_active(), timeout=60)
     assert len(rig.logs("sftp.auth_timeout")) == 1
