@@ -236,7 +236,8 @@ class Ingestd:
     name = "ingestd"
     user = "bench"
 
-    def __init__(self, work: Path, client_pub: str, conninfo: str) -> None:
+    def __init__(self, work: Path, client_pub: str, conninfo: str, processes: int = 0) -> None:
+        self.processes = processes
         self.dir = work / "ingestd"
         self.config = self.dir / "ingestd.toml"
         self.log = self.dir / "serve.log"
@@ -262,6 +263,7 @@ class Ingestd:
             # 50 clients from one address at once: above the per-IP default of 20.
             "max_connections = 200\n"
             "max_connections_per_ip = 100\n"
+            f"processes = {self.processes}\n"
             "[[sftp.accounts]]\n"
             f"username = {toml_str(self.user)}\n"
             'tenant = "bench"\n'
@@ -611,6 +613,9 @@ def main() -> None:
     )
     ap.add_argument("--only", choices=["openssh", "ingestd"], default=None)
     ap.add_argument(
+        "--processes", type=int, default=0, help="ingestd's sftp.processes (0: one per core)"
+    )
+    ap.add_argument(
         "--small",
         action="store_true",
         help="quick smoke run: 20 MB file, 40 files, 10 clients x 5 files",
@@ -641,7 +646,9 @@ def main() -> None:
             cluster = stack.enter_context(bench_cluster())
             with psycopg.connect(cluster.conninfo_for("postgres"), autocommit=True) as admin:
                 admin.execute('CREATE DATABASE "sftpbench"')
-            ingestd = Ingestd(work, client.pub, cluster.conninfo_for("sftpbench"))
+            ingestd = Ingestd(
+                work, client.pub, cluster.conninfo_for("sftpbench"), args.processes
+            )
             stack.callback(ingestd.stop)
             ingestd.start()
             servers.append(ingestd)

@@ -142,6 +142,12 @@ def _print_status(report: dict[str, Any]) -> None:
         print(
             f"  ... {hot['stuck_total']} stuck file(s) in all, the first {len(hot['stuck'])} shown"
         )
+    sftp = (daemon or {}).get("sftp") or {}
+    if sftp.get("listening"):
+        print(
+            f"sftp: {sftp['running']} of {sftp['processes']} process(es) running, "
+            f"{sftp['connections']} connection(s), {sftp['logged_in']} logged in"
+        )
     bans = report["sftp_bans"]
     if bans:
         print(f"sftp bans: {len(bans)}")

@@ -159,6 +159,12 @@ def _health(config: Config, sftp: SftpService, state: DaemonState) -> health.Hea
             return f"unreachable since {state.down_since}: {state.last_error}"
         return None
 
+    def sftp_processes() -> str | None:
+        procs = sftp.server.processes if sftp.server is not None else None
+        if procs is None or procs.alive() > 0:
+            return None
+        return f"none of the {procs.count} SFTP processes is running"
+
     checks = health.Health(
         [
             health.Loop("daemon"),
@@ -167,10 +173,15 @@ def _health(config: Config, sftp: SftpService, state: DaemonState) -> health.Hea
             health.Loop("watch.folders"),
             health.Loop("spool.intake"),
             health.Loop("sftp.accept", lambda: sftp.server is not None),
+            health.Loop(
+                "sftp.processes",
+                lambda: sftp.server is not None and sftp.server.processes is not None,
+            ),
         ],
         {
             "database": database,
             "spool": health.writable(spool.partial_dir, spool.queue_dir, spool.inbox_root),
+            "sftp": sftp_processes,
             "archive": health.writable(config.paths.archive_dir),
         },
     )
@@ -272,6 +283,7 @@ def serve(config: Config, config_path: Path | None, notifier: Notifier | None = 
             {
                 "hotfolders": hot.status_snapshot,
                 "spool": sftp.spool.snapshot,
+                "sftp": sftp.snapshot,
                 "loops": lambda: _state_turned(turn),
             },
         )

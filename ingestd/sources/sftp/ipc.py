@@ -36,6 +36,7 @@ class Op(StrEnum):
     kill = "kill"  # (conn_id, evicted): close that connection
     reload = "reload"  # (config,)
     stop = "stop"  # (): close every connection and exit
+    tenants = "tenants"  # (statuses, read_at, max_age): the tenant status cache, refreshed
     # SFTP process -> supervisor
     ready = "ready"  # (pid,)
     admit_session = "admit_session"  # (conn_id, account) -> bool
@@ -51,7 +52,6 @@ class Op(StrEnum):
     rename = "rename"  # (entry_id, subdir, filename) -> bool
     ban_failure = "ban_failure"  # (ip, unknown_user) -> float | None
     event = "event"  # (type, severity, tenant, detail, trace_id, dedupe)
-    tenant_status = "tenant_status"  # (tenant,) -> str | None
     counters = "counters"  # (deltas,): metrics counted since the last report
     flood = "flood"  # (gate, level, event, key, fields): a line for a supervisor's FloodGate
 

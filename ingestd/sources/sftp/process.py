@@ -9,10 +9,10 @@ quota ledger and the queue's index (spool_client.py). What is local: the handsha
 login check, the SFTP requests, the upload's bytes and their fsync, the queue entry's
 files. Counters go to the supervisor once a second, so /metrics adds up across processes.
 
-The process ends when the supervisor says stop, when its channel closes (the supervisor
-died: nobody would index the uploads) or on SIGTERM/SIGINT; it closes its connections
-first, so no upload is acknowledged that is not durable. SIGHUP is ignored: reloads come
-from the supervisor, with the config it read.
+The process ends when the supervisor says stop or when its channel closes (the supervisor
+died: nobody would index the uploads); it closes its connections first. SIGTERM, SIGINT
+and SIGHUP are ignored: stopping and reloading are the supervisor's, which passes them on
+(systemd's KillMode=mixed sends SIGTERM to the supervisor alone).
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ import sys
 import threading
 import time
 from collections.abc import Mapping
-from types import FrameType
 from typing import Any
 
 from ingestd import log
@@ -36,6 +35,7 @@ from ingestd.sources.sftp.connections import Connection, PreAuthSocket, shut_dow
 from ingestd.sources.sftp.ipc import Channel, Message, Op, Peer, PeerGone, Reply, StartArgs
 from ingestd.sources.sftp.server import SessionHost, quiet_paramiko
 from ingestd.sources.sftp.spool_client import SpoolClient
+from ingestd.sources.sftp.tenant_status import TenantStatusCopy
 
 COUNTER_PERIOD = 1.0
 
@@ -86,15 +86,6 @@ class SupervisorBans:
         return float(until) if isinstance(until, int | float) else None
 
 
-class SupervisorTenants:
-    def __init__(self, peer: Peer) -> None:
-        self.peer = peer
-
-    def status(self, tenant: str) -> str | None:
-        status = self.peer.call(Op.tenant_status, tenant)
-        return str(status) if status is not None else None
-
-
 class SupervisorGate:
     """A FloodGate of the supervisor: lines a flood repeats are gated there, for every
     process at once."""
@@ -143,6 +134,7 @@ class SftpProcess:
         self.log = log.get_logger(component="sftp", process=start.owner)
         self.stopping = threading.Event()
         self.conns: dict[str, Connection] = {}
+        self.tenants = TenantStatusCopy()
         self.spool = SpoolClient(
             start.config.paths.spool, start.config.sftp.temp_names, start.owner, self.peer
         )
@@ -153,7 +145,7 @@ class SftpProcess:
             keys,
             SupervisorBans(self.peer),
             SupervisorAdmission(self.peer, self.conns),
-            SupervisorTenants(self.peer) if start.tenant_check else None,
+            self.tenants if start.tenant_check else None,
             self.stopping,
             process=start.owner,
             gates=(
@@ -212,6 +204,10 @@ class SftpProcess:
             self.config = config
             self.spool.temp_names = [p.lower() for p in config.sftp.temp_names]
             self.host.apply(config)
+        elif message.op is Op.tenants:
+            statuses, read_at, max_age = message.args
+            assert isinstance(read_at, float) and isinstance(max_age, float)
+            self.tenants.update(statuses if isinstance(statuses, dict) else None, read_at, max_age)
         elif message.op is Op.stop:
             self.stopping.set()
 
@@ -233,18 +229,12 @@ class SftpProcess:
             time.sleep(0.05)
 
 
-_signalled = False
-
-
-def _on_signal(signum: int, frame: FrameType | None) -> None:
-    global _signalled
-    _signalled = True  # only a flag: the main loop reads it
-
-
 def main(argv: list[str]) -> int:
-    signal.signal(signal.SIGTERM, _on_signal)
-    signal.signal(signal.SIGINT, _on_signal)
-    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    # Signals are the supervisor's: a SIGTERM or Ctrl-C to the whole group (systemd's
+    # stop, a terminal) must not end sessions before the supervisor stops listening, nor
+    # look like a crash to it. It says stop; if it dies, the channel closes.
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
     channel = Channel(socket.socket(fileno=int(argv[0])))
     log_stream = open(int(argv[1]), "w", buffering=1, closefd=False)  # noqa: SIM115
     first, _fd = channel.recv()
@@ -258,9 +248,10 @@ def main(argv: list[str]) -> int:
     reader.start()
     process.peer.notify(Op.ready, process.owner)
     next_report = time.monotonic() + COUNTER_PERIOD
-    while not process.stopping.wait(0.2) and not _signalled:
+    while not process.stopping.wait(0.2):
         if time.monotonic() >= next_report:
             process.report_counters()
+            process.spool.return_idle_credit()
             next_report = time.monotonic() + COUNTER_PERIOD
     process.stopping.set()
     process.close_connections()

@@ -92,9 +92,12 @@ class SftpProcesses:
         self._stopping = threading.Event()
         self._supervisor: threading.Thread | None = None
         self._delays: dict[int, float] = {}
+        self._pushed: tuple[float, float] = (0.0, 0.0)  # (read_at, max_age) last sent
 
     # -- life cycle ----------------------------------------------------------------------
     def start(self) -> None:
+        if self.tenant_status is not None:
+            self.tenant_status.listeners.append(self.push_tenants)
         for slot in range(1, self.count + 1):
             self._spawn(slot)
         deadline = time.monotonic() + START_TIMEOUT
@@ -146,6 +149,8 @@ class SftpProcesses:
         start = StartArgs(self.config, child.owner, level, fmt, self.tenant_status is not None)
         with contextlib.suppress(PeerGone):  # a child dead at once: the supervisor sees it
             child.peer.notify(Op.start, start)
+            if self.tenant_status is not None:
+                child.peer.notify(Op.tenants, *self.tenant_status.snapshot())
         threading.Thread(
             target=self._read, args=(child,), name=f"sftp-{child.owner}", daemon=True
         ).start()
@@ -305,9 +310,6 @@ class SftpProcesses:
                         trace if isinstance(trace, str) else None,
                         dedupe=dedupe if isinstance(dedupe, str) else None,
                     )
-            case Op.tenant_status:
-                cache = self.tenant_status
-                return cache.status(str(a[0])) if cache is not None else None
             case Op.counters:
                 (deltas,) = a
                 assert isinstance(deltas, list)
@@ -333,10 +335,26 @@ class SftpProcesses:
             return self.admission.conns.get(str(conn_id))
 
     # -- deaths and replacements ---------------------------------------------------------
+    def push_tenants(self) -> None:
+        """The cache's listener: every process gets the statuses just read (and, from the
+        supervisor's loop, a max_age changed meanwhile)."""
+        if self.tenant_status is None:
+            return
+        snapshot = self.tenant_status.snapshot()
+        self._pushed = snapshot[1:]
+        with self._lock:
+            children = [c for c in self._children.values() if not c.retired]
+        for child in children:
+            with contextlib.suppress(PeerGone):
+                child.peer.notify(Op.tenants, *snapshot)
+
     def _supervise(self) -> None:
         due: dict[int, float] = {}
         while not self._stopping.wait(0.2):
             health.beat("sftp.processes", 1.0)
+            cache = self.tenant_status
+            if cache is not None and cache.snapshot()[1:] != self._pushed:
+                self.push_tenants()
             with self._lock:
                 children = list(self._children.values())
             for child in children:

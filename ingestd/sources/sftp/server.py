@@ -351,6 +351,10 @@ class SftpServer:
         """New accounts and limits apply to new connections; sessions keep theirs."""
         if config.sftp.listen != self.cfg.listen:
             self.log.warning("sftp.listen_changed_needs_restart", listen=config.sftp.listen)
+        if config.sftp.processes != self.cfg.processes:
+            self.log.warning(
+                "sftp.processes_changed_needs_restart", processes=config.sftp.processes
+            )
         self.bans.cfg = config.sftp.bans
         self.admission.cfg = config.sftp
         self.auth_flood.burst = auth_burst(config)
@@ -471,6 +475,11 @@ class SftpServer:
         for c in conns:
             account = c.session.account.username if c.session else c.account
             out.append(
-                {"conn": c.id, "remote_ip": c.remote_ip, "account": account, "process": c.owner}
+                {
+                    "conn": c.id,
+                    "remote_ip": c.remote_ip,
+                    "account": account if c.in_session else None,
+                    "process": c.owner,
+                }
             )
         return out

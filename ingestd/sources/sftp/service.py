@@ -93,6 +93,21 @@ class SftpService:
             processes.start()
         self.server.start()
 
+    def snapshot(self) -> dict[str, object]:
+        """For `ingestd status`: the SFTP processes and the connections of all of them."""
+        server = self.server
+        if server is None:
+            return {"listening": False}
+        sessions = server.sessions()
+        procs = server.processes
+        return {
+            "listening": True,
+            "processes": procs.count if procs is not None else 1,
+            "running": procs.alive() if procs is not None else 1,
+            "connections": len(sessions),
+            "logged_in": sum(1 for s in sessions if s["account"] is not None),
+        }
+
     def reload(self, config: Config, intake: Intake) -> None:
         self.loop.intake = intake
         self.spool.temp_names = [p.lower() for p in config.sftp.temp_names]

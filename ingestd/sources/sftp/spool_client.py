@@ -3,19 +3,22 @@ the queue's index through its supervisor, whose ``Spool`` holds the one copy of 
 
 Quota: asking the supervisor at every WRITE would add a round trip per 32 KB, so the
 process reserves ahead (``STEP`` bytes, when they fit under the quota; just what the write
-needs when they do not) and spends that credit locally. When the last open upload of an
-account ends, what is left goes back: an account's idle credit never blocks another
-process's upload. While uploads are open, an account's quota can refuse up to ``STEP``
-bytes early per SFTP process serving it.
+needs when they do not) and spends that credit locally, over one upload and the next.
+What is left of it goes back once the account has had no open upload here for
+``IDLE_RETURN`` seconds: a scanner's next file needs no round trip, and an account's idle
+credit does not block another process's upload for long. Meanwhile an account's quota
+can refuse up to ``STEP`` bytes early per SFTP process serving it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
-from ingestd.sources.sftp.ipc import Op, Peer
+from ingestd.sources.sftp.ipc import Op, Peer, PeerGone
 from ingestd.sources.sftp.spool import (
     DIR_MODE,
     Entry,
@@ -27,6 +30,7 @@ from ingestd.sources.sftp.spool import (
 )
 
 STEP = 8 * 1024 * 1024
+IDLE_RETURN = 1.0
 
 
 class SpoolClient:
@@ -41,6 +45,7 @@ class SpoolClient:
         self._credit: dict[str, int] = {}  # reserved at the supervisor, not spent yet
         self._spent: dict[str, int] = {}  # reserved by this process's open uploads
         self._uploads: dict[str, int] = {}  # open upload handles per account
+        self._idle_since: dict[str, float] = {}  # accounts with credit and no open upload
 
     # -- names and files ---------------------------------------------------------------
     def is_temp_name(self, name: str) -> bool:
@@ -55,6 +60,7 @@ class SpoolClient:
         made = new_partial(self.partial_dir, account, self.owner)
         with self._lock:
             self._uploads[account] = self._uploads.get(account, 0) + 1
+            self._idle_since.pop(account, None)
         return made
 
     def make_entry(self, **fields: Any) -> Entry:
@@ -81,9 +87,13 @@ class SpoolClient:
         self._spent[account] = max(0, self._spent.get(account, 0) - nbytes)
 
     def release(self, account: str, nbytes: int) -> None:
+        """An upload ended without a file (refused, aborted): its bytes go straight back,
+        not into the credit, so a refusal frees the quota for the next try at once."""
         with self._lock:
             self._spend(account, nbytes)
-            self._credit[account] = self._credit.get(account, 0) + nbytes
+        if nbytes:
+            with contextlib.suppress(PeerGone):
+                self.peer.notify(Op.release, account, nbytes)
 
     def upload_ended(self, account: str) -> None:
         with self._lock:
@@ -92,9 +102,23 @@ class SpoolClient:
                 self._uploads[account] = left
                 return
             self._uploads.pop(account, None)
-            credit = self._credit.pop(account, 0)
-        if credit:
-            self.peer.notify(Op.release, account, credit)
+            self._idle_since[account] = time.monotonic()
+
+    def return_idle_credit(self, now: float | None = None) -> None:
+        """Give back the credit of accounts idle here for IDLE_RETURN seconds."""
+        now = time.monotonic() if now is None else now
+        returned = []
+        with self._lock:
+            for account, since in list(self._idle_since.items()):
+                if self._uploads.get(account):
+                    del self._idle_since[account]  # busy again
+                elif now - since >= IDLE_RETURN:
+                    del self._idle_since[account]
+                    returned.append((account, self._credit.pop(account, 0)))
+        for account, credit in returned:
+            if credit:
+                with contextlib.suppress(PeerGone):
+                    self.peer.notify(Op.release, account, credit)
 
     def stage(self, account: str, reserved: int, size: int) -> None:
         with self._lock:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 
 from ingestd.db.database import Database
 from ingestd.errors import DatabaseError
@@ -46,6 +47,8 @@ class TenantStatusCache:
         self.failures = 0  # refreshes failed in a row (0 while the database answers)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        # Called after every successful read (the SFTP processes get the new statuses).
+        self.listeners: list[Callable[[], None]] = []
 
     def status(self, tenant: str) -> str | None:
         """The tenant's status, ``MISSING``, or ``None`` when the cache cannot tell."""
@@ -53,6 +56,13 @@ class TenantStatusCache:
             if self._statuses is None or time.monotonic() - self._read_at > self.max_age:
                 return None
             return self._statuses.get(tenant, MISSING)
+
+    def snapshot(self) -> tuple[dict[str, str] | None, float, float]:
+        """(statuses, monotonic time they were read, max_age): what an SFTP process needs
+        to answer ``status`` as this cache would (the monotonic clock is the machine's,
+        the same in every process)."""
+        with self._lock:
+            return self._statuses, self._read_at, self.max_age
 
     def refresh(self) -> bool:
         """Read all statuses now; True on success. Never raises for a database failure."""
@@ -68,6 +78,8 @@ class TenantStatusCache:
             self._read_at = time.monotonic()
             since, self._failing_since = self._failing_since, None
             self.failures = 0
+        for listener in self.listeners:
+            listener()
         if since is not None:
             self.log.info(
                 "sftp.tenant_status_restored", outage_seconds=round(time.monotonic() - since, 1)
@@ -119,3 +131,24 @@ class TenantStatusCache:
             except Exception as exc:  # a bug must not end the refreshes for good
                 self._failed(f"{type(exc).__name__}: {exc}", exc_info=True)
             self._stop.wait(self.interval)
+
+
+class TenantStatusCopy:
+    """An SFTP process's copy of the supervisor's cache, pushed after every refresh: a
+    login or an OPEN asks no one."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._statuses: dict[str, str] | None = None
+        self._read_at = 0.0
+        self._max_age = MAX_AGE
+
+    def update(self, statuses: dict[str, str] | None, read_at: float, max_age: float) -> None:
+        with self._lock:
+            self._statuses, self._read_at, self._max_age = statuses, read_at, max_age
+
+    def status(self, tenant: str) -> str | None:
+        with self._lock:
+            if self._statuses is None or time.monotonic() - self._read_at > self._max_age:
+                return None
+            return self._statuses.get(tenant, MISSING)

@@ -104,6 +104,12 @@ class Rig:
         wait_until(lambda: len(self.documents()) >= n, timeout=timeout)
         return self.documents()
 
+    def wait_usage(self, account: str, expected: int, timeout: float = 30.0) -> None:
+        """The account's pending bytes reach ``expected``: at once in this process, within
+        a second or two with SFTP processes (they give back what they reserved ahead once
+        the account is idle there)."""
+        wait_until(lambda: self.spool.usage(account) == expected, timeout=timeout)
+
     def wait_idle(self, timeout: float = 60.0) -> None:
         wait_until(self.service.loop.idle, timeout=timeout)
 

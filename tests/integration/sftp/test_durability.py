@@ -34,7 +34,7 @@ def test_disconnect_mid_upload_leaves_no_document(rig: Rig) -> None:
     wait_until(lambda: rig.logs("sftp.upload_aborted"))
     rig.wait_idle()
     assert rig.documents() == []
-    assert rig.spool.usage("scan1") == 0
+    rig.wait_usage("scan1", 0)
     with rig.paramiko() as sftp:
         assert sftp.listdir("/") == []
 
@@ -122,7 +122,7 @@ def test_write_error_fails_the_upload_instead_of_ingesting_a_torso(inproc_rig: R
     wait_until(lambda: rig.partials() == [])
     rig.wait_idle()
     assert rig.documents() == []
-    assert rig.spool.usage("scan1") == 0
+    rig.wait_usage("scan1", 0)
 
 
 def test_filesystem_errors_answer_and_log(rig: Rig) -> None:

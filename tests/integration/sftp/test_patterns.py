@@ -123,7 +123,7 @@ def test_remove_own_pending_file(rig: Rig) -> None:
         wait_until(lambda: rig.spool.snapshot()["inflight"] == 0)
         sftp.remove("oops.pdf")
         assert sftp.listdir("/") == []
-    assert rig.spool.usage("scan1") == 0
+    rig.wait_usage("scan1", 0)
     with rig.db.transaction() as tx:
         tx.raw("UPDATE tenants SET status = 'active' WHERE name = 'acme'")
     rig.wait_idle()
@@ -186,7 +186,7 @@ def test_quota_and_size_limit(make_rig: object, password_hashes: dict[str, str])
     reasons = [r["reason"] for r in rig.logs("sftp.refused")]
     assert "too_large" in reasons
     wait_until(lambda: rig.partials() == [])
-    assert rig.spool.usage("scan1") == 0
+    rig.wait_usage("scan1", 0)
     with rig.db.transaction() as tx:
         tx.raw("UPDATE tenants SET status = 'suspended' WHERE name = 'acme'")
     with rig.paramiko() as sftp:
@@ -195,7 +195,7 @@ def test_quota_and_size_limit(make_rig: object, password_hashes: dict[str, str])
         with pytest.raises(OSError):  # noqa: PT011
             sftp.put(str(rig.write_pdf("two.pdf", 19, size=100_000)), "two.pdf")
     assert "quota_exceeded" in [r["reason"] for r in rig.logs("sftp.refused")]
-    assert rig.spool.usage("scan1") == one.stat().st_size
+    rig.wait_usage("scan1", one.stat().st_size)
 
 
 def test_refused_content_fails_the_upload_and_nothing_is_kept(rig: Rig) -> None:
@@ -266,13 +266,13 @@ def test_abandoned_temp_upload_is_moved_aside(rig: Rig) -> None:
         sftp.mkdir("2026")
         sftp.put(str(src), "2026/stuck.pdf.part")
     path = rig.spool.inbox("scan1") / "2026" / "stuck.pdf.part"
-    assert rig.spool.usage("scan1") == src.stat().st_size
+    rig.wait_usage("scan1", src.stat().st_size)
     assert rig.service.sweep_abandoned() == 0  # young: left alone
     old = path.stat().st_mtime - 2 * rig.config.sftp.abandoned_after
     os.utime(path, (old, old))
     assert rig.service.sweep_abandoned() == 1
     assert not path.exists()
-    assert rig.spool.usage("scan1") == 0
+    rig.wait_usage("scan1", 0)
     notes = rig.failed_notes()
     assert [n.relative_to(rig.config.paths.state_dir / "failed").as_posix() for n in notes] == [
         "acme/sftp/scan1/2026/stuck.pdf.part.error.txt"

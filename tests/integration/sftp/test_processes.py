@@ -194,7 +194,7 @@ def test_a_killed_process_is_replaced_while_other_sessions_keep_uploading(
     assert not any(p.name.startswith(f"{victim_owner}-") for p in rig.partials())
     rig.wait_documents(5)
     rig.wait_idle()
-    assert rig.spool.usage("scan2") == 0
+    rig.wait_usage("scan2", 0)
     wait_until(lambda: len(processes(rig).pids()) == 2)
     after = processes(rig).pids()
     assert before[victim_owner] not in after.values()
@@ -279,7 +279,7 @@ def test_a_process_killed_while_queueing_an_upload_loses_nothing_acked(
     rig.wait_idle()
     assert len(rig.documents()) == (1 if durable else 0)
     assert rig.partials() == []
-    assert rig.spool.usage("scan1") == 0
+    rig.wait_usage("scan1", 0)
     wait_until(lambda: len(processes(rig).pids()) == 2)
     with session(rig) as sftp:  # the scanner tries again
         sftp.put(str(src), "crash.pdf")
@@ -287,3 +287,36 @@ def test_a_process_killed_while_queueing_an_upload_loses_nothing_acked(
     rig.wait_idle()
     [doc] = rig.documents()
     assert doc["sha256"] == hashlib.sha256(src.read_bytes()).hexdigest()
+
+
+def test_an_account_quota_counts_its_uploads_on_every_process(
+    make_rig: Callable[..., Rig], password_hashes: dict[str, str], client_key: Path
+) -> None:
+    """Temp-named uploads held on one process count against the upload on the other: the
+    second is refused over the quota, and fits once the first is removed."""
+    pub = client_key.with_suffix(".pub").read_text().strip()
+    account = {
+        "username": "scan1",
+        "tenant": "acme",
+        "password_hash": password_hashes["scan1"],
+        "authorized_keys": [pub],
+        "quota": 300_000,
+    }
+    rig = make_rig(TWO, accounts=[account])
+    first = pdf_bytes("first", pad_to=200_000, seed=1)
+    second = pdf_bytes("second", pad_to=200_000, seed=2)
+    with session(rig) as a, session(rig) as b:
+        wait_until(lambda: len(owners(rig)) == 2)  # one session on each process
+        with a.open("first.pdf.part", "wb") as fh:
+            fh.write(first)
+        rig.wait_usage("scan1", len(first))
+        with pytest.raises(OSError, match="quota exceeded"), b.open("second.pdf.part", "wb") as fh:
+            fh.write(second)
+        a.remove("first.pdf.part")
+        with b.open("second.pdf.part", "wb") as fh:
+            fh.write(second)
+        b.rename("second.pdf.part", "second.pdf")
+    [doc] = rig.wait_documents(1)
+    assert doc["sha256"] == hashlib.sha256(second).hexdigest()
+    rig.wait_idle()
+    rig.wait_usage("scan1", 0)
