@@ -2,8 +2,9 @@
 
 Baseline (per document): write 300 KB to a temp file + fsync + rename + directory fsync,
 then one INSERT + COMMIT. Product: ``Intake.ingest`` on a 300 KB PDF (validate, stream
-hash + copy + fsync + 0440 + no-overwrite link + dir fsync, tenant check, duplicate
-check, one transaction with document + job, source unlink + dir fsync).
+hash + copy + 0440 + fsync + no-overwrite link + dir fsync, tenant check, one transaction
+in two round trips: tenant lock + duplicate check, then document + job + audit entry
+sent with the COMMIT; source unlink).
 
 Both run on the same durable embedded PostgreSQL (fsync on) and the same filesystem,
 alternating, several rounds; the table shows medians.

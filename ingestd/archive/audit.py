@@ -78,18 +78,27 @@ def append(
 ) -> Appended:
     """Append one entry to ``chain`` in ``tx`` (waits for the chain's head row: entries of
     one chain are numbered in commit order, without gaps)."""
-    row = tx.one(
-        "audit_append",
-        {
-            "chain": chain,
-            "tenant": recordable(tenant),
-            "kind": str(kind),
-            "document_id": document_id,
-            "detail": jsonb(recordable(detail or {})),
-        },
-    )
+    row = tx.one("audit_append", append_params(chain, tenant, kind, document_id, detail))
     assert row is not None  # the function always returns its one row
     return Appended(chain, int(row["seq"]), str(row["hash"]))
+
+
+def append_params(
+    chain: int,
+    tenant: str | None,
+    kind: AuditKind,
+    document_id: int | None = None,
+    detail: Mapping[str, object] | None = None,
+) -> dict[str, object]:
+    """The parameters of the ``audit_append`` query for one entry (for a caller that
+    sends it itself, e.g. together with its COMMIT)."""
+    return {
+        "chain": chain,
+        "tenant": recordable(tenant),
+        "kind": str(kind),
+        "document_id": document_id,
+        "detail": jsonb(recordable(detail or {})),
+    }
 
 
 def chain_of(tx: Tx, tenant: str) -> int:

@@ -111,6 +111,8 @@ def makedirs_durable(
         return
     if owner is not None:
         os.chown(path, *owner, follow_symlinks=False)
+    # Only when a directory is new (a tenant's first file of a month): the fsync of the
+    # directory a file is linked in does not make that directory's own name durable.
     fsync_dir(path.parent)
 
 
@@ -164,12 +166,15 @@ class LocalArchive:
             raise ArchiveError(f"cannot create a file in {target_dir}: {exc.strerror}") from exc
         try:
             sha256, size = hash_fd(src_fd, max_bytes, out)
-            os.fsync(out)
             # Read-only before it ever gets its final name: there is no instant at which
             # the archived name refers to a writable file.
             os.fchmod(out, FILE_MODE)
             if self._owner is not None:
                 os.fchown(out, *self._owner)
+            # The one flush of the file, after the mode and owner changed so that it
+            # covers them too: bytes, 0440 and owner are on disk before commit() links
+            # the name (a crash can then never leave a short or writable WORM file).
+            os.fsync(out)
         except BaseException as exc:
             os.close(out)
             with contextlib.suppress(FileNotFoundError):
@@ -203,7 +208,9 @@ class LocalArchive:
             if (st.st_dev, st.st_ino) != (linked.st_dev, linked.st_ino):
                 raise ArchiveError(f"{src_path} was replaced while it was archived")
             os.fchmod(src_fd, FILE_MODE)
-            os.fsync(src_fd)  # the mode change; the bytes were fsynced at upload
+            # The mode change must be on disk before commit() links the name (the bytes
+            # were fsynced at upload).
+            os.fsync(src_fd)
         except BaseException:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(temp_path)
@@ -226,6 +233,9 @@ class LocalArchive:
         finally:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(staged.temp_path)
+        # The one flush of the directory, after both changes to it: the new name must be
+        # on disk before the caller's COMMIT makes a row point at it; the temp name's
+        # removal rides along.
         fsync_dir(staged.target_dir)
         return ArchivedFile(relpath, staged.sha256, staged.size, reused)
 
@@ -278,6 +288,8 @@ class LocalArchive:
             os.unlink(path)
         except FileNotFoundError:
             return False
+        # The removal is recorded (document.purged) once this returns: a crash must not
+        # bring the file back.
         fsync_dir(path.parent)
         return True
 

@@ -254,6 +254,59 @@ class Tx:
         return cur.fetchall() if cur.description else []
 
 
+class Committed:
+    """The first row of a pipelined transaction's last statement (``Batch.commit_with``),
+    readable once the transaction has committed: after its ``with`` block."""
+
+    def __init__(self, cursor: psycopg.Cursor[Row]) -> None:
+        self._cursor = cursor
+        self._row: Row | None = None
+        self._done = False
+
+    def _resolve(self) -> None:
+        # The results arrived with the block's closing sync; this reads them, no I/O.
+        # A statement without a result set (no RETURNING) has no row.
+        self._row = self._cursor.fetchone() if self._cursor.description else None
+        self._done = True
+
+    @property
+    def row(self) -> Row | None:
+        if not self._done:
+            raise RuntimeError("read Committed.row after the pipelined block, once committed")
+        return self._row
+
+
+class Batch:
+    """A transaction in pipeline mode, speaking named queries only. Statements go out as
+    they are queued and only a read waits: BEGIN travels with the first ``one``, COMMIT
+    with the last statement (``commit_with``), so a transaction that reads once and then
+    writes costs two round trips, however many statements it runs."""
+
+    def __init__(self, conn: psycopg.Connection[Row]) -> None:
+        self._conn = conn
+        self.committed: Committed | None = None
+
+    def one(self, name: str, params: Mapping[str, Any] | None = None) -> Row | None:
+        """Run a named query and wait for its first row: one round trip, which also
+        carries whatever was queued before it (the BEGIN)."""
+        if self.committed is not None:
+            raise RuntimeError("the transaction's COMMIT is already queued")
+        return self._conn.execute(sql.query(name), params or {}).fetchone()
+
+    def commit_with(self, name: str, params: Mapping[str, Any] | None = None) -> Committed:
+        """Queue a named query as the transaction's last statement, and COMMIT behind it.
+
+        Both are on their way at once (the server may commit before this returns); the
+        block's end waits for the outcome in one round trip and raises if either failed
+        (then nothing was committed). The row is ``Committed.row`` after the block."""
+        if self.committed is not None:
+            raise RuntimeError("the transaction's COMMIT is already queued")
+        cursor = self._conn.execute(sql.query(name), params or {})
+        self._conn.execute(b"COMMIT")
+        self.committed = Committed(cursor)
+        return self.committed
+
+
 class Database:
     """A psycopg connection pool that hands out transactions and maps errors."""
 
@@ -322,6 +375,56 @@ class Database:
         try:
             with self._pool.connection(timeout=self._timeout) as conn, conn.transaction():
                 yield Tx(conn)
+        except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
+            raise self._error(exc) from exc
+
+    @contextlib.contextmanager
+    def pipelined(self) -> Iterator[Batch]:
+        """Yield a Batch: a transaction in as few round trips as its reads allow (see
+        ``Batch``). It commits only through ``Batch.commit_with``; a block that ends
+        without it, or with an exception, rolls back. Errors are mapped."""
+        try:
+            with self._pool.connection(timeout=self._timeout) as conn:
+                # BEGIN and COMMIT are sent by us, queued with the statements: psycopg's
+                # own transaction handling would wait for each of them separately.
+                conn.autocommit = True
+                try:
+                    batch = Batch(conn)
+                    with conn.pipeline():
+                        conn.execute(b"BEGIN")
+                        yield batch
+                        if batch.committed is None:
+                            conn.execute(b"ROLLBACK")
+                    if batch.committed is not None:
+                        batch.committed._resolve()
+                except BaseException:
+                    # An error (a failed statement, the body's own) leaves the transaction
+                    # open or aborted: end it here, not in the pool's return path.
+                    if conn.info.transaction_status in (
+                        psycopg.pq.TransactionStatus.INTRANS,
+                        psycopg.pq.TransactionStatus.INERROR,
+                    ):
+                        with contextlib.suppress(psycopg.Error):
+                            conn.rollback()
+                    raise
+                finally:
+                    if conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+                        conn.autocommit = False
+        except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
+            raise self._error(exc) from exc
+
+    def one(self, name: str, params: Mapping[str, Any] | None = None) -> Row | None:
+        """The first row of one named query run on its own, outside a transaction block:
+        one round trip (no BEGIN, no COMMIT). For a read that decides nothing by itself,
+        such as a look before the locked check. Errors are mapped."""
+        try:
+            with self._pool.connection(timeout=self._timeout) as conn:
+                conn.autocommit = True
+                try:
+                    return conn.execute(sql.query(name), params or {}).fetchone()
+                finally:
+                    if conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+                        conn.autocommit = False
         except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
             raise self._error(exc) from exc
 

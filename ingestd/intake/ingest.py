@@ -5,19 +5,23 @@ Order of operations (each step is what makes the next one safe):
 1. refuse bad names and anything that is not one regular file (symlink, FIFO, device,
    hard link), opened with O_NOFOLLOW so a swapped-in symlink is never followed;
 2. refuse empty, oversized and non-archivable files (type by magic bytes);
-3. refuse a tenant that is not active (its files stay where they are);
+3. refuse a tenant that is not active (its files stay where they are), looked up before
+   anything is copied unless the locked check of 5 last found it active (that one decides);
 4. copy into the archive while hashing, fsync, 0440 (``archive.stage``);
-5. same bytes already recorded for this tenant -> duplicate, nothing new is written;
-6. ONE transaction: lock the tenant row (FOR SHARE) and check it is still active; link
-   the copy to its final WORM name and fsync the directory (``archive.commit``); document
-   row + analyze-document job row + its ``document.archived`` audit entry. A suspend or
-   delete-tenant waits for it, so no file is linked for a tenant that is being wiped;
-7. only after COMMIT dispose of the source.
+5. ONE transaction, in two round trips (``Database.pipelined``): lock the tenant row
+   (FOR SHARE), check it is still active and look for the same bytes recorded for this
+   tenant (``intake_lock``) -> a duplicate: nothing new is linked, only its audit entry
+   is written. Otherwise link the copy to its final WORM name and fsync the directory
+   (``archive.commit``), then document row + analyze-document job row + tags + its
+   ``document.archived`` audit entry in one statement sent with the COMMIT
+   (``intake_record``, migration 0012). A suspend or delete-tenant waits for the lock,
+   so no file is linked for a tenant that is being wiped;
+6. only after COMMIT dispose of the source.
 
 Duplicates and refusals are audit entries as well, committed before the source is
 dropped or quarantined.
 
-A crash anywhere loses nothing: before 7 the source is still there and a re-run finds
+A crash anywhere loses nothing: before 6 the source is still there and a re-run finds
 either no row (and reuses the identical archived file) or the row (a duplicate, so it
 only removes the source).
 """
@@ -34,8 +38,8 @@ from ingestd.archive.audit import AuditKind
 from ingestd.archive.store import ArchivedFile, ArchiveStore, TooLarge
 from ingestd.config.pathcheck import ProtectedPaths
 from ingestd.config.settings import IntakeConfig
-from ingestd.db.database import Database, Tx
-from ingestd.errors import SourceProtected, TenantNotActive, TenantNotFound
+from ingestd.db.database import Committed, Database, Tx, jsonb
+from ingestd.errors import SourceProtected, TenantError, TenantNotActive, TenantNotFound
 from ingestd.intake import filetypes
 from ingestd.intake.fsops import why_not_removable
 from ingestd.intake.items import (
@@ -48,19 +52,20 @@ from ingestd.intake.items import (
     Refused,
 )
 from ingestd.intake.source_file import check_filename, open_regular, remove_source, unavailable
-from ingestd.intake.tags import link_tags
+from ingestd.intake.tags import tag_names
 from ingestd.intake.titles import TitleRules, parse_filename
 from ingestd.log import Logger, get_logger, new_trace_id
 from ingestd.ops import metrics
 from ingestd.ops.faults import crashpoint
-from ingestd.queue.enqueue import enqueue
+from ingestd.queue.enqueue import job_body
 from ingestd.queue.kinds import JobKind
 from ingestd.states import TenantStatus
 from ingestd.tenants import lookup
 
 
 class Intake:
-    """The ingestion pipeline; thread-safe (one pool, no shared mutable state)."""
+    """The ingestion pipeline; thread-safe (one pool; the one shared mutable state is the
+    set of tenants last seen active, a hint whose updates are atomic under the GIL)."""
 
     def __init__(
         self,
@@ -80,6 +85,12 @@ class Intake:
         self.protected = protected
         self.allowed = {filetypes.ARCHIVABLE[t] for t in config.allowed_types}
         self.log = get_logger()
+        # Tenants the locked check of this process last found active. Their next file is
+        # not looked up before staging: the locked check decides anyway, and a file of a
+        # tenant suspended meanwhile is only staged and dropped once. The first refusal
+        # takes the tenant out, so its waiting files are looked at, not copied, at every
+        # retry.
+        self._seen_active: set[str] = set()
 
     def ingest(self, item: IntakeItem, *, disposal: Disposal = Disposal.delete) -> IntakeResult:
         """Ingest one file. Returns ingested/duplicate/refused; raises transient errors.
@@ -143,7 +154,8 @@ class Intake:
                     Reason.bad_type,
                     f"content is {filetypes.describe(header)}; allowed types: {allowed}",
                 )
-            tenant_id = self._active_tenant_id(item.tenant)
+            if item.tenant not in self._seen_active:
+                self._check_active(item.tenant)
             limit, now = int(cfg.max_file_size), datetime.now(UTC)
             try:
                 if item.owned:
@@ -165,92 +177,105 @@ class Intake:
         crashpoint("after_stage")
         log = log.bind(sha256=staged.sha256)
 
-        try:
-            with self.db.transaction() as tx:
-                existing = tx.one(
-                    "document_by_sha256", {"tenant_id": tenant_id, "sha256": staged.sha256}
-                )
-        except BaseException:
-            self.archive.discard(staged)  # Postgres is down: the source stays for a retry
-            raise
-        if existing is not None:
-            self.archive.discard(staged)
-            return self._duplicate(item, disposal, log, staged.sha256, int(existing["id"]))
-
         info = parse_filename(item.name, self.rules)
+        if item.split is not None and ftype in filetypes.BATCH_TYPES:
+            # A batch is analysed only through its children: its one job splits it
+            # (tenant-fair, under the job's limits), with the policy of the moment it
+            # arrived, so a retry or a reload cannot change the cut.
+            kind = JobKind.split_batch
+            payload: dict[str, object] = {"policy": item.split.as_payload()}
+        else:
+            kind = JobKind.analyze_document
+            payload = {"force": False}
+        body = job_body(kind, payload, item.trace)  # document_id: added by intake_record
         archived: ArchivedFile | None = None
+        existing: int | None = None  # the document that already has these bytes
+        recorded: Committed | None = None
         try:
-            with self.db.transaction() as tx:
-                row = lookup.by_name(tx, item.tenant, query="tenant_lock_for_intake")
-                tenant_id = lookup.active_id(row)  # the locked row (a re-created tenant: new id)
-                # Linked to its WORM name only under the tenant's FOR SHARE lock: marking
-                # the tenant suspended or deleting waits for this transaction, so every file
-                # archived for a tenant is either recorded before delete-tenant looks, or
-                # never linked at all (no orphan behind the wipe).
-                archived = self.archive.commit(staged, ftype.extension)
-                crashpoint("after_archive")
-                doc = tx.one(
-                    "document_insert",
-                    {
-                        "tenant_id": tenant_id,
-                        "sha256": archived.sha256,
-                        "size_bytes": archived.size,
-                        "mime_type": ftype.mime,
-                        "extension": ftype.extension,
-                        "original_filename": item.name,
-                        "source": item.source,
-                        "source_subdir": item.subdir,
-                        "archive_path": archived.relpath,
-                        "title": info.title,
-                        "issued_date": info.issued,
-                        "trace_id": item.trace,
-                    },
-                )
-                if doc is None:
-                    # Lost a race with an identical file; it is recorded: a duplicate.
-                    dup = tx.one(
-                        "document_by_sha256", {"tenant_id": tenant_id, "sha256": archived.sha256}
+            # Two round trips: the lock with the duplicate check, then every row with the
+            # COMMIT (Database.pipelined).
+            with self.db.pipelined() as tx:
+                try:
+                    row = lookup.found(
+                        tx.one("intake_lock", {"name": item.tenant, "sha256": staged.sha256}),
+                        item.tenant,
                     )
-                    dup_id = int(dup["id"]) if dup else None
-                    return self._duplicate(item, disposal, log, archived.sha256, dup_id, tx)
-                if item.split is not None and ftype in filetypes.BATCH_TYPES:
-                    # A batch is analysed only through its children: its one job splits
-                    # it (tenant-fair, under the job's limits), with the policy of the
-                    # moment it arrived, so a retry or a reload cannot change the cut.
-                    kind = JobKind.split_batch
-                    payload = {"document_id": doc["id"], "policy": item.split.as_payload()}
+                    # The locked row (a re-created tenant: new id).
+                    tenant_id = lookup.active_id(row)
+                except TenantError:
+                    self._seen_active.discard(item.tenant)
+                    raise
+                self._seen_active.add(item.tenant)
+                if row["existing"] is not None:
+                    # Same bytes already recorded for this tenant: nothing new is linked.
+                    existing = int(row["existing"])
+                    self.archive.discard(staged)
+                    if self.config.duplicates == "refuse":
+                        raise Refused(Reason.duplicate, f"same content as document {existing}")
+                    tx.commit_with(
+                        "audit_append",
+                        audit.append_params(
+                            tenant_id,
+                            item.tenant,
+                            AuditKind.duplicate,
+                            existing,
+                            self._duplicate_detail(item, staged.sha256),
+                        ),
+                    )
                 else:
-                    kind = JobKind.analyze_document
-                    payload = {"document_id": doc["id"], "force": False}
-                job_id = enqueue(
-                    tx,
-                    tenant_id=tenant_id,
-                    document_id=int(doc["id"]),
-                    kind=kind,
-                    derive_title=info.placeholder,
-                    payload=payload,
-                    trace=item.trace,
-                )
-                link_tags(tx, tenant_id, int(doc["id"]), item.tags, "intake")
-                audit.append(
-                    tx,
-                    chain=tenant_id,
-                    tenant=item.tenant,
-                    kind=AuditKind.archived,
-                    document_id=int(doc["id"]),
-                    detail={
-                        "sha256": archived.sha256,
-                        "size": archived.size,
-                        "path": archived.relpath,
-                        "type": ftype.name,
-                        "filename": item.name,
-                        "source": item.source,
-                        "job": job_id,
-                    },
-                )
-                crashpoint("before_commit")
+                    # Linked to its WORM name only under the tenant's FOR SHARE lock: marking
+                    # the tenant suspended or deleting waits for this transaction, so every
+                    # file archived for a tenant is either recorded before delete-tenant
+                    # looks, or never linked at all (no orphan behind the wipe).
+                    archived = self.archive.commit(staged, ftype.extension)
+                    crashpoint("after_archive")
+                    # Last chance to die uncommitted: the statement below leaves with its
+                    # COMMIT.
+                    crashpoint("before_commit")
+                    recorded = tx.commit_with(
+                        "intake_record",
+                        {
+                            "tenant_id": tenant_id,
+                            "tenant": audit.recordable(item.tenant),
+                            "sha256": archived.sha256,
+                            "size_bytes": archived.size,
+                            "mime_type": ftype.mime,
+                            "extension": ftype.extension,
+                            "original_filename": item.name,
+                            "source": item.source,
+                            "source_subdir": item.subdir,
+                            "archive_path": archived.relpath,
+                            "title": info.title,
+                            "issued_date": info.issued,
+                            "trace_id": item.trace,
+                            "job_kind": str(kind),
+                            "job_payload": jsonb(body),
+                            "derive_title": info.placeholder,
+                            "tags": tag_names(item.tags),
+                            # The document.archived detail; the job's id is added in SQL.
+                            "archived": jsonb(
+                                audit.recordable(
+                                    {
+                                        "sha256": archived.sha256,
+                                        "size": archived.size,
+                                        "path": archived.relpath,
+                                        "type": ftype.name,
+                                        "filename": item.name,
+                                        "source": item.source,
+                                    }
+                                )
+                            ),
+                            # Lost a race with an identical file: recorded as a duplicate,
+                            # or (refused) not at all, the refusal is recorded below.
+                            "duplicate": None
+                            if self.config.duplicates == "refuse"
+                            else jsonb(
+                                audit.recordable(self._duplicate_detail(item, archived.sha256))
+                            ),
+                        },
+                    )
         except BaseException as exc:
-            if archived is None:  # never linked: the staged copy is ours to drop
+            if archived is None and existing is None:  # never linked: the copy is ours to drop
                 # Staging may have re-created the directories of a tenant being wiped.
                 gone = isinstance(exc, TenantNotFound) or (
                     isinstance(exc, TenantNotActive) and exc.status == TenantStatus.deleting
@@ -258,9 +283,19 @@ class Intake:
                 self.archive.discard(staged, prune_dirs=gone)
             raise
         crashpoint("after_commit")
-
+        if existing is not None:
+            return self._duplicate(item, disposal, log, staged.sha256, existing)
+        assert archived is not None and recorded is not None
+        done = recorded.row
+        assert done is not None  # the function always returns its one row
+        if done["document"] is None:
+            # Lost a race with an identical file committed since the lock's look.
+            dup_id = int(done["duplicate_of"]) if done["duplicate_of"] is not None else None
+            if self.config.duplicates == "refuse":
+                raise Refused(Reason.duplicate, f"same content as document {dup_id}")
+            return self._duplicate(item, disposal, log, archived.sha256, dup_id)
+        document_id, job_id = int(done["document"]), int(done["job"])
         left = self._dispose(item, disposal, log)
-        document_id = int(doc["id"])
         metrics.INTAKE_BYTES.labels(item.tenant, item.source_kind).inc(archived.size)
         log.info(
             "intake.ingested",
@@ -308,16 +343,8 @@ class Intake:
         log: Logger,
         sha256: str,
         document_id: int | None,
-        tx: Tx | None = None,
     ) -> IntakeResult:
-        if self.config.duplicates == "refuse":
-            raise Refused(Reason.duplicate, f"same content as document {document_id}")
-        detail = {"sha256": sha256, "filename": item.name, "source": item.source}
-        if tx is not None:  # inside the intake transaction that lost the race
-            self._record(tx, item.tenant, AuditKind.duplicate, document_id, detail)
-        else:
-            with self.db.transaction() as own:
-                self._record(own, item.tenant, AuditKind.duplicate, document_id, detail)
+        """After the duplicate's entry committed (in the intake transaction)."""
         # The bytes are archived and recorded (committed) under that document, so the
         # source is safe to drop. This is also how a re-run after a crash finishes up.
         left = self._dispose(item, disposal, log)
@@ -325,6 +352,11 @@ class Intake:
         return IntakeResult(
             item, Outcome.duplicate, sha256=sha256, document_id=document_id, source_left=left
         )
+
+    @staticmethod
+    def _duplicate_detail(item: IntakeItem, sha256: str) -> dict[str, object]:
+        """The detail of a ``document.duplicate`` entry."""
+        return {"sha256": sha256, "filename": item.name, "source": item.source}
 
     def _record_refusal(self, item: IntakeItem, refusal: Refused) -> None:
         detail = {
@@ -349,10 +381,11 @@ class Intake:
             detail=detail,
         )
 
-    def _active_tenant_id(self, tenant: str) -> int:
-        with self.db.transaction() as tx:
-            row = lookup.by_name(tx, tenant)
-        return lookup.active_id(row)
+    def _check_active(self, tenant: str) -> None:
+        """A look before staging, so a suspended tenant's files are not copied at every
+        retry; one round trip outside any transaction: the check that decides is the
+        locked one in the intake transaction."""
+        lookup.active_id(lookup.found(self.db.one("tenant_by_name", {"name": tenant}), tenant))
 
 
 def _iso(d: date | None) -> str | None:

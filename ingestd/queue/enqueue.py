@@ -2,7 +2,10 @@
 
 Intake, the CLI, tenant commands and job appliers (deliveries) all insert jobs here, so
 the retired-kind check and the payload's correlation id are applied the same way for
-every producer. The worker side (claim, outcomes) is ``ingestd/queue/claims.py``.
+every producer. The one exception to where the row is written is intake's committing
+statement (``intake_record``, migration 0012), which inserts the document's job in SQL to
+save its round trips; its body comes from ``job_body`` here all the same. The worker side
+(claim, outcomes) is ``ingestd/queue/claims.py``.
 """
 
 from __future__ import annotations
@@ -33,20 +36,28 @@ def enqueue(
     ``trace`` (the file's correlation id) goes into the payload, so every log line of
     the job can carry it.
     """
-    if kind in RETIRED_KINDS:
-        raise JobKindRetired(f"job kind {kind!r} is retired; its work runs inside analyze-document")
-    body = dict(payload or {})
-    if trace is not None:
-        body.setdefault("trace", trace)
     row = tx.one(
         "job_insert",
         {
             "tenant_id": tenant_id,
             "document_id": document_id,
             "kind": str(kind),
-            "payload": jsonb(body),
+            "payload": jsonb(job_body(kind, payload, trace)),
             "derive_title": derive_title,
         },
     )
     assert row is not None
     return int(row["id"])
+
+
+def job_body(
+    kind: JobKind | str, payload: dict[str, Any] | None, trace: str | None
+) -> dict[str, Any]:
+    """The payload a job of ``kind`` is inserted with: ``payload`` and the correlation id;
+    ``JobKindRetired`` for a retired kind."""
+    if kind in RETIRED_KINDS:
+        raise JobKindRetired(f"job kind {kind!r} is retired; its work runs inside analyze-document")
+    body = dict(payload or {})
+    if trace is not None:
+        body.setdefault("trace", trace)
+    return body

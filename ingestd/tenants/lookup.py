@@ -12,7 +12,11 @@ from ingestd.states import TenantStatus
 def by_name(tx: Tx, name: str, *, query: str = "tenant_by_name") -> dict[str, Any]:
     """The tenant's row (``query`` may lock it, e.g. ``tenant_lock_for_intake``);
     TenantNotFound if there is none."""
-    row = tx.one(query, {"name": name})
+    return found(tx.one(query, {"name": name}), name)
+
+
+def found(row: dict[str, Any] | None, name: str) -> dict[str, Any]:
+    """``row``, the tenant named ``name`` as a query returned it; TenantNotFound if None."""
     if row is None:
         raise TenantNotFound(f"tenant {name!r} does not exist")
     return row

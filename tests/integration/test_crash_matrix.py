@@ -27,7 +27,7 @@ N_FILES = 5
     [
         ("after_stage", "temp"),  # copy complete and fsynced, not yet under its final name
         ("after_archive", "orphaned"),  # final WORM file exists, no row yet
-        ("before_commit", "orphaned"),  # rows inserted, transaction never committed
+        ("before_commit", "orphaned"),  # rows and COMMIT never sent, nothing committed
         ("after_commit", None),  # committed, source not yet removed
     ],
 )
@@ -43,7 +43,7 @@ def test_sigkill_at_each_step_then_rerun(
     [
         ("after_stage", None),  # staged locally: nothing in the bucket yet
         ("after_archive", "orphaned"),  # the object is uploaded and confirmed, no row yet
-        ("before_commit", "orphaned"),  # rows inserted, transaction never committed
+        ("before_commit", "orphaned"),  # rows and COMMIT never sent, nothing committed
         ("after_commit", None),  # committed, source not yet removed
     ],
 )

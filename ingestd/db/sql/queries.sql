@@ -25,25 +25,32 @@ UPDATE tenants SET status = %(status)s, updated_at = now()
 WHERE name = %(name)s AND status = ANY(%(from_statuses)s)
 RETURNING id, name, status;
 
--- name: document_by_sha256
-SELECT id, archive_path FROM documents WHERE tenant_id = %(tenant_id)s AND sha256 = %(sha256)s;
-
--- name: document_insert
--- ON CONFLICT: two intakes of the same bytes race; the loser sees no row and reports
--- a duplicate instead of failing.
-INSERT INTO documents (tenant_id, sha256, size_bytes, mime_type, extension,
-                       original_filename, source, source_subdir, archive_path,
-                       title, issued_date, processing_status, trace_id)
-VALUES (%(tenant_id)s, %(sha256)s, %(size_bytes)s, %(mime_type)s, %(extension)s,
-        %(original_filename)s, %(source)s, %(source_subdir)s, %(archive_path)s,
-        %(title)s, %(issued_date)s, 'queued', %(trace_id)s)
-ON CONFLICT ON CONSTRAINT documents_tenant_sha256_key DO NOTHING
-RETURNING id;
-
 -- name: job_insert
 INSERT INTO processing_jobs (tenant_id, document_id, kind, payload, derive_title)
 VALUES (%(tenant_id)s, %(document_id)s, %(kind)s, %(payload)s, %(derive_title)s)
 RETURNING id;
+
+-- name: intake_lock
+-- The first round trip of an intake transaction: the tenant row FOR SHARE (a suspend or
+-- delete-tenant waits for this transaction, so no file is linked behind its back) and
+-- the document that already has these bytes, if any (then nothing is linked at all).
+SELECT t.id, t.name, t.status,
+       (SELECT d.id FROM documents d
+        WHERE d.tenant_id = t.id AND d.sha256 = %(sha256)s) AS existing
+FROM tenants t WHERE t.name = %(name)s
+FOR SHARE OF t;
+
+-- name: intake_record
+-- The second and last, sent with its COMMIT: every row of the intake (migration 0012).
+SELECT document, job, duplicate_of FROM intake_record(
+    p_tenant_id => %(tenant_id)s, p_tenant => %(tenant)s, p_sha256 => %(sha256)s,
+    p_size => %(size_bytes)s, p_mime => %(mime_type)s, p_extension => %(extension)s,
+    p_filename => %(original_filename)s, p_source => %(source)s,
+    p_subdir => %(source_subdir)s, p_archive_path => %(archive_path)s,
+    p_title => %(title)s, p_issued => %(issued_date)s, p_trace => %(trace_id)s,
+    p_job_kind => %(job_kind)s, p_job_payload => %(job_payload)s,
+    p_derive_title => %(derive_title)s, p_tags => %(tags)s::text[],
+    p_archived => %(archived)s, p_duplicate => %(duplicate)s);
 
 -- name: status_documents
 SELECT t.name AS tenant, d.processing_status AS status, count(*) AS n
