@@ -646,9 +646,7 @@ def main() -> None:
             cluster = stack.enter_context(bench_cluster())
             with psycopg.connect(cluster.conninfo_for("postgres"), autocommit=True) as admin:
                 admin.execute('CREATE DATABASE "sftpbench"')
-            ingestd = Ingestd(
-                work, client.pub, cluster.conninfo_for("sftpbench"), args.processes
-            )
+            ingestd = Ingestd(work, client.pub, cluster.conninfo_for("sftpbench"), args.processes)
             stack.callback(ingestd.stop)
             ingestd.start()
             servers.append(ingestd)

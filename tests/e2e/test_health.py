@@ -30,7 +30,15 @@ from tests.conftest import Env, private_cluster, wait_until, write_config
 from tests.e2e.test_serve_sftp import Serve, _free_port
 from tests.fixtures.mounts import immutable
 
-LOOPS = {"daemon", "daemon.state", "watch.settle", "watch.folders", "spool.intake", "sftp.accept"}
+LOOPS = {
+    "daemon",
+    "daemon.state",
+    "watch.settle",
+    "watch.folders",
+    "spool.intake",
+    "sftp.accept",
+    "sftp.processes",
+}
 
 
 def get(port: int, path: str) -> tuple[int, bytes]:
@@ -67,7 +75,8 @@ def _config(tmp_path: Path, db_url: str, metrics_port: int) -> Path:
                 "listen": f"127.0.0.1:{metrics_port}",
                 "worker_listen": f"127.0.0.1:{metrics_port + 1}",
             },
-            "sftp": {"listen": f"127.0.0.1:{_free_port()}", "retry_max_delay": 1},
+            # Two SFTP processes whatever this machine's cores: their supervisor is a loop.
+            "sftp": {"listen": f"127.0.0.1:{_free_port()}", "retry_max_delay": 1, "processes": 2},
             "sftp.accounts": [
                 {
                     "username": "scan1",
@@ -106,6 +115,7 @@ def test_readyz_follows_the_database_and_healthz_stays_up(
             "database",
             "spool",
             "archive",
+            "sftp",  # its processes run
         }
         status, live = probe(port, "/healthz")
         assert status == 200 and live["status"] == "ok", live

@@ -108,6 +108,9 @@ def test_serve_and_worker_metrics(tmp_path: Path, db_url: str) -> None:
             return (
                 _value(text, "ingestd_intake_files_total", outcome="ingested") >= 2
                 and _value(text, "ingestd_intake_refused_total") >= 1
+                # Counted in an SFTP process, reported to the daemon once a second.
+                and _value(text, "ingestd_sftp_auth_failures_total") >= 1
+                and _value(text, "ingestd_sftp_logins_total") >= 1
             )
 
         wait_until(serve_counts, timeout=60, interval=0.3)

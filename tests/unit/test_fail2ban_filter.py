@@ -80,7 +80,8 @@ def server_lines(tmp_path: Path) -> Iterator[list[str]]:
         server = SftpServer(config, Spool(tmp_path / "spool", []), [], bans)
 
         def policy(ip: str) -> ServerPolicy:
-            return ServerPolicy(server, Connection(f"c-{ip}", ip, 40000))
+            assert server.host is not None  # sftp.processes = 1: the host is the server's
+            return ServerPolicy(server.host, Connection(f"c-{ip}", ip, 40000))
 
         p = policy("192.0.2.7")
         p.check_auth_password("nobody", "x")  # unknown_user

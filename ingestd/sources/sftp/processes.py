@@ -126,22 +126,21 @@ class SftpProcesses:
             log_fd = sys.stderr.fileno()
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         env = dict(os.environ)
-        # The child imports this very ingestd, wherever it was imported from.
+        # The child imports exactly what this process imports: this ingestd and its
+        # dependencies, wherever they were found (a venv, a source checkout, a bench).
+        # (An editable install finds ingestd through a .pth hook that PYTHONPATH entries
+        # do not run: its root goes first.)
         root = str(Path(ingestd.__file__).resolve().parent.parent)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+        env["PYTHONPATH"] = os.pathsep.join([root, *(p for p in sys.path if p)])
+        argv = ["-m", "ingestd.sources.sftp.process", str(theirs.fileno()), str(log_fd)]
         with theirs:
-            proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "ingestd.sources.sftp.process",
-                    str(theirs.fileno()),
-                    str(log_fd),
-                ],
-                pass_fds=(theirs.fileno(), log_fd),
-                stdin=subprocess.DEVNULL,
-                env=env,
-            )
+            try:
+                proc = self._popen([sys.executable, *argv], theirs, log_fd, env)
+            except PermissionError:
+                # The interpreter's path is not ours to walk (a venv whose python links
+                # into a home directory the service user cannot enter); the running
+                # binary itself still is.
+                proc = self._popen(["/proc/self/exe", *argv], theirs, log_fd, env)
         channel = Channel(ours)
         child = Child(slot, proc, channel, Peer(channel), owner=f"p{slot}.{proc.pid}")
         with self._lock:
@@ -155,6 +154,14 @@ class SftpProcesses:
             target=self._read, args=(child,), name=f"sftp-{child.owner}", daemon=True
         ).start()
         return child
+
+    @staticmethod
+    def _popen(
+        argv: list[str], theirs: socket.socket, log_fd: int, env: dict[str, str]
+    ) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            argv, pass_fds=(theirs.fileno(), log_fd), stdin=subprocess.DEVNULL, env=env
+        )
 
     def stop(self, timeout: float = 10.0) -> None:
         self._stopping.set()
