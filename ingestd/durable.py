@@ -8,6 +8,7 @@ import contextlib
 import errno
 import os
 import secrets
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -20,6 +21,46 @@ def fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+class SharedDirFlush:
+    """``fsync_dir`` of one directory for many threads at once (group commit): a caller
+    whose change is covered by a flush that *started after* it called waits for that
+    flush instead of starting one of its own. Twenty sessions closing uploads into the
+    spool queue together then cost a few directory flushes, not twenty, and each still
+    returns only once its own rename is durable. A flush that fails covers nobody: the
+    waiting callers flush again themselves (and see the error themselves)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._cond = threading.Condition()
+        self._started = 0  # flushes begun (numbered from 1)
+        self._done = 0  # the number of the last flush that succeeded
+        self._running = False
+
+    def flush(self) -> None:
+        with self._cond:
+            # A flush numbered at least this one begins after our change was made.
+            needed = self._started + 1
+            while True:
+                if self._done >= needed:
+                    return
+                if not self._running:
+                    self._running = True
+                    self._started += 1
+                    mine = self._started
+                    break
+                self._cond.wait()
+        ok = False
+        try:
+            fsync_dir(self.path)
+            ok = True
+        finally:
+            with self._cond:
+                self._running = False
+                if ok:
+                    self._done = max(self._done, mine)
+                self._cond.notify_all()
 
 
 def write_new(path: Path, data: bytes, mode: int) -> None:

@@ -54,3 +54,49 @@ def test_publish_new_never_replaces_and_leaves_no_temp(tmp_path: object) -> None
     assert publish_new(path, b"second\n", 0o600) is False
     assert path.read_bytes() == b"first\n" and oct(path.stat().st_mode & 0o777) == "0o600"
     assert [p.name for p in path.parent.iterdir()] == ["seal.key"]
+
+
+def test_a_shared_dir_flush_groups_concurrent_callers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Twenty threads flushing at once cost a few fsyncs; each returns only after a flush
+    that began after it called; a failed flush covers nobody."""
+    import threading
+    import time
+
+    from ingestd import durable
+
+    calls: list[float] = []
+    real = durable.fsync_dir
+
+    def slow_fsync(path: Path) -> None:
+        calls.append(time.monotonic())
+        time.sleep(0.05)
+        real(path)
+
+    monkeypatch.setattr(durable, "fsync_dir", slow_fsync)
+    shared = durable.SharedDirFlush(tmp_path)
+    entered: dict[int, float] = {}
+    returned: dict[int, float] = {}
+
+    def caller(i: int) -> None:
+        entered[i] = time.monotonic()
+        shared.flush()
+        returned[i] = time.monotonic()
+
+    threads = [threading.Thread(target=caller, args=(i,)) for i in range(20)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert len(returned) == 20
+    assert len(calls) < 20
+    for i in range(20):  # some flush started at or after the call and before the return
+        assert any(entered[i] <= c <= returned[i] for c in calls)
+
+    def failing(path: Path) -> None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(durable, "fsync_dir", failing)
+    with pytest.raises(OSError, match="Input/output"):
+        shared.flush()

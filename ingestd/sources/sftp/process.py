@@ -38,6 +38,11 @@ from ingestd.sources.sftp.spool_client import SpoolClient
 from ingestd.sources.sftp.tenant_status import TenantStatusCopy
 
 COUNTER_PERIOD = 1.0
+# Every SFTP request passes from paramiko's transport thread (reads, decrypts) to the
+# session's thread (handles, answers): with CPython's default 5 ms switch interval the
+# thread woken by a packet often waits that long for the GIL while the other one works.
+# 0.5 ms measured +20-70 % files/s for one session of small files (bench/sftp.py).
+SWITCH_INTERVAL = 0.0005
 
 
 class SupervisorAdmission:
@@ -235,6 +240,7 @@ def main(argv: list[str]) -> int:
     # look like a crash to it. It says stop; if it dies, the channel closes.
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)
+    sys.setswitchinterval(SWITCH_INTERVAL)
     channel = Channel(socket.socket(fileno=int(argv[0])))
     log_stream = open(int(argv[1]), "w", buffering=1, closefd=False)  # noqa: SIM115
     first, _fd = channel.recv()

@@ -43,7 +43,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol
 
-from ingestd.durable import fsync_dir, write_new
+from ingestd.durable import SharedDirFlush, fsync_dir, write_new
 from ingestd.errors import ExitCode, IngestdError
 from ingestd.log import get_logger
 from ingestd.ops.faults import crashpoint
@@ -191,9 +191,23 @@ def write_entry(queue_dir: Path, src: Path, entry: Entry, *, labelled: bool = Fa
             os.unlink(sidecar)  # e.g. another session renamed the same temp file first
         raise
     crashpoint("spool.after_data")
-    # One directory flush makes the name durable; only then is the client told.
-    fsync_dir(queue_dir)
+    # One directory flush makes the name durable; only then is the client told. Shared
+    # by the sessions closing uploads at the same moment (group commit).
+    queue_flush(queue_dir).flush()
     crashpoint("spool.after_flush")
+
+
+_flushes: dict[Path, SharedDirFlush] = {}
+_flushes_lock = threading.Lock()
+
+
+def queue_flush(queue_dir: Path) -> SharedDirFlush:
+    """The one shared flush of ``queue_dir`` in this process."""
+    with _flushes_lock:
+        flush = _flushes.get(queue_dir)
+        if flush is None:
+            flush = _flushes[queue_dir] = SharedDirFlush(queue_dir)
+        return flush
 
 
 def fsync_path(path: Path) -> None:
