@@ -19,17 +19,20 @@ import enum
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from prometheus_client import Counter
 
 from ingestd.errors import IngestdError, TenantError, TenantNotActive
-from ingestd.intake.ingest import Intake
 from ingestd.intake.items import Disposal, IntakeItem, IntakeResult, Outcome
 from ingestd.log import Logger
 from ingestd.ops import metrics
-from ingestd.ops.events import EventLog
 from ingestd.sources import retry
 from ingestd.sources.quarantine import ERROR_SUFFIX, quarantine
+
+if TYPE_CHECKING:  # the SFTP processes import this module, and need neither
+    from ingestd.intake.ingest import Intake
+    from ingestd.ops.events import EventLog
 
 # A tenant's status when it is not in the database at all (a status of its own: its
 # files wait, its logins are refused).

@@ -16,13 +16,15 @@ import time
 from dataclasses import dataclass, field
 from ipaddress import ip_address
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ingestd.config.settings import SftpBansConfig
 from ingestd.durable import fsync_dir
 from ingestd.log import get_logger
 from ingestd.ops import metrics, statedir
-from ingestd.ops.events import EventLog
+
+if TYPE_CHECKING:
+    from ingestd.ops.events import EventLog
 
 STATE_FILE = "sftp-bans.json"
 # `ingestd sftp unban IP` leaves a file named after the IP here; the server (the only

@@ -39,12 +39,12 @@ from ingestd.sources.sftp.hostkeys import HostKey
 from ingestd.sources.sftp.session import HandleBudget
 from ingestd.sources.sftp.spool import Spool, SpoolView
 from ingestd.sources.sftp.subsystem import IngestSFTPServer
-from ingestd.sources.sftp.tenant_status import TenantStatusCache
 from ingestd.sources.sftp.vfs import InboxSFTP
 from ingestd.sources.sftp.views import AdmissionView, BanView, FloodLog, TenantStatusView
 
 if TYPE_CHECKING:
     from ingestd.sources.sftp.processes import SftpProcesses
+    from ingestd.sources.sftp.tenant_status import TenantStatusCache
 
 SERVER_VERSION = "SSH-2.0-ingestd"  # no library or version numbers for scanners of scanners
 

@@ -19,11 +19,14 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from ingestd.db.database import Database
 from ingestd.errors import DatabaseError
 from ingestd.log import get_logger
 from ingestd.sources.handoff import MISSING  # the tenant does not exist: a status of its own
+
+if TYPE_CHECKING:  # an SFTP process holds a copy only, and never speaks to the database
+    from ingestd.db.database import Database
 
 REFRESH_INTERVAL = 5.0
 # Last known statuses outlive a database restart, not a long outage.

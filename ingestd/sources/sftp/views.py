@@ -11,9 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ingestd.ops.events import Severity
-
 if TYPE_CHECKING:
+    from ingestd.ops.events import Severity
     from ingestd.sources.sftp.connections import Connection
 
 

@@ -240,8 +240,18 @@ def _accounts(hashes: dict[str, str], key: Path) -> list[dict[str, Any]]:
 
 @pytest.fixture
 def make_rig(
-    tmp_path: Path, db: Database, password_hashes: dict[str, str], client_key: Path
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    db: Database,
+    password_hashes: dict[str, str],
+    client_key: Path,
 ) -> Iterator[Callable[..., Rig]]:
+    # Sessions in this process unless the module asks for SFTP processes (mark
+    # sftp_processes(2)): what serve runs by default, at a second or two per rig for
+    # their start, so the modules that matter most for it (real clients, durability,
+    # tenant statuses, processes themselves) run that way and the rest stay quick.
+    marker = request.node.get_closest_marker("sftp_processes")
+    processes = int(marker.args[0]) if marker is not None else 1
     started: list[Rig] = []
     with db.transaction() as tx:
         for name in ("acme", "beta"):
@@ -258,8 +268,7 @@ def make_rig(
         the_db = database or db
         sftp_cfg = {
             "listen": "127.0.0.1:0",
-            # Two SFTP processes, as serve runs on a 2-core machine (whatever this one has).
-            "processes": 2,
+            "processes": processes,
             "retry_max_delay": 1,
             "spool_workers": 2,
             "accounts": accounts

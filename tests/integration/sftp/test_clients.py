@@ -12,6 +12,9 @@ import pytest
 
 from tests.integration.sftp.conftest import PASSWORDS, SSH_OPTS, Rig
 
+# What serve runs by default: sessions on SFTP processes.
+pytestmark = pytest.mark.sftp_processes(2)
+
 AUTH = ["password", "key"]
 
 

@@ -21,6 +21,9 @@ from tests.conftest import private_cluster, wait_until
 from tests.fixtures.files import pdf_bytes
 from tests.integration.sftp.conftest import Rig
 
+# What serve runs by default: sessions on SFTP processes.
+pytestmark = pytest.mark.sftp_processes(2)
+
 
 def test_disconnect_mid_upload_leaves_no_document(rig: Rig) -> None:
     """The connection drops before CLOSE: no document, the partial file is removed."""

@@ -13,6 +13,9 @@ from tests.conftest import wait_until
 from tests.fixtures.files import pdf_bytes
 from tests.integration.sftp.conftest import Rig
 
+# What serve runs by default: sessions on SFTP processes.
+pytestmark = pytest.mark.sftp_processes(2)
+
 
 def _sha(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()

@@ -30,6 +30,9 @@ from tests.conftest import wait_until
 from tests.fixtures.files import pdf_bytes
 from tests.integration.sftp.conftest import PASSWORDS, Rig
 
+# What serve runs by default: sessions on SFTP processes.
+pytestmark = pytest.mark.sftp_processes(2)
+
 TWO = {"processes": 2}
 
 

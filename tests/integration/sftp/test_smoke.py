@@ -1,6 +1,11 @@
 """Smoke: one upload with paramiko is ingested."""
 
+import pytest
+
 from tests.integration.sftp.conftest import Rig
+
+# What serve runs by default: sessions on SFTP processes.
+pytestmark = pytest.mark.sftp_processes(2)
 
 
 def test_paramiko_upload_is_ingested(rig: Rig) -> None:

@@ -24,6 +24,9 @@ from ingestd.sources.sftp.tenant_status import MISSING, TenantStatusCache
 from tests.conftest import private_cluster, wait_until
 from tests.integration.sftp.conftest import PASSWORDS, Rig
 
+# What serve runs by default: sessions on SFTP processes.
+pytestmark = pytest.mark.sftp_processes(2)
+
 # Everything paramiko raises when the server refuses a channel or drops the connection.
 DROPPED = (paramiko.SSHException, EOFError, OSError)
 INTERVAL = 0.2
