@@ -120,6 +120,13 @@ def inbox_usage(inbox_root: Path) -> dict[str, int]:
     return usage
 
 
+def account_inbox(inbox_root: Path, account: str) -> Path:
+    """The account's inbox (made on first use)."""
+    path = inbox_root / account
+    path.mkdir(mode=DIR_MODE, exist_ok=True)
+    return path
+
+
 def is_temp_name(patterns: Iterable[str], name: str) -> bool:
     """Whether ``name`` matches one of the (lower-case) temp-name patterns."""
     lowered = name.lower()
@@ -318,9 +325,7 @@ class Spool:
         return is_temp_name(self.temp_names, name)
 
     def inbox(self, account: str) -> Path:
-        path = self.inbox_root / account
-        path.mkdir(mode=DIR_MODE, exist_ok=True)
-        return path
+        return account_inbox(self.inbox_root, account)
 
     # -- quota ------------------------------------------------------------------------
     def _hold(self, account: str, nbytes: int) -> None:

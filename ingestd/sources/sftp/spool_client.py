@@ -20,9 +20,9 @@ from typing import Any
 
 from ingestd.sources.sftp.ipc import Op, Peer, PeerGone
 from ingestd.sources.sftp.spool import (
-    DIR_MODE,
     Entry,
     QuotaExceeded,
+    account_inbox,
     is_temp_name,
     make_entry,
     new_partial,
@@ -52,9 +52,7 @@ class SpoolClient:
         return is_temp_name(self.temp_names, name)
 
     def inbox(self, account: str) -> Path:
-        path = self.inbox_root / account
-        path.mkdir(mode=DIR_MODE, exist_ok=True)
-        return path
+        return account_inbox(self.inbox_root, account)
 
     def new_partial(self, account: str) -> tuple[Path, int]:
         made = new_partial(self.partial_dir, account, self.owner)

@@ -224,6 +224,19 @@ class Rig:
         )
 
 
+def closed_before_banner(rig: Rig, source_ip: str | None = None) -> bool:
+    """True if the server closes a new TCP connection without sending its SSH banner."""
+    source = (source_ip, 0) if source_ip else None
+    sock = socket.create_connection(("127.0.0.1", rig.port), timeout=20, source_address=source)
+    try:
+        data = sock.recv(64)
+    except ConnectionResetError:
+        data = b""
+    finally:
+        sock.close()
+    return data == b""
+
+
 def _accounts(hashes: dict[str, str], key: Path) -> list[dict[str, Any]]:
     pub = key.with_suffix(".pub").read_text().strip()
     return [

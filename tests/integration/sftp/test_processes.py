@@ -28,7 +28,7 @@ from ingestd.sources.sftp.bans import read_bans
 from ingestd.sources.sftp.processes import SftpProcesses
 from tests.conftest import wait_until
 from tests.fixtures.files import pdf_bytes
-from tests.integration.sftp.conftest import PASSWORDS, Rig
+from tests.integration.sftp.conftest import PASSWORDS, Rig, closed_before_banner
 
 # What serve runs by default: sessions on SFTP processes.
 pytestmark = pytest.mark.sftp_processes(2)
@@ -62,19 +62,6 @@ def session(
         yield client
     finally:
         transport.close()
-
-
-def closed_before_banner(rig: Rig, source_ip: str) -> bool:
-    sock = socket.create_connection(
-        ("127.0.0.1", rig.port), timeout=30, source_address=(source_ip, 0)
-    )
-    try:
-        data = sock.recv(64)
-    except ConnectionResetError:
-        data = b""
-    finally:
-        sock.close()
-    return data == b""
 
 
 def counter(name: str, **labels: str) -> float:

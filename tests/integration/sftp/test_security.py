@@ -31,7 +31,7 @@ from ingestd.sources.sftp import hostkeys
 from ingestd.sources.sftp.accounts import Accounts, Verdict
 from ingestd.sources.sftp.bans import BanList, read_bans
 from tests.conftest import wait_until, write_config
-from tests.integration.sftp.conftest import PASSWORDS, SSH_OPTS, Rig
+from tests.integration.sftp.conftest import PASSWORDS, SSH_OPTS, Rig, closed_before_banner
 
 # Everything paramiko raises when the server refuses or drops a connection.
 DROPPED = (paramiko.SSHException, EOFError, OSError)
@@ -61,19 +61,6 @@ def logged_in(
     with connect(rig, source_ip) as transport:
         transport.auth_password(user, PASSWORDS[user])
         yield transport
-
-
-def closed_before_banner(rig: Rig, source_ip: str | None = None) -> bool:
-    """True if the server closes a new TCP connection without sending its SSH banner."""
-    source = (source_ip, 0) if source_ip else None
-    sock = socket.create_connection(("127.0.0.1", rig.port), timeout=20, source_address=source)
-    try:
-        data = sock.recv(64)
-    except ConnectionResetError:
-        data = b""
-    finally:
-        sock.close()
-    return data == b""
 
 
 def fail_password(transport: paramiko.Transport, user: str) -> None:
