@@ -359,7 +359,9 @@ class Spool:
                 if amount <= 0 or used + amount <= limit:
                     self._reserved(owner, account, max(0, amount))
                     return max(0, amount)
-            mine = self._open.get((owner, account), 0)
+            # An SFTP process adds what its own uploads hold (SpoolClient.reserve); the
+            # credit it holds but has not spent is not the account's.
+            mine = self._open.get((owner, account), 0) if owner != LOCAL else 0
         raise QuotaExceeded(used - mine, limit)
 
     def release(self, account: str, nbytes: int, owner: str = LOCAL) -> None:
