@@ -95,7 +95,8 @@ def test_postgres_down_during_50_uploads(
             for i, data in enumerate(payloads):
                 with sftp.open(f"down-{i:02d}.pdf", "wb") as fh:
                     fh.write(data)  # leaving the block sends CLOSE; an error would raise here
-        assert rig.spool.snapshot()["pending"] == 50
+        # Acked means durable on disk; an SFTP process tells the daemon's index a moment later.
+        wait_until(lambda: rig.spool.snapshot()["pending"] == 50, timeout=30)
         wait_until(lambda: rig.logs("spool.retry"))
         assert rig.documents_or_none() is None
         own_cluster.start()

@@ -185,7 +185,7 @@ def test_database_unreachable_logins_go_to_the_spool(make_rig: Callable[..., Rig
     with Database(conninfo, connect_timeout=1) as unreachable:
         rig = fast_refresh(make_rig(database=unreachable))
         upload(rig, "scan1", "while-down.pdf", 4, "127.0.0.9")
-        assert rig.spool.snapshot()["pending"] == 1
+        wait_until(lambda: rig.spool.snapshot()["pending"] == 1)  # indexed once reported
         wait_until(lambda: cache(rig).failures >= 3)
         assert cache(rig).status("acme") is None
         assert rig.logs("sftp.auth_refused") == []
@@ -211,7 +211,7 @@ def test_outage_keeps_last_known_statuses_then_lets_logins_in(make_rig: Callable
         cache(rig).max_age = 1.0
         wait_until(lambda: cache(rig).status("acme") is None)
         upload(rig, "scan1", "outage.pdf", 5, "127.0.0.10")  # unknown now: let in, spooled
-        assert rig.spool.snapshot()["pending"] == 1
+        wait_until(lambda: rig.spool.snapshot()["pending"] == 1)  # indexed once reported
         assert len(rig.logs("sftp.tenant_status_unavailable")) == 1
         cluster.start()
         wait_until(lambda: cache(rig).status("acme") == "suspended", timeout=60)
