@@ -393,7 +393,9 @@ class SftpProcesses:
         for conn in conns:
             self._ended(conn)
         partials = self.spool.forget(child.owner)
-        found = self.spool.reindex()
+        # Only a death can leave an entry on disk unreported: a process told to stop
+        # reported everything before it exited, and the next start reads the queue anyway.
+        found = 0 if expected else self.spool.reindex()
         code = child.proc.returncode
         fields: dict[str, object] = {
             "slot": child.slot,

@@ -33,6 +33,16 @@ REFRESH_INTERVAL = 5.0
 MAX_AGE = 60.0
 
 
+def status_of(
+    statuses: dict[str, str] | None, read_at: float, max_age: float, tenant: str
+) -> str | None:
+    """``tenant``'s status in statuses read at ``read_at`` (monotonic), ``MISSING``, or
+    None when they are too old (or were never read) to tell."""
+    if statuses is None or time.monotonic() - read_at > max_age:
+        return None
+    return statuses.get(tenant, MISSING)
+
+
 class TenantStatusCache:
     """Thread-safe; ``start()`` returns at once (the first read runs in the thread)."""
 
@@ -56,9 +66,7 @@ class TenantStatusCache:
     def status(self, tenant: str) -> str | None:
         """The tenant's status, ``MISSING``, or ``None`` when the cache cannot tell."""
         with self._lock:
-            if self._statuses is None or time.monotonic() - self._read_at > self.max_age:
-                return None
-            return self._statuses.get(tenant, MISSING)
+            return status_of(self._statuses, self._read_at, self.max_age, tenant)
 
     def snapshot(self) -> tuple[dict[str, str] | None, float, float]:
         """(statuses, monotonic time they were read, max_age): what an SFTP process needs
@@ -152,6 +160,4 @@ class TenantStatusCopy:
 
     def status(self, tenant: str) -> str | None:
         with self._lock:
-            if self._statuses is None or time.monotonic() - self._read_at > self._max_age:
-                return None
-            return self._statuses.get(tenant, MISSING)
+            return status_of(self._statuses, self._read_at, self._max_age, tenant)
