@@ -46,6 +46,21 @@ def tenant_reason(status: str) -> str:
     return "tenant_unknown" if status == MISSING else f"tenant_{status}"
 
 
+_STATUS_TEXT = {
+    MISSING: "does not exist (deleted, or not created yet)",
+    "creating": "is not ready yet (being created)",
+    "suspended": "is suspended",
+    "deleting": "is being deleted",
+}
+
+
+def tenant_refusal_text(tenant: str, status: str) -> str:
+    """What a client with the right credentials reads when ``tenant`` (status ``status``)
+    takes no uploads: ``tenant acme is suspended; uploads are refused``. One wording for
+    the login refusal and the refused OPEN, so a scanner's admin can search for it."""
+    return f"tenant {tenant} {_STATUS_TEXT.get(status, f'is {status}')}; uploads are refused"
+
+
 def tenant_status_of(exc: TenantError) -> str:
     """The status intake found for a file's tenant: its own, or ``MISSING``."""
     return exc.status if isinstance(exc, TenantNotActive) else MISSING

@@ -2,20 +2,26 @@
 open one SFTP subsystem and nothing else.
 
 A login whose credentials are right is still refused while the account's tenant is not
-active (``sftp.auth_refused``; not a failure: it never counts towards a ban). The status
-comes from ``TenantStatusCache``, never from the database directly; when the cache cannot
-tell (database down), the login goes ahead and the uploads wait in the spool.
+active (``sftp.auth_refused``; not a failure: it never counts towards a ban). The client
+is told why: SSH authentication succeeds, and the one session channel it may then open
+carries the reason on stderr ("tenant acme is suspended; uploads are refused", which
+OpenSSH's sftp, lftp and curl print) and closes; no SFTP request is ever served. An
+authentication failure instead would show the scanner's admin "Permission denied" for a
+password that is right. The status comes from ``TenantStatusCache``, never from the
+database directly; when the cache cannot tell (database down), the login goes ahead and
+the uploads wait in the spool.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from typing import TYPE_CHECKING, Any
 
 import paramiko
 
 from ingestd.ops import metrics
-from ingestd.sources.handoff import tenant_reason
+from ingestd.sources.handoff import tenant_reason, tenant_refusal_text
 from ingestd.sources.sftp.accounts import Verdict
 from ingestd.sources.sftp.connections import Connection
 from ingestd.sources.sftp.session import Session
@@ -43,6 +49,11 @@ class ServerPolicy(paramiko.ServerInterface):
         self._login_lock = threading.Lock()
         # Why the last verified login was refused (its tenant is not active).
         self.refusal: str | None = None
+        # What the client of a refused login reads (see the module docstring), and whether
+        # it was told.
+        self.refusal_text: str | None = None
+        self.told = threading.Event()
+        self._telling = False
 
     # -- authentication -------------------------------------------------------------------
     def get_allowed_auths(self, username: str) -> str:
@@ -83,8 +94,10 @@ class ServerPolicy(paramiko.ServerInterface):
                 # Checked only now: refusing in check_auth_publickey would tell anyone who
                 # holds the *public* key the tenant's status. paramiko already answered
                 # "authenticated", so the connection is closed instead of a channel opened.
-                if self._tenant_refused(self._key_user, "publickey"):
-                    self.conn.kill.set()
+                if self.refusal_text is not None or self._tenant_refused(
+                    self._key_user, "publickey"
+                ):
+                    pass  # the session channel says why, then the connection closes
                 elif not self.server.admission.admit_session(self.conn):
                     self.refusal = "connection_limit"  # logged by admit_session
                     self.conn.kill.set()
@@ -123,6 +136,7 @@ class ServerPolicy(paramiko.ServerInterface):
             return False
         reason = tenant_reason(status)
         self.refusal = reason
+        self.refusal_text = tenant_refusal_text(account.tenant, status)
         metrics.SFTP_REFUSED.labels(account.tenant, f"login_{reason}").inc()
         self.log.warning(
             "sftp.auth_refused",
@@ -165,14 +179,9 @@ class ServerPolicy(paramiko.ServerInterface):
             if self._legacy_refused(username):
                 return paramiko.AUTH_FAILED
             if self._tenant_refused(username, method):
-                # Counted for max_auth_attempts (a client that keeps trying), not for bans.
-                conn.auth_failures += 1
-                if conn.auth_failures >= self.server.cfg.max_auth_attempts:
-                    self.server.auth_log(
-                        "warning", "sftp.too_many_auth_failures", conn, attempts=conn.auth_failures
-                    )
-                    conn.kill.set()
-                return paramiko.AUTH_FAILED
+                # "Authenticated", with no session: the channel the client opens next says
+                # why (tell_refusal) and the connection ends; nothing counts towards a ban.
+                return paramiko.AUTH_SUCCESSFUL
             with self._login_lock:
                 conn.account = username
                 if not self.server.admission.admit_session(conn):
@@ -217,6 +226,9 @@ class ServerPolicy(paramiko.ServerInterface):
     def check_channel_request(self, kind: str, chanid: int) -> int:
         if kind == "session" and self.key_login():
             return paramiko.OPEN_SUCCEEDED
+        if kind == "session" and self.refusal_text is not None and not self._telling:
+            self._telling = True
+            return paramiko.OPEN_SUCCEEDED  # only to say why (tell_refusal)
         if self.refusal is not None:
             return paramiko.OPEN_FAILED_ADMINISTRATIVELY_PROHIBITED  # logged at the login
         self._refused("channel", kind=kind)
@@ -225,16 +237,39 @@ class ServerPolicy(paramiko.ServerInterface):
     def check_channel_subsystem_request(self, channel: Any, name: str) -> bool:
         if name == "sftp" and self.key_login():
             return bool(super().check_channel_subsystem_request(channel, name))
+        if self.tell_refusal(channel):
+            return False
         self._refused("subsystem", name=safe(name))
         return False
 
     def check_channel_shell_request(self, channel: Any) -> bool:
+        if self.tell_refusal(channel):
+            return False
         self._refused("shell")
         return False
 
     def check_channel_exec_request(self, channel: Any, command: bytes) -> bool:
+        if self.tell_refusal(channel):
+            return False
         self._refused("exec", command=safe(command.decode("utf-8", "backslashreplace")))
         return False
+
+    def tell_refusal(self, channel: paramiko.Channel) -> bool:
+        """On the channel of a refused login: the reason on stderr; True if told.
+
+        The caller then refuses the request: paramiko's failure reply follows the reason
+        on the wire (both are sent from the transport's thread), so clients print the
+        reason first ("ingestd: tenant acme is suspended; uploads are refused", then
+        "subsystem request failed"). Closing the channel from here instead could overtake
+        paramiko's reply, and a client would see only a closed channel."""
+        text = self.refusal_text
+        if text is None or self.session is not None:
+            return False
+        # A client that left first was refused all the same.
+        with contextlib.suppress(OSError, EOFError, paramiko.SSHException):
+            channel.send_stderr(f"ingestd: {text}\r\n".encode())
+        self.told.set()
+        return True
 
     def check_channel_pty_request(self, *args: Any) -> bool:
         self._refused("pty")

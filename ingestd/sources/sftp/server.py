@@ -265,6 +265,8 @@ class SessionHost:
                 return "evicted"
             if conn.kill.is_set() or self._stop.is_set():
                 return policy.refusal or "auth_failed"
+            if policy.refusal_text is not None:  # before client_closed: it may leave at once
+                return self._refused_login(transport, conn, policy, deadline)
             if not transport.is_active():
                 return "client_closed"
             if transport.is_authenticated():
@@ -276,6 +278,28 @@ class SessionHost:
                 return "auth_timeout"
             conn.authenticated.wait(min(remaining, 0.1))
         return "ok"
+
+    def _refused_login(
+        self, transport: paramiko.Transport, conn: Connection, policy: ServerPolicy, deadline: float
+    ) -> str:
+        """A refused login (tenant not active): the client may open one channel to read
+        why (``ServerPolicy.tell_refusal``) until the login deadline; then it is closed.
+        Told, it is closed once the client had a moment to take the failure reply (it
+        usually closes first)."""
+        while not policy.told.is_set() and transport.is_active():
+            if conn.evicted or conn.kill.is_set() or self._stop.is_set():
+                break
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            policy.told.wait(min(remaining, 0.1))
+        if policy.told.is_set():
+            # The failure reply goes out after tell_refusal returns; the client reads it
+            # and leaves. A client that stays is closed at the login deadline at the latest.
+            end = min(deadline, time.monotonic() + 5.0)
+            while transport.is_active() and time.monotonic() < end and not self._stop.is_set():
+                conn.kill.wait(0.1)
+        return policy.refusal or "auth_failed"
 
     def _run_session(self, transport: paramiko.Transport, conn: Connection) -> str:
         since = time.monotonic()

@@ -21,7 +21,7 @@ from ingestd.durable import fsync_dir
 from ingestd.intake.items import Refused
 from ingestd.intake.source_file import check_filename
 from ingestd.ops import metrics
-from ingestd.sources.handoff import MISSING, subfolder_tags, tenant_reason
+from ingestd.sources.handoff import subfolder_tags, tenant_reason, tenant_refusal_text
 from ingestd.sources.sftp.listing import attrs, entry_attrs, listing
 from ingestd.sources.sftp.paths import Chroot, resolve, vpath_of
 from ingestd.sources.sftp.refusals import (
@@ -133,11 +133,7 @@ class InboxSFTP(paramiko.SFTPServerInterface):
         status = cache.status(self.account.tenant) if cache is not None else None
         if status is None or status == TenantStatus.active:
             return
-        raise refuse(
-            tenant_reason(status),
-            f"tenant {self.account.tenant} does not accept uploads "
-            f"({'deleted' if status == MISSING else status})",
-        )
+        raise refuse(tenant_reason(status), tenant_refusal_text(self.account.tenant, status))
 
     def check_setstat(self, attr: paramiko.SFTPAttributes) -> None:
         # Clients send times after an upload (`put -p`, scp -p, lftp); accepted, not applied:

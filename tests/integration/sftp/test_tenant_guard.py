@@ -69,9 +69,24 @@ def connect(rig: Rig, source_ip: str) -> Iterator[paramiko.Transport]:
         transport.close()
 
 
-def password_refused(rig: Rig, user: str, source_ip: str) -> None:
-    with connect(rig, source_ip) as transport, pytest.raises(paramiko.AuthenticationException):
+def told(transport: paramiko.Transport) -> str:
+    """What the server says on the one channel a refused login may open (stderr), after
+    the SFTP subsystem request; no SFTP request gets an answer."""
+    channel = transport.open_session(timeout=30)
+    channel.settimeout(30)
+    with pytest.raises(paramiko.SSHException):  # the subsystem request fails, after the reason
+        channel.invoke_subsystem("sftp")
+    said = b""
+    while chunk := channel.recv_stderr(1024):
+        said += chunk
+    return said.decode()
+
+
+def password_refused(rig: Rig, user: str, source_ip: str) -> str:
+    """A right password of a tenant that is not active: authenticated, then told why."""
+    with connect(rig, source_ip) as transport:
         transport.auth_password(user, PASSWORDS[user])
+        return told(transport)
 
 
 def upload(rig: Rig, user: str, name: str, seed: int, source_ip: str) -> None:
@@ -97,7 +112,8 @@ def test_suspended_tenant_login_refused_not_banned(make_rig: Callable[..., Rig])
     wait_until(lambda: cache(rig).status("acme") == "suspended")
     ip = "127.0.0.5"
     for _ in range(20):  # more than the ban threshold (15) and max_auth_attempts (6)
-        password_refused(rig, "scan1", ip)
+        said = password_refused(rig, "scan1", ip)
+        assert said == "ingestd: tenant acme is suspended; uploads are refused\r\n"
     refused = rig.logs("sftp.auth_refused")
     assert len(refused) == 20
     assert {
@@ -112,9 +128,11 @@ def test_suspended_tenant_login_refused_not_banned(make_rig: Callable[..., Rig])
     # The same address still logs in to an active tenant's account and uploads.
     upload(rig, "beta1", "beta.pdf", 1, ip)
     assert [d["tenant"] for d in rig.wait_documents(1)] == ["beta"]
-    # OpenSSH says what a scanner's admin would see.
+    # OpenSSH shows a scanner's admin the reason, not "Permission denied".
     result = rig.sftp_batch("scan2", ["ls"], password=True)
-    assert result.returncode != 0 and "Permission denied" in result.stderr
+    assert result.returncode != 0
+    assert "tenant acme is suspended; uploads are refused" in result.stderr, result.stderr
+    assert "Permission denied" not in result.stderr
     assert rig.logs("sftp.auth_refused")[-1]["account"] == "scan2"
 
 
@@ -148,15 +166,20 @@ def test_key_login_refused_after_the_signature(make_rig: Callable[..., Rig]) -> 
     with connect(rig, "127.0.0.7") as transport:
         # paramiko has verified the signature and said so; the refusal comes right after.
         transport.auth_publickey("scan1", key)
-        with pytest.raises(DROPPED):  # the session channel is refused, the connection closed
-            paramiko.SFTPClient.from_transport(transport)
+        assert told(transport) == "ingestd: tenant acme is being deleted; uploads are refused\r\n"
     result = rig.sftp_batch("scan1", ["ls"])  # OpenSSH with the key
     assert result.returncode != 0
+    assert "tenant acme is being deleted; uploads are refused" in result.stderr, result.stderr
+    # An SFTP client gets no answer from a refused login, only the closed channel.
+    with connect(rig, "127.0.0.7") as transport:
+        transport.auth_publickey("scan1", key)
+        with pytest.raises(DROPPED):
+            paramiko.SFTPClient.from_transport(transport)
     refused = rig.logs("sftp.auth_refused")
     assert [(r["method"], r["reason"], r["tenant_status"]) for r in refused] == [
         ("publickey", "tenant_deleting", "deleting")
-    ] * 2
-    wait_until(lambda: len(rig.logs("sftp.disconnected")) >= 2)
+    ] * 3
+    wait_until(lambda: len(rig.logs("sftp.disconnected")) >= 3)
     assert {r["reason"] for r in rig.logs("sftp.disconnected")} == {"tenant_deleting"}
     assert rig.logs("sftp.login") == [] and rig.logs("sftp.auth_failed") == []
     server = rig.service.server
@@ -170,7 +193,7 @@ def test_account_of_a_tenant_that_does_not_exist_is_refused(
     accounts = [{"username": "scan1", "tenant": "ghost", "password_hash": password_hashes["scan1"]}]
     rig = fast_refresh(make_rig(accounts=accounts))
     wait_until(lambda: cache(rig).status("ghost") == MISSING)
-    password_refused(rig, "scan1", "127.0.0.8")
+    assert "tenant ghost does not exist" in password_refused(rig, "scan1", "127.0.0.8")
     [line] = rig.logs("sftp.auth_refused")
     assert (line["tenant"], line["tenant_status"], line["reason"]) == (
         "ghost",
