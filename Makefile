@@ -52,6 +52,7 @@ bench: venv
 	$(BIN)/python bench/queue.py
 	$(BIN)/python bench/split.py
 	$(BIN)/python bench/audit.py
+	$(BIN)/python bench/search.py
 
 # The Debian package: $(DIST)/ingestd_<version>_<arch>.deb (packaging/build-deb.sh says how).
 DIST ?= dist

@@ -18,11 +18,20 @@ from pydantic import AfterValidator, ByteSize, Field, field_validator, model_val
 from ingestd.config import pathcheck
 from ingestd.config.notify import NotifySink, SmtpConfig, check_notify
 from ingestd.config.notify import secret_files as notify_secret_files
-from ingestd.config.rules import REGEX_TIMEOUT, ConfigModel, TaxonomyRule, WorkflowRule
+from ingestd.config.rules import (
+    REGEX_TIMEOUT,
+    SECONDS,
+    ConfigModel,
+    Shown,
+    TaxonomyRule,
+    WorkflowRule,
+)
 from ingestd.config.split import SourceSplit, SplitPolicy, effective
 from ingestd.queue.kinds import JobKind
 
 FileType = Literal["pdf", "tiff", "jpeg", "png"]
+# Which date a document gets when its file name and its text both have one.
+DateSource = Literal["filename-first", "text-first"]
 _ALL_TYPES: tuple[FileType, ...] = ("pdf", "tiff", "jpeg", "png")
 
 
@@ -34,11 +43,15 @@ class _Section(ConfigModel):
 class DatabaseConfig(_Section):
     url: str | None = Field(
         default=None,
-        description="libpq URL; omit to run an embedded private cluster under paths.state_dir",
+        description="libpq URL or key=value string, never with a password; omit it to run an "
+        "embedded private cluster under `paths.state_dir`.",
     )
     pool_min_size: Annotated[int, Field(ge=1, le=64)] = 1
+    """Connections each process keeps open at least."""
     pool_max_size: Annotated[int, Field(ge=1, le=256)] = 4
-    connect_timeout: Annotated[float, Field(gt=0, le=300)] = 5.0
+    """Connections each process opens at most (one intake needs one at a time)."""
+    connect_timeout: Annotated[float, Field(gt=0, le=300), SECONDS] = 5.0
+    """Seconds to wait for a connection before the database counts as down."""
 
     @model_validator(mode="before")
     @classmethod
@@ -64,9 +77,13 @@ class DatabaseConfig(_Section):
 
 class PathsConfig(_Section):
     state_dir: Path = Path("/var/lib/ingestd")
-    archive: Path | None = None
-    derived: Path | None = None
+    """Host keys, the embedded database, the OCR page slots and the audit seal key."""
+    archive: Annotated[Path | None, Shown(default="`<state_dir>/archive`")] = None
+    """The WORM archive of originals (`<tenant>/<yyyy>/<mm>/<sha256>.<ext>`, mode 0440)."""
+    derived: Annotated[Path | None, Shown(default="`<state_dir>/derived`")] = None
+    """Derived data: OCR text, searchable PDFs, thumbnails."""
     spool: Path = Path("/var/spool/ingestd")
+    """The durable spool of SFTP uploads waiting for intake."""
 
     @property
     def archive_dir(self) -> Path:
@@ -88,9 +105,14 @@ class PathsConfig(_Section):
 
 class IntakeConfig(_Section):
     max_file_size: ByteSize = ByteSize(512 * 1024 * 1024)
+    """Largest file accepted."""
     allowed_types: list[FileType] = Field(default_factory=lambda: list(_ALL_TYPES))
+    """File types accepted, detected from the content (magic bytes), never from the name."""
     duplicates: Literal["skip", "refuse"] = "skip"
+    """The same bytes again for the same tenant: `skip` makes no second document (the source
+    is removed), `refuse` refuses the file as a duplicate."""
     max_filename_bytes: Annotated[int, Field(ge=16, le=240)] = 200
+    """Longest file name accepted, in UTF-8 bytes."""
 
     @field_validator("max_file_size")
     @classmethod
@@ -109,6 +131,8 @@ class IntakeConfig(_Section):
 
 class TitlesConfig(_Section):
     placeholder_patterns: list[str] = Field(default_factory=list)
+    """More regular expressions (full match, case-insensitive) for scanner auto-names that
+    get a placeholder title, replaced later from the OCR text."""
 
     @field_validator("placeholder_patterns")
     @classmethod
@@ -148,39 +172,56 @@ DEFAULT_IGNORE = [
 
 
 class HotfoldersConfig(_Section):
-    # A file is taken once size and mtime stayed unchanged this long (and, where the
-    # kernel can tell, no local process still has it open for writing).
-    stable_seconds: Annotated[float, Field(ge=0.1, le=3600)] = 2.0
-    # Full walk of every watched folder: picks up files whose events were lost.
-    rescan_interval: Annotated[float, Field(ge=1, le=86400)] = 60.0
-    # One stat() of each folder root this often: a folder deleted and recreated, or a
-    # share unmounted (or mounted again), gets a new observer and a scan, no restart.
-    folder_check_interval: Annotated[float, Field(ge=0.1, le=3600)] = 2.0
-    # Poll interval for folders with polling = true (NFS/SMB mounts).
-    poll_interval: Annotated[float, Field(ge=0.1, le=3600)] = 5.0
-    # Transient failures (database down) are retried with backoff up to this delay.
-    retry_max_delay: Annotated[float, Field(ge=1, le=86400)] = 300.0
-    # Intake threads shared by all hot folders.
+    stable_seconds: Annotated[float, Field(ge=0.1, le=3600), SECONDS] = 2.0
+    """A file is taken once its size and mtime stayed unchanged this long (and, where the
+    kernel can tell, no local process still has it open for writing)."""
+    rescan_interval: Annotated[float, Field(ge=1, le=86400), SECONDS] = 60.0
+    """Seconds between full walks of every hot folder, which pick up files whose events
+    were lost."""
+    folder_check_interval: Annotated[float, Field(ge=0.1, le=3600), SECONDS] = 2.0
+    """Seconds between checks (one `stat()`) of each folder's root: a folder deleted and
+    recreated, or a share unmounted or mounted again, is watched anew and scanned, without
+    a restart."""
+    poll_interval: Annotated[float, Field(ge=0.1, le=3600), SECONDS] = 5.0
+    """Seconds between polls of the folders with `polling = true` (NFS/SMB mounts)."""
+    retry_max_delay: Annotated[float, Field(ge=1, le=86400), SECONDS] = 300.0
+    """Longest delay of the backoff with which transient failures (database down) are
+    retried; the file stays where it is meanwhile."""
     workers: Annotated[int, Field(ge=1, le=32)] = 2
+    """Intake threads shared by all hot folders."""
     ignore: list[str] = Field(default_factory=lambda: list(DEFAULT_IGNORE))
+    """Names never taken (upload clients' temp files, Office locks, system files): globs
+    matched case-insensitively against the file name and every sub-folder name; replaces
+    the default list."""
 
 
 class WatchConfig(_Section):
     path: Path
+    """The folder to watch: absolute, outside every `paths.*` directory."""
     tenant: TenantName
+    """The tenant its files belong to."""
     tags: list[Annotated[str, Field(min_length=1, max_length=100)]] = Field(default_factory=list)
-    # Sub-folder names below `path` become tags (Buchhaltung/2026/x.pdf -> Buchhaltung, 2026).
+    """Tags every document from this folder gets."""
     subfolder_tags: bool = False
-    # inotify sees nothing on network mounts: poll instead.
+    """Sub-folder names below `path` become tags too (`Buchhaltung/2026/11/x.pdf`:
+    `Buchhaltung`; not the date folders, see `date_folder_tags`)."""
+    date_folder_tags: bool = False
+    """With `subfolder_tags`, folder names that only say when (`2026`, `11` below a year,
+    `2026-11-30`, `20261130`, `30.11.2026`) become tags too."""
+    date_source: DateSource = "filename-first"
+    """Which date a document gets when its file name and its text both have one:
+    `filename-first` (the file name's, `2026-11-03 Rechnung.pdf`) or `text-first` (the
+    text's, e.g. for a scanner that names files by the time of the scan); the other one
+    when only it has a date. A date set by a person is kept either way."""
     polling: bool = False
-    # After COMMIT: move the file here instead of deleting it.
+    """Poll instead of using inotify, which sees nothing on network mounts (NFS, SMB/CIFS)."""
     done: Path | None = None
-    # Permanently refused files go here with <name>.error.txt; default
-    # <state_dir>/failed/<tenant>.
-    failed: Path | None = None
-    # Batch scans dropped here are split into documents (ingestd/config/split.py): a
-    # table of its own, false for none, absent for the tenant's [split.<tenant>].
+    """Where ingested files are moved (after the commit), instead of being deleted."""
+    failed: Annotated[Path | None, Shown(default="`<state_dir>/failed/<tenant>`")] = None
+    """Where permanently refused files go, each with a `<name>.error.txt` saying why."""
     split: SourceSplit = None
+    """How batch scans dropped here are split into documents: a table of its own, `false`
+    for none, or absent for the tenant's `[split.<tenant>]`."""
 
     def failed_dir(self, state_dir: Path) -> Path:
         return self.failed or state_dir / "failed" / self.tenant
@@ -226,21 +267,35 @@ def _check_authorized_key(line: str) -> str:
 
 class SftpAccountConfig(_Section):
     username: Annotated[str, Field(pattern=SFTP_USERNAME)]
+    """Login name; the account sees only its own inbox (`/` is `<spool>/inbox/<username>`)."""
     tenant: TenantName
-    # bcrypt only, never a password: `ingestd account hash-password` makes one.
+    """The tenant its uploads belong to."""
     password_hash: str | None = None
+    """A bcrypt hash, never a password: `ingestd account hash-password` makes one."""
     authorized_keys: list[str] = Field(default_factory=list)
-    # Logins are accepted only from these networks (e.g. the scanner VLAN); empty = any.
+    """Public keys, one `authorized_keys` line each (no options), with or instead of
+    `password_hash`."""
     allowed_sources: list[IPv4Network | IPv6Network] = Field(default_factory=list)
+    """The networks logins are accepted from (e.g. the scanner VLAN); empty: any."""
     tags: list[Annotated[str, Field(min_length=1, max_length=100)]] = Field(default_factory=list)
-    # Directory names below the inbox (e.g. Buchhaltung/2026) become tags.
+    """Tags every document from this account gets."""
     subfolder_tags: bool = False
-    # Pending (uploaded, not yet ingested) bytes this account may hold in the spool.
+    """Directory names below the inbox (e.g. `Buchhaltung` of `Buchhaltung/2026/11`) become
+    tags too; not the date folders, see `date_folder_tags`."""
+    date_folder_tags: bool = False
+    """With `subfolder_tags`, folder names that only say when (`2026`, `11` below a year,
+    `2026-11-30`, `20261130`, `30.11.2026`) become tags too."""
+    date_source: DateSource = "filename-first"
+    """Which date a document from this account gets when its file name and its text both
+    have one, as `watch[].date_source`."""
     quota: ByteSize = ByteSize(4 * 1024 * 1024 * 1024)
-    # Allow SHA-1/CBC algorithms for this account's scanner (see sftp.legacy_algorithms).
+    """Bytes of uploads (not yet ingested) this account may hold in the spool, e.g. while
+    the database is down."""
     legacy_algorithms: bool = False
-    # Batch scans this scanner sends are split into documents (as watch[].split).
+    """Allow the SHA-1/CBC algorithms of `sftp.legacy_algorithms` for this account's
+    scanner only."""
     split: SourceSplit = None
+    """How batch scans this scanner sends are split into documents, as `watch[].split`."""
 
     @field_validator("password_hash")
     @classmethod
@@ -267,74 +322,97 @@ class SftpAccountConfig(_Section):
 
 class SftpBansConfig(_Section):
     enabled: bool = True
-    # Failed logins add to a per-IP score within `observation` seconds; reaching
-    # `threshold` bans the IP. An unknown user scores higher than a wrong password:
-    # scanners with a stale password must not lock themselves out as fast as a spray.
+    """Ban the source addresses of too many failed logins."""
     threshold: Annotated[int, Field(ge=1, le=10000)] = 15
+    """The score at which an address is banned: its connections are then closed before
+    the SSH handshake."""
+    # An unknown user scores higher than a wrong password: scanners with a stale password
+    # must not lock themselves out as fast as a spray.
     score_unknown_user: Annotated[int, Field(ge=0, le=1000)] = 2
+    """What a login with an unknown user name adds to its address's score."""
     score_wrong_password: Annotated[int, Field(ge=0, le=1000)] = 1
-    observation: Annotated[float, Field(ge=1, le=86400 * 7)] = 1800.0
-    # The first ban lasts ban_time; each repeat doubles it, up to max_ban_time.
-    ban_time: Annotated[float, Field(ge=1, le=86400 * 30)] = 1800.0
-    max_ban_time: Annotated[float, Field(ge=1, le=86400 * 365)] = 7 * 86400.0
-    # Never banned (monitoring hosts, the admin's own network).
+    """What a wrong password or key of a real account adds to its address's score."""
+    observation: Annotated[float, Field(ge=1, le=86400 * 7), SECONDS] = 1800.0
+    """Seconds over which an address's failed logins add up."""
+    ban_time: Annotated[float, Field(ge=1, le=86400 * 30), SECONDS] = 1800.0
+    """Seconds the first ban of an address lasts; each repeat doubles it, up to
+    `max_ban_time`."""
+    max_ban_time: Annotated[float, Field(ge=1, le=86400 * 365), SECONDS] = 7 * 86400.0
+    """Seconds the longest ban lasts."""
     safelist: list[IPv4Network | IPv6Network] = Field(default_factory=list)
+    """Networks never banned (monitoring hosts, the admin's own network)."""
 
 
 class SftpConfig(_Section):
     listen: str = "0.0.0.0:2222"
-    # Logged-in sessions in total and from one source IP. A connection counts here only
-    # once it has logged in; before that it is in the (smaller) unauthenticated pool below.
+    """`address:port` to listen on (`[::]:2222` for IPv6 and IPv4; port 22 needs
+    CAP_NET_BIND_SERVICE, which the systemd unit grants)."""
     max_connections: Annotated[int, Field(ge=1, le=10000)] = 100
+    """Logged-in sessions in total; a connection counts here only once it has logged in."""
     max_connections_per_ip: Annotated[int, Field(ge=1, le=10000)] = 20
-    # Connections not logged in yet (TCP accepted, banner, key exchange, login), in total
-    # and from one IP: their own pool, so 100 idle sockets cannot lock scanners out of
-    # the sessions. A scanner's handshake takes milliseconds; 5 at once from one address
+    """Logged-in sessions from one source address."""
+    # The unauthenticated connections' own pool: 100 idle sockets cannot lock scanners out
+    # of the sessions. A scanner's handshake takes milliseconds; 5 at once from one address
     # is plenty (a burst beyond waits, without a thread, up to handshake_timeout for a
     # slot), and an attacker's address holds no more than that.
     max_unauthenticated: Annotated[int, Field(ge=1, le=10000)] = 50
+    """Connections not logged in yet (TCP accepted, banner, key exchange, login) in total;
+    past it a new one waits up to `handshake_timeout` for a slot, then is closed."""
     max_unauthenticated_per_ip: Annotated[int, Field(ge=1, le=10000)] = 5
-    # While the unauthenticated pool (or an address's share) is full, an address that
-    # logged in within this many seconds is still let in: it takes the place of the
-    # longest-waiting unauthenticated connection (of the address holding the most). 0: off.
-    known_good_for: Annotated[float, Field(ge=0, le=86400 * 365)] = 7 * 86400.0
-    # Seconds from TCP accept to the end of the key exchange (client banner included):
-    # a silent or trickling connection holds its slot no longer than this.
-    handshake_timeout: Annotated[float, Field(ge=1, le=600)] = 10.0
-    # Seconds from the end of the key exchange to a successful login.
-    auth_timeout: Annotated[float, Field(ge=1, le=600)] = 30.0
-    # Handles (open uploads, listed folders) one session may hold at once: each upload
-    # holds a descriptor, and a client that never closes must not exhaust the daemon's
-    # (systemd's default is 1,024). All sessions together hold at most half the process
-    # limit (RLIMIT_NOFILE, read at start).
+    """Connections not logged in yet from one source address."""
+    known_good_for: Annotated[float, Field(ge=0, le=86400 * 365), SECONDS] = 7 * 86400.0
+    """An address that logged in within this many seconds still gets in while the
+    unauthenticated pool is full, in place of the longest-waiting unauthenticated
+    connection (of the address holding the most); 0: off."""
+    handshake_timeout: Annotated[float, Field(ge=1, le=600), SECONDS] = 10.0
+    """Seconds from TCP accept to the end of the key exchange (client banner included): a
+    silent or trickling connection holds its slot no longer."""
+    auth_timeout: Annotated[float, Field(ge=1, le=600), SECONDS] = 30.0
+    """Seconds from the end of the key exchange to a successful login."""
+    # Each upload holds a descriptor, and a client that never closes must not exhaust the
+    # daemon's (systemd's default is 1,024); RLIMIT_NOFILE is read at start.
     max_handles_per_session: Annotated[int, Field(ge=1, le=4096)] = 64
-    # Seconds without an SFTP request before the connection is closed.
-    idle_timeout: Annotated[float, Field(ge=5, le=86400)] = 600.0
+    """Handles (open uploads, listed folders) one session may hold at once; all sessions
+    together hold at most half the daemon's descriptor limit."""
+    idle_timeout: Annotated[float, Field(ge=5, le=86400), SECONDS] = 600.0
+    """Seconds without an SFTP request before the connection is closed."""
     max_auth_attempts: Annotated[int, Field(ge=1, le=100)] = 6
-    # SHA-1 host-key signatures (ssh-rsa), diffie-hellman-group14-sha1, aes-cbc and
-    # hmac-sha1 for old scanners. Off by default; per account via accounts[].legacy_algorithms.
+    """Failed logins on one connection before it is closed."""
     legacy_algorithms: bool = False
+    """Offer SHA-1/CBC algorithms (ssh-rsa signatures, diffie-hellman-group14-sha1,
+    aes-cbc, hmac-sha1) for old scanners; better per account (`legacy_algorithms` there)."""
     temp_names: list[str] = Field(default_factory=lambda: list(DEFAULT_SFTP_TEMP_NAMES))
-    # SSH flow control: a larger window lets the client keep more writes in flight.
+    """Names of files still being uploaded (case-insensitive globs): such a file is
+    ingested only once renamed to a name that matches none; replaces the default list."""
     window_size: Annotated[ByteSize, Field(ge=65536, le=2**31 - 1)] = ByteSize(16 * 1024 * 1024)
+    """SSH flow control: bytes a client may send before the server acknowledges them (a
+    larger window speeds up uploads on long links)."""
     max_packet_size: Annotated[ByteSize, Field(ge=32768, le=262144)] = ByteSize(262144)
-    # Processes serving SFTP connections (key exchange, login, requests, the uploads'
-    # bytes): paramiko does its work in Python, so one process is one core. 0: one per
-    # core; 1: the daemon's own process serves them. Needs a restart to change.
+    """The largest SSH packet a client may send."""
+    # paramiko does its work in Python, so one process is one core.
     processes: Annotated[int, Field(ge=0, le=64)] = 0
-    # Threads taking completed uploads from the spool through intake.
+    """Processes serving SFTP connections (key exchange, login, requests, the uploads'
+    bytes): 0 is one per core, 1 the daemon's own process; a change needs a restart."""
     spool_workers: Annotated[int, Field(ge=1, le=32)] = 2
-    # Spool files are retried with backoff up to this delay while the database is down.
-    retry_max_delay: Annotated[float, Field(ge=1, le=86400)] = 60.0
-    # A temp-named upload (x.pdf.part) never renamed for this many seconds is moved to the
-    # failed folder with a note, freeing the account's quota: its scanner gave up on it.
-    abandoned_after: Annotated[float, Field(ge=60, le=86400 * 365)] = 86400.0
-    # Tenant statuses (logins of a suspended tenant's accounts are refused) are read from
-    # the database this often; the last ones read stay valid this long while it is down.
-    tenant_status_refresh: Annotated[float, Field(ge=0.5, le=3600)] = 5.0
-    tenant_status_max_age: Annotated[float, Field(ge=1, le=86400)] = 60.0
+    """Threads taking completed uploads from the spool through intake."""
+    retry_max_delay: Annotated[float, Field(ge=1, le=86400), SECONDS] = 60.0
+    """Longest delay of the backoff with which spooled uploads are retried while the
+    database is down."""
+    # Its scanner gave up on such an upload; moving it frees the account's quota.
+    abandoned_after: Annotated[float, Field(ge=60, le=86400 * 365), SECONDS] = 86400.0
+    """A temp-named upload (`x.pdf.part`) not renamed for this many seconds is moved to the
+    failed folder with a note saying so."""
+    tenant_status_refresh: Annotated[float, Field(ge=0.5, le=3600), SECONDS] = 5.0
+    """Seconds between reads of the tenant statuses from the database (logins of a
+    suspended or deleting tenant's accounts are refused)."""
+    tenant_status_max_age: Annotated[float, Field(ge=1, le=86400), SECONDS] = 60.0
+    """Seconds the tenant statuses last read stay valid while the database is down; then
+    logins are let in (their uploads wait in the spool)."""
     bans: SftpBansConfig = Field(default_factory=SftpBansConfig)
+    """Brute-force defence: failed logins add to a score per source address, and an
+    address whose score reaches `threshold` is banned."""
     accounts: list[SftpAccountConfig] = Field(default_factory=list)
+    """Scanner accounts (one per scanner or group of scanners); reloaded on SIGHUP."""
 
     @field_validator("listen")
     @classmethod
@@ -383,26 +461,30 @@ def _cores() -> int:
 
 
 class WorkerConfig(_Section):
-    # Jobs one `ingestd worker` runs at once (each in a job child of its own), and pages
-    # OCRed at once on this host by all workers together (host-wide page slots under
-    # paths.state_dir). The default, one per core, keeps every core busy whether the
-    # queue holds one 300-page batch (its pages on every core) or 300 one-page scans
-    # (one job per core); one worker unit per host is enough.
-    concurrency: Annotated[int, Field(ge=1, le=256)] = Field(default_factory=_cores)
-    # An attempt that fails is retried after retry_base * 2^retry_count seconds (seed 000:
-    # 1, 2, 4, ... s), +- retry_jitter as a fraction; past max_retries the job is failed.
+    # The default, one per core, keeps every core busy whether the queue holds one
+    # 300-page batch (its pages on every core) or 300 one-page scans (one job per core);
+    # one worker unit per host is enough.
+    concurrency: Annotated[int, Field(ge=1, le=256), Shown(default="one per CPU core")] = Field(
+        default_factory=_cores
+    )
+    """Jobs one `ingestd worker` runs at once (each in a job child of its own), and pages
+    OCRed at once on this host by all workers together (page slots under
+    `paths.state_dir`)."""
     max_retries: Annotated[int, Field(ge=0, le=100)] = 5
-    retry_base: Annotated[float, Field(gt=0, le=86400)] = 1.0
+    """Retries of a failed attempt; past them the job is failed."""
+    retry_base: Annotated[float, Field(gt=0, le=86400), SECONDS] = 1.0
+    """A failed attempt is retried after `retry_base * 2^retry_count` seconds (1, 2, 4 …)."""
     retry_jitter: Annotated[float, Field(ge=0, le=1)] = 0.0
-    # A running job holds a lease, renewed every lease/3 s; a worker that stops renewing
-    # (killed, host lost) has its job rescued once the lease ran out.
-    lease_seconds: Annotated[float, Field(ge=2, le=86400)] = 60.0
-    # Wake-ups come by LISTEN/NOTIFY; this poll covers lost notifications and retries.
-    poll_interval: Annotated[float, Field(ge=0.05, le=3600)] = 5.0
-    # Jobs of one tenant running at once (all workers together); 0 = no cap.
+    """Random spread of each retry delay, as a fraction (0.1: ±10 %)."""
+    lease_seconds: Annotated[float, Field(ge=2, le=86400), SECONDS] = 60.0
+    """A running job's lease, renewed every third of it: a worker that stops renewing
+    (killed, host lost) has its job rescued once the lease ran out."""
+    poll_interval: Annotated[float, Field(ge=0.05, le=3600), SECONDS] = 5.0
+    """Seconds between polls for jobs, which cover lost LISTEN/NOTIFY wake-ups and
+    retries."""
     tenant_cap: Annotated[int, Field(ge=0, le=10000)] = 0
-    # Per-kind wall-clock limit of one attempt, in seconds; the child is killed past it.
-    timeouts: dict[str, Annotated[float, Field(gt=0, le=86400)]] = Field(
+    """Jobs of one tenant running at once, all workers together; 0: no cap."""
+    timeouts: dict[str, Annotated[float, Field(gt=0, le=86400), SECONDS]] = Field(
         default_factory=lambda: {
             str(JobKind.analyze_document): 1800.0,
             str(JobKind.split_batch): 1800.0,
@@ -413,12 +495,15 @@ class WorkerConfig(_Section):
             str(JobKind.notify): 300.0,
         }
     )
-    # The limit for kinds not listed in timeouts (site or test plugins).
-    timeout_default: Annotated[float, Field(gt=0, le=86400)] = 1800.0
-    # SIGTERM lets the running job finish for this long, then hands it back to the queue.
-    shutdown_grace: Annotated[float, Field(ge=0, le=3600)] = 30.0
-    # Finished jobs (done/failed) older than this many seconds are deleted.
-    prune_after: Annotated[float, Field(ge=3600, le=86400 * 3650)] = 30 * 86400.0
+    """Wall-clock limit in seconds of one attempt, per job kind; the job's child is killed
+    past it (a table given replaces this one, and kinds it leaves out get
+    `timeout_default`)."""
+    timeout_default: Annotated[float, Field(gt=0, le=86400), SECONDS] = 1800.0
+    """The limit of one attempt for job kinds not in `timeouts` (kinds of plugin modules)."""
+    shutdown_grace: Annotated[float, Field(ge=0, le=3600), SECONDS] = 30.0
+    """Seconds SIGTERM lets the running job finish before it is handed back to the queue."""
+    prune_after: Annotated[float, Field(ge=3600, le=86400 * 3650), SECONDS] = 30 * 86400.0
+    """Finished jobs (done or failed) older than this many seconds are deleted."""
 
     @field_validator("timeouts")
     @classmethod
@@ -438,60 +523,71 @@ TESSERACT_LANG = r"^[a-z]{3}(_[a-z]+)?$"  # deu, eng, chi_sim, deu_latf
 class AnalysisConfig(_Section):
     """analyze-document: OCR (ocrmypdf/tesseract), derived title and date."""
 
-    # Tesseract languages (installed packs: tesseract-ocr-<lang>); per tenant below.
     languages: list[Annotated[str, Field(pattern=TESSERACT_LANG)]] = Field(
         default_factory=lambda: ["deu", "eng"], min_length=1
     )
+    """Tesseract languages to OCR with; each needs its pack installed
+    (`tesseract-ocr-<lang>`)."""
     tenant_languages: dict[
         TenantName,
         Annotated[list[Annotated[str, Field(pattern=TESSERACT_LANG)]], Field(min_length=1)],
     ] = Field(default_factory=dict)
-    # PDF pages that already have text: skip them (their text is kept), redo the OCR
-    # layer (redo), or rasterise and OCR everything (force).
+    """Languages per tenant, instead of `languages`."""
     mode: Literal["skip", "redo", "force"] = "skip"
+    """PDF pages that already have text: `skip` them (their text is kept), `redo` the OCR
+    layer, or `force` (rasterise and OCR every page)."""
     rotate_pages: bool = True
-    # Orientation confidence a page needs to be turned (ocrmypdf --rotate-pages-threshold).
+    """Turn pages upright first (tesseract's orientation detection)."""
     # Lower it for sparse pages in sans-serif fonts that stay sideways; too low turns
     # pages tesseract is unsure of.
     rotate_threshold: Annotated[float, Field(ge=0, le=100)] = 14.0
-    # The OCR engine: "tesseract" (in the job child: models loaded once, pages on every
-    # core, the text layer laid over the original pages) or "ocrmypdf" (its command line
-    # per file, e.g. for sites that want its output). Per tenant in tenant_engines.
-    # Mode "redo" always runs ocrmypdf (only it strips an old OCR layer).
+    """Orientation confidence a page needs to be turned (ocrmypdf's
+    `--rotate-pages-threshold`)."""
+    # Mode "redo" always runs ocrmypdf: only it strips an old OCR layer.
     engine: Literal["tesseract", "ocrmypdf"] = "tesseract"
+    """The OCR engine: `tesseract` (in the job child: models loaded once, pages on every
+    core, the text layer laid over the original pages) or `ocrmypdf` (its command line per
+    file); mode `redo` always runs ocrmypdf."""
     tenant_engines: dict[TenantName, Literal["tesseract", "ocrmypdf"]] = Field(default_factory=dict)
-    # Pages of one file OCRed at once (ocrmypdf --jobs); 0 = worker.concurrency. The
-    # page slots bound all files together anyway.
+    """The OCR engine per tenant, instead of `engine`."""
+    # The page slots bound all files together anyway.
     jobs: Annotated[int, Field(ge=0, le=256)] = 0
-    # Seconds for the OCR of one file (inside worker.timeouts["analyze-document"]). A file
-    # that times out is retried once (the machine may have been busy), then it needs
-    # attention: every further attempt would hold a worker as long again.
-    ocr_timeout: Annotated[float, Field(gt=0, le=86400)] = 1500.0
-    # Seconds tesseract may spend on one page (a hostile page cannot hold a core for the
-    # whole ocr_timeout); a page past it makes the document need attention.
-    page_timeout: Annotated[float, Field(gt=0, le=86400)] = 300.0
-    # Limits of one file's analysis; a file over one is kept, its document needs
-    # attention with the limit named, and it is not retried. Pages per file (OCR takes
-    # about a second per page and core).
+    """Pages of one file OCRed at once (ocrmypdf `--jobs`); 0: `worker.concurrency`."""
+    # Retried once because the machine may have been busy; every further attempt would
+    # hold a worker as long again.
+    ocr_timeout: Annotated[float, Field(gt=0, le=86400), SECONDS] = 1500.0
+    """Seconds the OCR of one file may take, inside `worker.timeouts.analyze-document`; a
+    file that times out is retried once, then its document needs attention."""
+    page_timeout: Annotated[float, Field(gt=0, le=86400), SECONDS] = 300.0
+    """Seconds tesseract may spend on one page (a hostile page cannot hold a core for the
+    whole `ocr_timeout`); a page past it makes the document need attention."""
+    # Limits of one file's analysis: a file over one is kept, its document needs attention
+    # with the limit named, and it is not retried.
     max_pages: Annotated[int, Field(ge=1, le=1_000_000)] = 2000
-    # Pixels of one page as OCR rasterises it (PDF pages at image_dpi): A0 at 300 dpi is
-    # 140 megapixels; a 200 x 200 inch page 3,600 (about 11 GB to render).
+    """Pages one file may have (OCR takes about a second per page and core); a file over
+    it stays archived and its document needs attention."""
+    # A 200 x 200 inch page is 3,600 megapixels (about 11 GB to render).
     max_page_megapixels: Annotated[int, Field(ge=1, le=100_000)] = 300
-    # Address space of each OCR process (ocrmypdf, ghostscript, tesseract), a size or
-    # "auto": RAM / (2 x cores), at least 512 MiB, at most 4 GiB. A file that needs more
-    # fails with an allocation error instead of waking the OOM killer.
+    """Megapixels of one page as OCR rasterises it (PDF pages at `image_dpi`; A0 at 300
+    dpi is 140); a file with a larger page needs attention."""
     memory_limit: ByteSize | Literal["auto"] = "auto"
+    """Memory one file's OCR may take (engine `tesseract`: what the job child may grow by;
+    `ocrmypdf`: each OCR process's address space), or `auto`: RAM / (2 × cores), from 512
+    MiB to 4 GiB; a file that needs more fails instead of waking the OOM killer."""
     thumbnail_width: Annotated[int, Field(ge=32, le=4000)] = 400
-    # For images without a resolution in their metadata.
+    """Width in pixels of the first page's PNG thumbnail."""
     image_dpi: Annotated[int, Field(ge=50, le=2400)] = 300
-    # A title read from the text (only for placeholder titles) is cut to this length.
+    """Resolution assumed for images whose metadata states none (phone photos, some
+    scanners)."""
     title_max_length: Annotated[int, Field(ge=16, le=200)] = 128
-    # Seconds one search of a taxonomy regex rule in one document's text may take; one
-    # that takes longer (catastrophic backtracking) does not match and is logged.
-    regex_timeout: Annotated[float, Field(gt=0, le=60)] = REGEX_TIMEOUT
-    # More taxonomy rules and workflows, in files of their own ([[taxonomy]] and
-    # [[workflows]] tables, the same keys as here); relative to this file.
+    """A title read from the text (only in place of a placeholder title) is cut to this
+    many characters."""
+    regex_timeout: Annotated[float, Field(gt=0, le=60), SECONDS] = REGEX_TIMEOUT
+    """Seconds one search of a taxonomy regex rule in one document's text may take; one
+    that takes longer (catastrophic backtracking) does not match and is logged."""
     rules_files: list[Path] = Field(default_factory=list)
+    """More files of `[[taxonomy]]` and `[[workflows]]` tables (the same keys as here),
+    relative to this config file."""
 
     def languages_for(self, tenant: str) -> tuple[str, ...]:
         return tuple(self.tenant_languages.get(tenant) or self.languages)
@@ -516,8 +612,13 @@ class DeliveriesConfig(_Section):
     """
 
     max_retries: Annotated[int, Field(ge=0, le=100)] = 12
-    retry_base: Annotated[float, Field(gt=0, le=86400)] = 30.0
+    """Retries of a webhook or notification delivery; then it has failed for good, which
+    is itself an operator event (`delivery.failed`)."""
+    retry_base: Annotated[float, Field(gt=0, le=86400), SECONDS] = 30.0
+    """A failed delivery is retried after `retry_base * 2^n` seconds (30 s, 1 min, 2 min,
+    … about 17 h for the 12th)."""
     retry_jitter: Annotated[float, Field(ge=0, le=1)] = 0.1
+    """Random spread of each retry delay, as a fraction (0.1: ±10 %)."""
 
 
 class RetentionRule(ConfigModel):
@@ -525,9 +626,14 @@ class RetentionRule(ConfigModel):
     kept ``years``; the longest matching rule wins over the tenant's default."""
 
     tenant: TenantName | Literal["*"] = "*"
+    """The tenant the rule applies to; `*`: every tenant."""
     match: Literal["tag", "document_type", "correspondent"]
+    """What names the class: a tag, the document type or the correspondent."""
     name: Annotated[str, Field(min_length=1, max_length=128)]
+    """The name of the tag, document type or correspondent (in any case)."""
     years: Annotated[int, Field(ge=0, le=100)]
+    """Whole calendar years after the year of ingest that documents of the class are kept;
+    the longest matching rule wins."""
 
 
 class RetentionConfig(_Section):
@@ -535,13 +641,17 @@ class RetentionConfig(_Section):
     may remove it: whole calendar years after the year of ingest (GoBD counts to the end
     of the year), by document class, and never while a legal hold is on it."""
 
-    # Default years (records law in DE: 10 for books and invoices, 8 for vouchers, 6 for
-    # business letters); 0: no retention.
+    # Records law in DE: 10 years for books and invoices, 8 for vouchers, 6 for business
+    # letters.
     years: Annotated[int, Field(ge=0, le=100)] = 10
+    """Whole calendar years after the year of ingest an original is kept (GoBD counts to
+    the end of the year), unless a rule gives its class another period; 0: no retention."""
     tenant_years: dict[TenantName, Annotated[int, Field(ge=0, le=100)]] = Field(
         default_factory=dict
     )
+    """Years per tenant, instead of `years`."""
     rules: list[RetentionRule] = Field(default_factory=list)
+    """Retention by document class (a tag, document type or correspondent)."""
 
     def years_for(self, tenant: str) -> int:
         return self.tenant_years.get(tenant, self.years)
@@ -557,26 +667,30 @@ def _http_url(v: str) -> str:
 
 
 # An http(s) URL, or empty for "none".
-HttpUrlText = Annotated[str, AfterValidator(_http_url)]
+HttpUrlText = Annotated[str, AfterValidator(_http_url), Shown(kind="http(s) URL or empty")]
 
 
 class S3Config(_Section):
     """An S3-compatible bucket with Object Lock enabled (AWS S3, MinIO, Ceph RGW)."""
 
-    # Empty: AWS's own endpoint for the region. MinIO: "https://minio.example:9000".
     endpoint: HttpUrlText = ""
+    """The S3 endpoint, e.g. `https://minio.example:9000` for MinIO; empty: AWS's own for
+    the region."""
     bucket: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")]
+    """The bucket, created with Object Lock enabled."""
     region: str = "us-east-1"
-    # Keys under this prefix ("ingestd/"): one bucket may serve several appliances.
+    """The bucket's region."""
     prefix: Annotated[str, Field(pattern=r"^([A-Za-z0-9._-]+/)*$")] = ""
-    # "path" for MinIO and Ceph RGW; "virtual" for AWS.
+    """Keys go under this prefix (`ingestd/`), so that one bucket may serve several
+    appliances."""
     addressing_style: Literal["path", "virtual", "auto"] = "path"
-    # The access key: a 0600 file of two lines, "access_key_id = ..." and
-    # "secret_access_key = ..."; unset: the environment (AWS_ACCESS_KEY_ID and
-    # AWS_SECRET_ACCESS_KEY, e.g. from a systemd credential) or the instance's role.
+    """`path` for MinIO and Ceph RGW, `virtual` for AWS."""
     credentials_file: Path | None = None
-    # Seconds for a connection and for a read.
-    timeout: Annotated[float, Field(gt=0, le=600)] = 30.0
+    """The access key: a 0600 file of two lines, `access_key_id = …` and
+    `secret_access_key = …`; unset: the environment (`AWS_ACCESS_KEY_ID` and
+    `AWS_SECRET_ACCESS_KEY`, e.g. from a systemd credential) or the instance's role."""
+    timeout: Annotated[float, Field(gt=0, le=600), SECONDS] = 30.0
+    """Seconds for a connection and for each read."""
 
 
 class ArchiveConfig(_Section):
@@ -584,7 +698,11 @@ class ArchiveConfig(_Section):
     with Object Lock in COMPLIANCE mode."""
 
     backend: Literal["local", "s3"] = "local"
+    """Where originals are kept: `local` (`paths.archive`, WORM by link-without-overwrite
+    and mode 0440) or `s3` (a bucket with Object Lock, each original locked in COMPLIANCE
+    mode to the end of its retention)."""
     s3: S3Config | None = None
+    """The S3-compatible bucket (AWS S3, MinIO, Ceph RGW), needed with `backend = "s3"`."""
 
     @model_validator(mode="after")
     def _s3_named(self) -> ArchiveConfig:
@@ -600,23 +718,28 @@ class AuditConfig(_Section):
     first seal, 0600); with ``tsa_url`` also an RFC 3161 timestamp from that authority.
     """
 
-    # http(s) URL of an RFC 3161 timestamp authority; empty: seals are signed only.
     tsa_url: HttpUrlText = ""
-    # The CA certificate(s) the authority's certificate chains to: seal and verify check
-    # every timestamp against them. Without it timestamps are kept, not checked.
+    """URL of an RFC 3161 timestamp authority (e.g. `https://freetsa.org/tsr`); empty:
+    seals are signed only."""
     tsa_ca_file: Path | None = None
-    tsa_timeout: Annotated[float, Field(gt=0, le=300)] = 10.0
+    """The CA certificate(s) the authority's certificate chains to, which seal and verify
+    check every timestamp against; unset: timestamps are kept, not checked."""
+    tsa_timeout: Annotated[float, Field(gt=0, le=300), SECONDS] = 10.0
+    """Seconds to wait for the timestamp authority."""
 
 
 class MetricsConfig(_Section):
     """The Prometheus endpoint (/metrics) of each process; loopback by default."""
 
     enabled: bool = True
-    # `ingestd serve`.
+    """Serve `GET /metrics`; keep the endpoints on loopback (or a management network), they
+    name tenants and accounts."""
     listen: str = "127.0.0.1:9464"
-    # `ingestd worker`; `--metrics-offset N` adds N to the port (ingestd-worker@N), so
-    # each instance has its own endpoint. Port 0: any free port (tests).
+    """`address:port` of the endpoint of `ingestd serve`."""
+    # Port 0: any free port (tests).
     worker_listen: str = "127.0.0.1:9470"
+    """`address:port` of the endpoint of `ingestd worker`: `--metrics-offset N` adds N to
+    the port (`ingestd-worker@N`), so that each instance has its own."""
 
     @field_validator("listen", "worker_listen")
     @classmethod
@@ -627,32 +750,64 @@ class MetricsConfig(_Section):
 
 class LogConfig(_Section):
     level: Literal["debug", "info", "warning", "error"] = "info"
+    """The least severe level logged."""
     format: Literal["auto", "json", "console"] = "auto"
+    """`json` lines, readable `console` text, or `auto`: JSON when stderr is not a terminal
+    (journald), text on a terminal."""
 
 
 class Config(_Section):
     database: DatabaseConfig = Field(default_factory=DatabaseConfig)
+    """The PostgreSQL database; no passwords here: `~/.pgpass`, `PGPASSFILE` or peer
+    authentication."""
     paths: PathsConfig = Field(default_factory=PathsConfig)
+    """Where the appliance keeps its state, archive, derived data and spool."""
     intake: IntakeConfig = Field(default_factory=IntakeConfig)
+    """What intake accepts, from every source."""
     titles: TitlesConfig = Field(default_factory=TitlesConfig)
+    """Placeholder titles for scanners' automatic file names."""
     log: LogConfig = Field(default_factory=LogConfig)
+    """The log of every process."""
     hotfolders: HotfoldersConfig = Field(default_factory=HotfoldersConfig)
+    """What all hot folders share."""
     watch: list[WatchConfig] = Field(default_factory=list)
+    """Hot folders; reloaded on SIGHUP."""
     sftp: SftpConfig = Field(default_factory=SftpConfig)
+    """The SFTP server for network scanners; it runs only when at least one
+    `[[sftp.accounts]]` exists."""
     worker: WorkerConfig = Field(default_factory=WorkerConfig)
+    """The job workers (`ingestd worker`): concurrency, retries, leases and time limits."""
     analysis: AnalysisConfig = Field(default_factory=AnalysisConfig)
+    """analyze-document: OCR, then title, date, taxonomy and workflows."""
     retention: RetentionConfig = Field(default_factory=RetentionConfig)
+    """How long an archived original must be kept before purge-document or a tenant
+    delete may remove it, and never while a legal hold is on it."""
     audit: AuditConfig = Field(default_factory=AuditConfig)
+    """The seals of the audit trail (`ingestd audit seal`, `ingestd-audit-seal.timer`): an
+    Ed25519 signature by the key in `<state_dir>/audit/`, with `tsa_url` also an RFC 3161
+    timestamp."""
     archive: ArchiveConfig = Field(default_factory=ArchiveConfig)
+    """Where originals are kept: the local WORM file system or an S3 bucket."""
     deliveries: DeliveriesConfig = Field(default_factory=DeliveriesConfig)
+    """The outbox's retry ladder: workflow webhooks and operator notifications are jobs of
+    their own, so a receiver that is down fails only its delivery."""
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
+    """The Prometheus endpoint (`/metrics`) of each process; loopback by default."""
     taxonomy: list[TaxonomyRule] = Field(default_factory=list)
+    """Taxonomy rules (paperless-ngx's matching): each assigns a tag, a correspondent or a
+    document type to a document of its tenant whose text matches."""
     workflows: list[WorkflowRule] = Field(default_factory=list)
+    """On-upload workflows, run once per document in this order after taxonomy: when all
+    conditions hold, the actions run."""
     # Operator notifications (ingestd/config/notify.py): the mail relay and the sinks.
     smtp: SmtpConfig | None = None
+    """The mail relay that e-mail notification sinks send through."""
     notify: list[NotifySink] = Field(default_factory=list)
-    # A tenant's default split policy for its sources without a split of their own.
+    """Operator notification sinks: each operator event goes to every sink that wants it,
+    as a job of its own on the `[deliveries]` retry ladder."""
     split: dict[TenantName, SplitPolicy] = Field(default_factory=dict)
+    """A tenant's default split policy for batch scans from its hot folders and SFTP
+    accounts without a `split` of their own."""
 
     def split_policy(self, tenant: str, source: SourceSplit) -> SplitPolicy | None:
         """The split policy for a file of ``tenant`` from a source set to ``source``."""

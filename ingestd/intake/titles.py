@@ -67,12 +67,12 @@ _AUTO_NAME_PREFIXES = (
 )
 
 # Month names appear in iOS/Adobe auto-names ("Scan 3 Nov 2026 at 14.15").
-_MONTH = (
+MONTH_NAMES = (
     r"(?:jan(?:uary|uar)?|feb(?:ruary|ruar)?|mar(?:ch)?|märz|maerz|apr(?:il)?|ma[iy]"
     r"|jun[ei]?|jul[iy]?|aug(?:ust)?|sept?(?:ember)?|o[ck]t(?:ober)?|nov(?:ember)?"
     r"|de[cz](?:ember)?)"
 )
-_TAIL_TOKEN = rf"(?:\d+|{_MONTH}|at|um)"
+_TAIL_TOKEN = rf"(?:\d+|{MONTH_NAMES}|at|um)"
 # What follows an auto-name prefix: counters, dates, times. Tokens and separators share
 # no character, so a name splits into tokens one way only and the regex cannot backtrack
 # exponentially on long hostile names. (That is why "Nov." is token "Nov" + separator

@@ -22,6 +22,7 @@ SMALL = {
     "ocr": ["--small"],
     "split": ["--pages", "12", "--rounds", "1"],
     "audit": ["--events", "20000", "--rounds", "1"],
+    "search": ["--small"],
 }
 
 

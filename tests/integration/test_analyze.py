@@ -21,7 +21,7 @@ from ingestd.queue.enqueue import enqueue
 from ingestd.sources.hotfolders import HotFolders
 from tests.conftest import Env, run_cli, wait_until
 from tests.fixtures.drain import drain
-from tests.fixtures.scans import encrypted_pdf, image_pdf, truncated_pdf
+from tests.fixtures.scans import encrypted_pdf, image_pdf, text_pdf, truncated_pdf
 from worker.webhooks import verify_signature
 
 WORKER = {"poll_interval": 0.1, "lease_seconds": 30, "retry_base": 0.05, "max_retries": 3}
@@ -176,6 +176,44 @@ def test_meaningful_filename_keeps_its_title_and_date(analysis_env: Env, db: Dat
     _drain(env, db)
     again = _doc(db, doc_id)
     assert again["job_status"] == "done" and again["title"] == "Rechnung Telekom"
+
+
+@pytest.mark.parametrize(
+    ("setting", "expected"),
+    [
+        (None, ["2026-11-03", "2026-11-24", "2026-11-05"]),
+        ("filename-first", ["2026-11-03", "2026-11-24", "2026-11-05"]),
+        ("text-first", ["2025-01-15", "2026-11-03", "2026-11-05"]),
+    ],
+)
+def test_the_sources_date_source_decides_file_name_or_text(
+    make_env: Any,
+    db: Database,
+    tenant: str,
+    tmp_path: Path,
+    setting: str | None,
+    expected: list[str],
+) -> None:
+    """A hot folder's date_source reaches analysis: filename-first (the default) keeps the
+    date of `2026-11-03 Rechnung.pdf` (and a scanner's `Scan_20261124_...`) over the one in
+    the text, text-first takes the text's; the file name's stays when the text has none."""
+    folder = tmp_path / "hot"
+    folder.mkdir()
+    watch = {"path": str(folder), "tenant": tenant, "date_source": setting}
+    env: Env = make_env(worker=WORKER, analysis=ANALYSIS, watch=[watch])
+    files = {
+        "2026-11-03 Rechnung Telekom.pdf": ["Telekom Deutschland GmbH", "Datum: 15.01.2025"],
+        "Scan_20261124_101500.pdf": ["Telekom Deutschland GmbH", "Bonn, den 03.11.2026"],
+        "2026-11-05 Notiz.pdf": ["Bitte zurückrufen", "Kundennummer 58"],
+    }
+    ids = [
+        _ingest(env, db, text_pdf(env.root / "in" / name, [lines]), source=f"watch:{folder}")
+        for name, lines in files.items()
+    ]
+    _drain(env, db)
+    docs = [_doc(db, doc_id) for doc_id in ids]
+    assert all(d["job_status"] == "done" for d in docs), [d["error_message"] for d in docs]
+    assert [str(d["issued_date"]) for d in docs] == expected
 
 
 def test_forced_reanalysis_replaces_its_own_title_and_date_not_a_persons(

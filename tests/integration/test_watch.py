@@ -217,16 +217,32 @@ def test_bad_files_go_to_failed_with_a_reason(hot_env: Any, db: Database, tmp_pa
     wait_until(lambda: _count(db) == 1)
 
 
-def test_subfolders_become_tags(hot_env: Any, db: Database) -> None:
-    """Buchhaltung/2026/x.pdf with subfolder_tags: config tags plus Buchhaltung and 2026."""
-    _env, _hot, folder = hot_env(watch={"subfolder_tags": True, "tags": ["Eingang"]})
-    write(folder / "Buchhaltung" / "2026" / "Rechnung.pdf", pdf_bytes(seed=600))
-    wait_until(lambda: _count(db) == 1)
-    [doc] = _docs(db)
-    assert doc["source_subdir"] == "Buchhaltung/2026"
+@pytest.mark.parametrize(
+    ("date_tags", "expected"),
+    [
+        (None, [["Buchhaltung", "Eingang"], ["Eingang", "Q4"]]),
+        (True, [["11", "2026", "Buchhaltung", "Eingang"], ["2026-11-30", "Eingang", "Q4"]]),
+    ],
+    ids=["default", "date_folder_tags"],
+)
+def test_subfolders_become_tags(
+    hot_env: Any, db: Database, date_tags: bool | None, expected: list[list[str]]
+) -> None:
+    """Buchhaltung/2026/11/x.pdf and 2026-11-30/Q4/y.pdf with subfolder_tags: config tags
+    plus Buchhaltung, Q4; the date folders (2026, 11, 2026-11-30) only with date_folder_tags."""
+    watch = {"subfolder_tags": True, "tags": ["Eingang"], "date_folder_tags": date_tags}
+    _env, _hot, folder = hot_env(watch=watch)
+    write(folder / "Buchhaltung" / "2026" / "11" / "Rechnung.pdf", pdf_bytes(seed=600))
+    write(folder / "2026-11-30" / "Q4" / "Beleg.pdf", pdf_bytes(seed=601))
+    wait_until(lambda: _count(db) == 2)
+    docs = sorted(_docs(db), key=lambda d: d["original_filename"], reverse=True)
+    assert [d["source_subdir"] for d in docs] == ["Buchhaltung/2026/11", "2026-11-30/Q4"]
     with db.transaction() as tx:
-        tags = [r["name"] for r in tx.all("document_tag_names", {"document_id": doc["id"]})]
-    assert tags == ["2026", "Buchhaltung", "Eingang"]
+        tags = [
+            [r["name"] for r in tx.all("document_tag_names", {"document_id": d["id"]})]
+            for d in docs
+        ]
+    assert tags == expected
 
 
 def test_suspended_tenant_files_stay_in_place(

@@ -9,7 +9,8 @@ taxonomy auto-assignment and on_upload workflows), in the job's child process:
    searchable PDF, a thumbnail and ``text.json`` (the text per page). A retry after a
    later step failed reuses ``text.json`` instead of running OCR again; ``force`` redoes it;
 3. title from the text (only for a placeholder title, invariant 5), issued date from the
-   text (only if the file name gave none), taxonomy rules, then workflows in config order.
+   text (only if the file name gave none; first, if the source's ``date_source`` is
+   ``text-first``), taxonomy rules, then workflows in config order.
    What analysis set is recorded, so ``force`` derives title and date again as long as
    nobody changed them;
 4. webhooks are not sent here: each is a deliver-webhook job (worker/jobs/deliveries.py)
@@ -39,6 +40,8 @@ from pathlib import Path
 from typing import Any
 
 from ingestd.archive import retention
+from ingestd.config.settings import Config, DateSource
+from ingestd.intake.titles import TitleRules, parse_filename
 from ingestd.ops.runtime import make_archive
 from ingestd.queue.kinds import JobKind
 from worker.analysis import ocr
@@ -80,21 +83,58 @@ def _derive_title(
     return new
 
 
-def _derive_issued_date(doc: dict[str, Any], text: str, data: Analysis) -> datetime.date | None:
+def date_source(config: Config, source: str) -> DateSource:
+    """The ``date_source`` of the hot folder or SFTP account a document came from (its
+    ``source`` as intake recorded it, which a batch's parts inherit): the setting in force
+    when it is analysed. The default for the CLI and for a source no longer configured."""
+    kind, _, name = source.partition(":")
+    if kind == "watch":
+        for folder in config.watch:
+            if str(folder.path) == name:
+                return folder.date_source
+    elif kind == "sftp":
+        for account in config.sftp.accounts:
+            if account.username == name:
+                return account.date_source
+    return "filename-first"
+
+
+def filename_date(config: Config, doc: dict[str, Any]) -> datetime.date | None:
+    """The date intake took from the document's file name (parse_filename as intake ran
+    it: the config's placeholder patterns, the day it arrived)."""
+    rules = TitleRules(config.titles.placeholder_patterns)
+    arrived = doc["created_at"].date()
+    return parse_filename(str(doc["original_filename"]), rules, today=arrived).issued
+
+
+def _derive_issued_date(
+    doc: dict[str, Any],
+    text: str,
+    data: Analysis,
+    *,
+    text_first: bool = False,
+    from_name: datetime.date | None = None,
+) -> datetime.date | None:
     """The issued date after this analysis (DetermineIssuedAt); sets data's date fields.
 
-    Read from the text only while the document has none, or has the one analysis read
-    before; a date from the file name or set by a person is kept.
+    Read from the text while the document has none, or has the one analysis read before;
+    a date set by a person is kept. The file name's date (``from_name``) is kept too,
+    unless ``text_first``: then the text's date replaces it, and it stays when the text
+    has none.
     """
     issued: datetime.date | None = doc["issued_date"]
     data.derived_issued_date = None
-    if issued is not None and issued != doc["derived_issued_date"]:
-        return issued
+    ours = issued is None or issued == doc["derived_issued_date"]
+    if not ours and not (text_first and issued == from_name):
+        return issued  # a person's, or (filename-first) the file name's
     found = date_from_text(text)
     data.derived_issued_date = found
-    if found != issued:
-        data.issued = DateChange(found, issued)
-    return found
+    new = found
+    if new is None and text_first and issued is not None:
+        new = from_name  # the text no longer gives one: back to the file name's
+    if new != issued:
+        data.issued = DateChange(new, issued)
+    return new
 
 
 @register(JobKind.analyze_document, apply=apply_analysis)
@@ -126,7 +166,9 @@ def analyze_document(ctx: JobContext) -> None:
         thumbnail=str(rel_dir / text["thumbnail"]),
     )
     title = _derive_title(doc, job.derive_title, full, cfg.analysis.title_max_length, data)
-    issued = _derive_issued_date(doc, full, data)
+    text_first = date_source(cfg, str(doc["source"])) == "text-first"
+    from_name = filename_date(cfg, doc) if text_first else None
+    issued = _derive_issued_date(doc, full, data, text_first=text_first, from_name=from_name)
 
     matches = match_rules(
         cfg.taxonomy, job.tenant, f"{title}\n{full}", regex_timeout=cfg.analysis.regex_timeout

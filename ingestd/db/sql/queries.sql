@@ -433,9 +433,13 @@ RETURNING id, trashed_at;
 DELETE FROM documents WHERE id = %(id)s AND tenant_id = %(tenant_id)s
   AND trashed_at IS NOT NULL;
 
--- name: search
--- Tenant-scoped full-text search: the query in both configurations (a German word finds
--- its inflections, a name or number finds itself); ranked, with a snippet of the text.
+-- name: search_terms
+-- What query `search` looks for (ingestd/cli/search.py runs both): the web-search query
+-- (words ANDed, "a phrase", or, -word) in the tenant's configuration (tenant_search,
+-- 'german' by default: a word finds its inflections) and in 'simple' (a name or number
+-- finds itself); of its lexemes those looked for inside longer words, and the LIKE
+-- patterns a compound match needs one of (migration 0013). Passed on as values, so the
+-- planner of `search` sees them and picks the trigram index by their selectivity.
 WITH cfg AS (
     SELECT coalesce((SELECT config FROM tenant_search WHERE tenant_id = %(tenant_id)s),
                     'german') AS config
@@ -444,16 +448,63 @@ WITH cfg AS (
            || websearch_to_tsquery('simple', %(query)s) AS query
     FROM cfg
 )
+SELECT q.config::text AS config, q.query::text AS tsquery,
+       search_infixes(q.query::text) AS infixes, search_anchors(q.query) AS anchors
+FROM q;
+
+-- name: search
+-- Tenant-scoped search in two tiers, every exact hit ranked above every compound one.
+-- exact: the full-text query (search_terms) matches the document's vector; ts_rank_cd.
+-- compound (unless compounds is false): a query word of 3+ characters, not only digits,
+-- occurs inside a longer word - 'rechnung' in "Abschlagsrechnung", the stem 'kundig' in
+-- "Kündigungsfrist" - found by the trigram index on search_words. The document's vector
+-- with the query words found inside its words added must match the same query: `or` and
+-- -word keep their meaning (a negated word excludes a document that has it inside a
+-- word too), a phrase's words must still be whole words in a row (only those have
+-- positions). Searched only while the exact tier leaves room below the limit (else no
+-- compound hit would be shown). Snippets mark the words the query was found in.
+WITH q AS (
+    SELECT %(config)s::regconfig AS config, %(tsquery)s::tsquery AS query
+), exact AS MATERIALIZED (
+    SELECT c.document_id, ts_rank_cd(c.search, %(tsquery)s::tsquery) AS rank
+    FROM document_content c
+    WHERE c.tenant_id = %(tenant_id)s AND c.search @@ %(tsquery)s::tsquery
+), compound AS (
+    SELECT c.document_id, ts_rank(c.search || x.found, %(tsquery)s::tsquery) AS rank
+    FROM document_content c
+    CROSS JOIN LATERAL (
+        SELECT array_to_tsvector(array_agg(l)) AS found
+        FROM unnest(%(infixes)s::text[]) AS l
+        WHERE strpos(c.search_words, l) > 0) x
+    WHERE %(compounds)s AND (SELECT count(*) FROM exact) < %(limit)s
+      AND c.tenant_id = %(tenant_id)s
+      AND c.search_words LIKE ANY (%(anchors)s::text[])
+      AND NOT c.search @@ %(tsquery)s::tsquery
+      AND c.search || x.found @@ %(tsquery)s::tsquery
+), top AS (
+    SELECT document_id, 1 AS tier, rank FROM exact
+    UNION ALL
+    SELECT document_id, 2, rank FROM compound
+    ORDER BY tier, rank DESC, document_id DESC
+    LIMIT %(limit)s
+)
 SELECT d.id, d.title, d.issued_date, d.original_filename, c.page_count,
-       ts_rank_cd(c.search, q.query) AS rank,
-       ts_headline(q.config, left(c.content, 100000), q.query,
-                   'MaxFragments=2, MaxWords=18, MinWords=6, StartSel=«, StopSel=»')
-           AS snippet
-FROM q, document_content c
-JOIN documents d ON d.id = c.document_id
-WHERE c.tenant_id = %(tenant_id)s AND c.search @@ q.query
-ORDER BY rank DESC, d.id DESC
-LIMIT %(limit)s;
+       CASE t.tier WHEN 1 THEN 'exact' ELSE 'compound' END AS match, t.rank,
+       ts_headline(
+           CASE t.tier WHEN 1 THEN q.config ELSE 'simple'::regconfig END,
+           left(c.content, 100000),
+           CASE t.tier WHEN 1 THEN q.query ELSE coalesce(q.query || (
+               SELECT string_agg('''' || replace(replace(w, '\', '\\'), '''', '''''') || '''',
+                                 ' | ')::tsquery
+               FROM unnest(tsvector_to_array(c.search)) AS w
+               WHERE EXISTS (SELECT FROM unnest(%(infixes)s::text[]) AS l
+                             WHERE strpos(w, l) > 0)), q.query) END,
+           'MaxFragments=2, MaxWords=18, MinWords=6, StartSel=«, StopSel=»') AS snippet
+FROM top t
+JOIN documents d ON d.id = t.document_id
+JOIN document_content c ON c.document_id = t.document_id
+CROSS JOIN q
+ORDER BY t.tier, t.rank DESC, d.id DESC;
 
 -- ===================================================================== jobs (admin)
 -- name: jobs_list
@@ -475,12 +526,14 @@ LEFT JOIN documents d ON d.id = j.document_id
 WHERE j.id = %(id)s;
 
 -- name: job_retry
--- An admin retries a failed job (or one waiting for its retry time): fresh attempts, now.
+-- An admin retries failed jobs (or ones waiting for their retry time): fresh attempts, now.
+-- One statement for any number of ids (`jobs retry ID...`, `jobs retry --failed`).
 WITH j AS (
     UPDATE processing_jobs
     SET status = 'queued', retry_count = 0, next_attempt_at = now(), finished_at = NULL,
         lease_expires_at = NULL, worker_id = NULL, updated_at = now()
-    WHERE id = %(id)s AND (status = 'failed' OR (status = 'queued' AND next_attempt_at > now()))
+    WHERE id = ANY(%(ids)s::bigint[])
+      AND (status = 'failed' OR (status = 'queued' AND next_attempt_at > now()))
     RETURNING id, document_id, kind
 ), d AS (
     UPDATE documents SET processing_status = 'queued'
@@ -491,18 +544,28 @@ WITH j AS (
 SELECT j.id, (SELECT count(*) FROM n) AS notified FROM j;
 
 -- name: job_cancel
--- An admin cancels a job that has not started: failed, with the reason, never retried.
+-- An admin cancels jobs that have not started: failed, with the reason (cli/jobs.py's
+-- CANCELLED), never retried (nor by `jobs retry --failed`).
 WITH j AS (
     UPDATE processing_jobs
     SET status = 'failed', finished_at = now(), updated_at = now(),
-        error_message = 'cancelled by an administrator'
-    WHERE id = %(id)s AND status = 'queued'
+        error_message = %(reason)s
+    WHERE id = ANY(%(ids)s::bigint[]) AND status = 'queued'
     RETURNING id, document_id, kind
 ), d AS (
     UPDATE documents SET processing_status = 'failed'
     WHERE id IN (SELECT document_id FROM j WHERE ingestd_tracks_document(kind))
 )
 SELECT id FROM j;
+
+-- name: jobs_failed
+-- `jobs retry --failed [--tenant T] [--kind K]`: the failed jobs it retries (job_retry),
+-- not those an admin cancelled (their reason is %(cancelled)s).
+SELECT j.id FROM processing_jobs j
+WHERE j.status = 'failed' AND j.error_message IS DISTINCT FROM %(cancelled)s
+  AND (%(tenant_id)s::bigint IS NULL OR j.tenant_id = %(tenant_id)s)
+  AND (%(kind)s::text IS NULL OR j.kind = %(kind)s)
+ORDER BY j.id;
 
 -- name: status_queue
 -- Per tenant: ready, waiting for a retry, running, oldest ready job, failures in the last hour.
@@ -679,6 +742,41 @@ SELECT d.id, d.processing_status, d.trace_id, d.original_filename, d.mime_type,
        EXISTS (SELECT 1 FROM processing_jobs j WHERE j.document_id = d.id
                AND j.status IN ('queued', 'processing')) AS busy
 FROM documents d WHERE d.id = %(id)s AND d.tenant_id = %(tenant_id)s;
+
+-- name: documents_reanalyze
+-- `documents analyze --all` (through queue.enqueue.enqueue_each): one job of %(kind)s with
+-- %(payload)s, plus each document's id and trace, for every document of an active tenant,
+-- in one statement. Left out, and counted: one in the trash (it waits for its purge), a
+-- split batch (analysed through its children, as split_state tells `documents analyze`),
+-- one with a job of %(kind)s still queued (it runs with today's rules anyway). With
+-- count_only nothing is inserted: the counts for the confirmation.
+WITH scope AS (
+    SELECT d.id, d.tenant_id, d.trace_id,
+           CASE WHEN d.trashed_at IS NOT NULL THEN 'trashed'
+                WHEN EXISTS (SELECT 1 FROM document_parts p WHERE p.parent_id = d.id)
+                    THEN 'batch'
+                WHEN EXISTS (SELECT 1 FROM processing_jobs j WHERE j.document_id = d.id
+                             AND j.kind = %(kind)s AND j.status = 'queued')
+                    THEN 'queued'
+           END AS skipped
+    FROM documents d JOIN tenants t ON t.id = d.tenant_id
+    WHERE d.tenant_id = %(tenant_id)s AND t.status = 'active'
+), jobs AS (
+    INSERT INTO processing_jobs (tenant_id, document_id, kind, payload, derive_title)
+    SELECT tenant_id, id, %(kind)s,
+           %(payload)s::jsonb || jsonb_build_object('document_id', id)
+               || CASE WHEN trace_id IS NULL THEN '{}'::jsonb
+                       ELSE jsonb_build_object('trace', trace_id) END, false
+    FROM scope WHERE skipped IS NULL AND NOT %(count_only)s
+    ORDER BY id
+    RETURNING id
+)
+SELECT (SELECT count(*) FROM jobs) AS queued,
+       count(*) FILTER (WHERE skipped IS NULL) AS eligible,
+       count(*) FILTER (WHERE skipped = 'trashed') AS trashed,
+       count(*) FILTER (WHERE skipped = 'batch') AS batches,
+       count(*) FILTER (WHERE skipped = 'queued') AS already_queued
+FROM scope;
 
 -- name: jobs_live
 -- Which of these jobs are still queued or running (their work files are in use).

@@ -162,7 +162,12 @@ class HotFolders:
             source=f"watch:{folder.cfg.path}",
             filename=path.name,
             subdir=subdir,
-            tags=subfolder_tags(folder.cfg.tags, subdir, enabled=folder.cfg.subfolder_tags),
+            tags=subfolder_tags(
+                folder.cfg.tags,
+                subdir,
+                enabled=folder.cfg.subfolder_tags,
+                date_folders=folder.cfg.date_folder_tags,
+            ),
             trace=trace,
             split=self.split_policies.get(folder.cfg.path),
         )

@@ -61,7 +61,8 @@ def test_mkdir_date_folders_then_upload(make_rig: object) -> None:
 
 
 def test_subfolder_tags(make_rig: object, password_hashes: dict[str, str]) -> None:
-    """An account with subfolder_tags tags documents with the folder names below its inbox."""
+    """An account with subfolder_tags tags documents with the folder names below its inbox,
+    not with the date folders (2026/11) below them."""
     accounts = [
         {
             "username": "scan1",
@@ -74,9 +75,11 @@ def test_subfolder_tags(make_rig: object, password_hashes: dict[str, str]) -> No
     rig: Rig = make_rig(accounts=accounts)  # type: ignore[operator]
     src = rig.write_pdf("a.pdf", 13)
     with rig.paramiko() as sftp:
-        sftp.mkdir("Buchhaltung")
-        sftp.put(str(src), "Buchhaltung/rechnung.pdf")
+        for folder in ("Buchhaltung", "Buchhaltung/2026", "Buchhaltung/2026/11"):
+            sftp.mkdir(folder)
+        sftp.put(str(src), "Buchhaltung/2026/11/rechnung.pdf")
     doc = rig.wait_documents(1)[0]
+    assert doc["source_subdir"] == "Buchhaltung/2026/11"
     with rig.db.transaction() as tx:
         tags = tx.all("document_tag_names", {"document_id": doc["id"]})
     assert sorted(t["name"] for t in tags) == ["Buchhaltung", "Scanner 2.OG"]
@@ -210,6 +213,8 @@ def test_refused_content_fails_the_upload_and_nothing_is_kept(rig: Rig) -> None:
     rig.wait_idle()
     assert rig.failed_notes() == []
     assert rig.documents() == []
+    # An SFTP process reports its operator events a moment after the client's failure.
+    wait_until(lambda: rig.operator_events("file.refused"))
     [event] = rig.operator_events("file.refused")
     assert (event["tenant"], event["detail"]["reason"]) == ("acme", "bad_type")
     # The scanner retrying the same refused upload is one event, not one each time.
