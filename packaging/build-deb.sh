@@ -138,7 +138,7 @@ head -1 "$VENV/bin/ingestd" | grep -qx "#!$PREFIX/bin/python" \
 # -- the rest of the tree -----------------------------------------------------------------
 install -d "$STAGE/usr/bin" "$STAGE/usr/share/doc/ingestd"
 ln -s "$PREFIX/bin/ingestd" "$STAGE/usr/bin/ingestd"
-install -m 0644 "$REPO/README.md" "$REPO/config/ingestd.example.toml" "$STAGE/usr/share/doc/ingestd/"
+install -m 0644 "$REPO/README.md" "$REPO/config/ingestd.example.toml" "$REPO/docs/configuration.md" "$STAGE/usr/share/doc/ingestd/"
 install -m 0644 "$REPO/packaging/grafana/ingestd-dashboard.json" "$STAGE/usr/share/doc/ingestd/"
 install -d "$STAGE/usr/share/doc/ingestd/fail2ban"
 cp -r "$REPO/config/fail2ban/." "$STAGE/usr/share/doc/ingestd/fail2ban/"

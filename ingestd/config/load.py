@@ -19,6 +19,22 @@ from ingestd.errors import ConfigError
 DEFAULT_CONFIG_PATH = Path("/etc/ingestd/ingestd.toml")
 CONFIG_ENV = "INGESTD_CONFIG"
 
+# Where every key is shown, for the hint of an unknown key: the example the package
+# installs (packaging/build-deb.sh copies it uncompressed; dh_compress would make it .gz),
+# else the one of a source checkout, else the reference command.
+INSTALLED_EXAMPLE = Path("/usr/share/doc/ingestd/ingestd.example.toml")
+SOURCE_EXAMPLE = Path(__file__).resolve().parents[2] / "config" / "ingestd.example.toml"
+
+
+def key_reference() -> str:
+    """Where a sysadmin on this machine can look up the keys of the config file."""
+    for path in (INSTALLED_EXAMPLE, INSTALLED_EXAMPLE.with_name(INSTALLED_EXAMPLE.name + ".gz")):
+        if path.is_file():
+            return str(path)
+    if SOURCE_EXAMPLE.is_file():
+        return str(SOURCE_EXAMPLE)
+    return "`ingestd config-reference`"
+
 
 def _format_loc(loc: tuple[int | str, ...]) -> str:
     out = ""
@@ -34,7 +50,7 @@ def _format_error(err: Any) -> str:
     msg = str(err.get("msg", "invalid"))
     msg = msg.removeprefix("Value error, ")
     if err.get("type") == "extra_forbidden":
-        return f"{loc}: unknown key (check the spelling against config/ingestd.example.toml)"
+        return f"{loc}: unknown key (check the spelling against {key_reference()})"
     if err.get("type") == "missing":
         return f"{loc}: required key is missing"
     value = err.get("input")

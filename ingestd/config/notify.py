@@ -26,7 +26,14 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from ingestd.config.filemodes import GROUP_READABLE, read_secret_file
-from ingestd.config.rules import TENANT_NAME, AbsolutePath, ConfigModel, WebhookConfig
+from ingestd.config.rules import (
+    SECONDS,
+    TENANT_NAME,
+    AbsolutePath,
+    ConfigModel,
+    Shown,
+    WebhookConfig,
+)
 from ingestd.errors import ConfigError
 
 Severity = Literal["info", "warning", "error"]
@@ -48,6 +55,7 @@ EVENT_TYPES: tuple[str, ...] = (
     "file.not_removable",  # archived, but the hot folder will not let it go (stuck)
     "folder.gone",  # a hot folder vanished or was replaced (unmounted share, rm -rf)
     "folder.back",
+    "folder.unreadable",  # the daemon may not list a hot folder (owner, mode, its groups)
     "sftp.banned",
 )
 
@@ -111,22 +119,35 @@ class SmtpConfig(_Section):
     """
 
     host: str
-    # Default: 465 with security = "tls", else 25.
-    port: Annotated[int, Field(ge=1, le=65535)] = 25
-    security: Literal["none", "starttls", "tls"] = "starttls"
-    # AUTH: both or neither. The password lives in a file (0600/0640), read at each delivery.
+    """Host name or IP address of the relay (its port goes in `port`)."""
+    port: Annotated[
+        int, Field(ge=1, le=65535), Shown(default='`465` with `security = "tls"`, else `25`')
+    ] = 25
+    """The relay's port."""
+    security: Annotated[
+        Literal["none", "starttls", "tls"],
+        Shown(default="`none` for a relay on this host, `tls` on port 465, else `starttls`"),
+    ] = "starttls"
+    """`starttls` (upgrade a plain connection; refused if the relay does not offer it),
+    `tls` (TLS from the first byte) or `none` (plain; refused with AUTH to another host)."""
     username: Annotated[str, Field(min_length=1, max_length=256)] | None = None
+    """The AUTH user name: with `password_file`, or neither."""
     password_file: AbsolutePath | None = None
-    # CA certificate(s) (PEM) to verify the relay with instead of the system's (an
-    # internal CA).
+    """A file (mode 0600 or 0640) holding the AUTH password, read at each delivery."""
     ca_file: AbsolutePath | None = None
-    # The From: of every notification, also the envelope sender.
+    """CA certificate(s) (PEM) to verify the relay with instead of the system's (an
+    internal CA)."""
     from_address: MailAddress
-    # Seconds for the whole delivery (lookup, connect, TLS, AUTH, sending), not per read;
-    # at most 120, well inside worker.timeouts.notify.
-    timeout: Annotated[float, Field(gt=0, le=120)] = 30.0
-    # The name sent in EHLO/HELO; default: this host's fully qualified name.
-    helo: Annotated[str, Field(min_length=1, max_length=253)] | None = None
+    """The `From:` of every notification, also the envelope sender."""
+    # At most 120, well inside worker.timeouts.notify.
+    timeout: Annotated[float, Field(gt=0, le=120), SECONDS] = 30.0
+    """Seconds for the whole delivery (lookup, connect, TLS, AUTH, sending), not per
+    read."""
+    helo: Annotated[
+        Annotated[str, Field(min_length=1, max_length=253)] | None,
+        Shown(default="this host's fully qualified name"),
+    ] = None
+    """The name sent in EHLO/HELO."""
 
     @model_validator(mode="before")
     @classmethod
@@ -210,6 +231,7 @@ def _is_ip(v: str) -> bool:
 
 
 EventGlob = Annotated[str, Field(min_length=1, max_length=100)]
+EVENT_GLOBS = Shown(kind="list of globs over " + ", ".join(f"`{t}`" for t in EVENT_TYPES))
 
 
 class NotifySink(_Section):
@@ -221,11 +243,24 @@ class NotifySink(_Section):
     """
 
     name: Annotated[str, Field(pattern=SINK_NAME)]
+    """The sink's name, unique: it is in job payloads, log lines and the event id and
+    Message-ID of what the sink sends."""
     tenant: Annotated[str, Field(pattern=TENANT_NAME)] | None = None
-    events: Annotated[list[EventGlob], Field(min_length=1)] = Field(default_factory=lambda: ["*"])
+    """Only this tenant's events; absent: a global sink, which gets every event (the
+    appliance's own included)."""
+    events: Annotated[list[EventGlob], Field(min_length=1), EVENT_GLOBS] = Field(
+        default_factory=lambda: ["*"]
+    )
+    """The events the sink wants (`["document.*", "job.failed"]`); each glob must match
+    one event type."""
     min_severity: Severity = "warning"
+    """The least severity the sink wants: info < warning < error."""
     email: Annotated[list[MailAddress], Field(min_length=1, max_length=100)] | None = None
+    """E-mail addresses (one per entry) to send the events to through `[smtp]`; exactly one
+    of `email` and `webhook`."""
     webhook: WebhookConfig | None = None
+    """POST the events as signed JSON, as workflow webhooks do; exactly one of `email` and
+    `webhook`."""
 
     @field_validator("events")
     @classmethod

@@ -12,6 +12,7 @@ This module must not import ``ingestd.config.settings``: that one imports these 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import string
@@ -58,8 +59,22 @@ def _absolute(v: Path) -> Path:
     return v
 
 
+@dataclasses.dataclass(frozen=True)
+class Shown:
+    """How the configuration reference (ingestd.config.reference) shows a key whose type
+    or default says too little on its own, as ``Annotated`` metadata; validation ignores
+    it. ``kind`` replaces the type's name (bounds are still read from the schema),
+    ``default`` the default (Markdown) where a validator or the machine decides it."""
+
+    kind: str | None = None
+    default: str | None = None
+
+
+# A float that is a number of seconds.
+SECONDS = Shown(kind="duration in seconds")
+
 # A path a worker opens (secrets, CA files): never relative to whoever runs it.
-AbsolutePath = Annotated[Path, AfterValidator(_absolute)]
+AbsolutePath = Annotated[Path, AfterValidator(_absolute), Shown(kind="absolute path")]
 
 # A tag, correspondent, document type or workflow name (tags are stored with at most 100).
 Name = Annotated[str, Field(min_length=1, max_length=100), AfterValidator(_plain_name)]
@@ -114,9 +129,11 @@ def _not_true_false(title: str, errors: list[tuple[_Loc, str, bool]]) -> Validat
 class ConfigModel(BaseModel):
     """The base of every config table (ingestd.config.settings._Section, _Rule here): unknown keys
     are errors (a typo like `max_file_sise` must not silently keep a default), values are
-    immutable, and a boolean is never a number."""
+    immutable, and a boolean is never a number. Each key's docstring (the string literal
+    after it) is its description: ``ingestd config-reference`` prints it, and a test
+    wants one for every key."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
     @field_validator("*", mode="wrap")
     @classmethod
@@ -192,17 +209,26 @@ class TaxonomyRule(_Rule):
     """
 
     tenant: Annotated[str, Field(pattern=TENANT_NAME)]
+    """The tenant whose documents the rule applies to."""
     kind: Literal["tag", "correspondent", "document_type"]
+    """What the rule assigns."""
     name: Name
+    """The tag, correspondent or document type it assigns."""
     # Declared before `match` so that its validator can name the rule and its algorithm
     # (and compile a regex with the rule's case_sensitive).
     algorithm: Literal["any", "all", "exact", "regex", "fuzzy"] = "any"
-    # Similarity in percent of matching letters: 85 lets one letter in seven be wrong
-    # ("Telecom" finds "Telekom": 85.7) while "Telefon" (71) or "Telekolleg" (71) do not.
-    # paperless-ngx's 90 would need ten letters before a single typo is forgiven.
+    """How `match` is found: `any` of its words (a "quoted phrase" is one), `all` of them,
+    the `exact` phrase, a Python `regex`, or `fuzzy` (with a few typos)."""
+    # 85 lets one letter in seven be wrong ("Telecom" finds "Telekom": 85.7) while
+    # "Telefon" (71) or "Telekolleg" (71) do not. paperless-ngx's 90 would need ten
+    # letters before a single typo is forgiven.
     fuzzy_threshold: Annotated[int, Field(ge=0, le=100)] = 85
+    """For `fuzzy`: the similarity, in percent of matching letters, a run of words of the
+    text needs."""
     case_sensitive: bool = False
+    """Compare case and umlauts exactly instead of folding them (Müller = mueller)."""
     match: Annotated[str, Field(max_length=1000)]
+    """The words, phrase or regular expression to find in the document's title or text."""
 
     @field_validator("match")
     @classmethod
@@ -240,10 +266,13 @@ class WebhookConfig(_Rule):
     """
 
     url: str
+    """The http(s) URL the signed JSON event is POSTed to (no password in it)."""
     secret_file: AbsolutePath | None = None
+    """A file (mode 0600 or 0640) holding the HMAC secret that signs each request."""
     secret_env: Annotated[str, Field(pattern=_ENV_NAME)] | None = None
-    # Seconds for the whole delivery (lookup, connect, request, answer), not per read.
-    timeout: Annotated[float, Field(gt=0, le=120)] = 10.0
+    """An environment variable holding the secret instead (exactly one of the two)."""
+    timeout: Annotated[float, Field(gt=0, le=120), SECONDS] = 10.0
+    """Seconds for the whole delivery (lookup, connect, request, answer), not per read."""
 
     @field_validator("url")
     @classmethod
@@ -331,6 +360,10 @@ TITLE_TEMPLATE_KEYS = frozenset(
         "page_count",
     }
 )
+TITLE_TEMPLATE = Shown(
+    kind="title template with the fields "
+    + ", ".join(f"`{{{key}}}`" for key in sorted(TITLE_TEMPLATE_KEYS))
+)
 
 
 def template_fields(template: str) -> list[tuple[str, str | None]]:
@@ -363,29 +396,38 @@ def template_fields(template: str) -> list[tuple[str, str | None]]:
 class WorkflowConditions(_Rule):
     """When a workflow runs: every condition given must hold (none given: always)."""
 
-    # Globs on the document's source: "cli", "sftp:<account>", "watch:<folder path>";
-    # one of them must match (case-sensitive, like account names and paths).
     sources: list[Annotated[str, Field(min_length=1)]] = Field(default_factory=list)
-    # Glob on the uploaded file's name, case-insensitive ("*.PDF" matches "a.pdf").
+    """Globs on the document's source (`cli`, `sftp:<account>`, `watch:<folder path>`),
+    case-sensitive like account names and paths; one of them must match."""
     filename: Annotated[str, Field(min_length=1)] | None = None
-    # Glob on the sub-folder below the inbox or hot folder, case-insensitive:
-    # "Buchhaltung", "Buchhaltung/*" (any depth below it); "" means the top level.
+    """Glob on the uploaded file's name, case-insensitive (`*.PDF` matches `a.pdf`)."""
     subfolder: str | None = None
-    # Every one of these tags (after taxonomy and earlier workflows), case-insensitive.
+    """Glob on the sub-folder below the inbox or hot folder, case-insensitive
+    (`Buchhaltung/*`: any depth below it); `""` means the top level."""
     has_tags: list[Name] = Field(default_factory=list)
+    """Tags the document must all have (after taxonomy and earlier workflows),
+    case-insensitive."""
     correspondent: Name | None = None
+    """The correspondent the document must have."""
     document_type: Name | None = None
+    """The document type the document must have."""
 
 
 class WorkflowActions(_Rule):
     """What a workflow does; at least one action."""
 
     add_tags: list[Name] = Field(default_factory=list)
+    """Tags to add."""
     correspondent: Name | None = None
+    """The correspondent to set."""
     document_type: Name | None = None
-    # e.g. "{correspondent} {document_type} {year}-{month}"; keys: TITLE_TEMPLATE_KEYS.
-    title: Annotated[str, Field(min_length=1, max_length=1000)] | None = None
+    """The document type to set."""
+    title: Annotated[str, Field(min_length=1, max_length=1000), TITLE_TEMPLATE] | None = None
+    """The title to set, from a template such as `{correspondent} {document_type}
+    {year}-{month}`."""
     webhook: WebhookConfig | None = None
+    """POST a signed `document.analyzed` event to a URL (a delivery of its own, retried on
+    the `[deliveries]` ladder; a delivered one is never sent again)."""
 
     @field_validator("title")
     @classmethod
@@ -414,8 +456,12 @@ class WorkflowRule(_Rule):
     """An on-upload workflow of one tenant; workflows run in config order."""
 
     tenant: Annotated[str, Field(pattern=TENANT_NAME)]
-    # Recorded per document when it ran (document_workflow_runs): unique per tenant
+    """The tenant whose new documents the workflow handles."""
+    # Recorded per document when it ran (document_workflow_runs), so unique per tenant
     # (ingestd.config.settings.Config checks that).
     name: Name
+    """The workflow's name, unique per tenant: a workflow runs once per document."""
     when: WorkflowConditions = Field(default_factory=WorkflowConditions)
+    """When the workflow runs: every condition given must hold (none given: always)."""
     then: WorkflowActions
+    """What the workflow does: at least one action."""

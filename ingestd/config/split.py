@@ -71,7 +71,10 @@ class TagBarcode(ConfigModel):
     ``{1}``)."""
 
     pattern: str
+    """A regular expression a barcode's text must full-match."""
     tag: Annotated[str, Field(min_length=1, max_length=100)]
+    """The tag its child gets; `{1}`, `{2}`, … are the pattern's groups (pattern
+    `TAG:(.+)`, tag `{1}`)."""
 
     @field_validator("pattern")
     @classmethod
@@ -89,25 +92,41 @@ class TagBarcode(ConfigModel):
 
 class SplitPolicy(ConfigModel):
     mode: SplitMode = SplitMode.separator
+    """`separator`: a separator sheet starts a new document; `barcode-change`: a page whose
+    barcode differs from the current document's starts one (pages without continue it)."""
     separators: list[Annotated[str, Field(min_length=1, max_length=200)]] = Field(
         default_factory=lambda: [DEFAULT_SEPARATOR]
     )
-    # A separator's text may also full-match this (e.g. "SEP-[0-9]+").
+    """Barcode texts that make a page a separator sheet (`PATCHT`: the PATCH-T sheet's
+    Code 39)."""
     separator_regex: str | None = None
-    # barcode-change: which codes' values count (full match); None: any code that is
-    # neither an ASN nor a tag code.
+    """A separator's text may also full-match this regular expression (e.g.
+    `SEP-[0-9]+`)."""
     change_regex: str | None = None
+    """For `barcode-change`: the codes whose values count (full match); none: any code that
+    is neither an ASN nor a tag code."""
     symbologies: list[Symbology] = Field(default_factory=lambda: list(Symbology), min_length=1)
+    """The barcode symbologies read."""
     keep_separator: bool = False
+    """Keep a separator sheet as the first page(s) of the document that follows, instead
+    of dropping it from the children (the archived batch keeps every page)."""
     duplex: bool = False
+    """Pages come in sheets (front, back): a separator on either side makes the whole sheet
+    the separator, and documents start on a sheet boundary."""
     blank_sheets: bool = False
-    # Percent of the page (margins excluded) that is ink, below which a side is blank.
+    """A blank sheet (both sides, in duplex) separates documents too."""
     # Measured on 300 dpi A4: a scanned blank sheet (noise, dust, show-through) <= 0.004,
     # a page number alone 0.03, one line of text 0.16, a letter 2.6.
     blank_threshold: Annotated[float, Field(gt=0, le=20)] = 0.1
+    """Percent of the page (margins excluded) that is ink, below which a side is blank."""
     max_pages: Annotated[int, Field(ge=1, le=100_000)] = 100
+    """A child longer than this means a separator was missed: the batch needs attention
+    instead of silently becoming one huge document."""
     asn_prefix: Annotated[str, Field(min_length=1, max_length=20)] | None = None
+    """A barcode of this prefix and digits (`ASN00042`) sets the child's archive serial
+    number, unique per tenant."""
     tag_barcodes: list[TagBarcode] = Field(default_factory=list)
+    """Tag barcodes: a code that full-matches `pattern` tags its child with `tag`."""
 
     @field_validator("separator_regex", "change_regex")
     @classmethod
