@@ -131,14 +131,26 @@ def add_parser(sub: Any, common: argparse.ArgumentParser, jsonopt: argparse.Argu
     s.set_defaults(func=cmd_seal)
 
     s = asub.add_parser("export", parents=[common], help="one tenant's chain for an auditor")
-    s.add_argument("--tenant", required=True)
-    s.add_argument("--from", dest="since", type=date.fromisoformat, metavar="YYYY-MM-DD")
-    s.add_argument("--to", dest="until", type=date.fromisoformat, metavar="YYYY-MM-DD")
+    s.add_argument("--tenant", required=True, help="the tenant whose chain to export")
+    s.add_argument(
+        "--from",
+        dest="since",
+        type=date.fromisoformat,
+        metavar="YYYY-MM-DD",
+        help="entries from this day on (default: the chain's start)",
+    )
+    s.add_argument(
+        "--to",
+        dest="until",
+        type=date.fromisoformat,
+        metavar="YYYY-MM-DD",
+        help="entries up to and including this day (default: the latest)",
+    )
     s.add_argument("-o", "--output", type=Path, help="a new file (default: standard output)")
     s.set_defaults(func=cmd_export)
 
     s = asub.add_parser("check", help="check an export on its own (no database)")
-    s.add_argument("file", type=Path)
+    s.add_argument("file", type=Path, help="a file `ingestd audit export` wrote")
     s.add_argument("--public-key", help="the appliance's sealing key (hex) to pin")
     s.add_argument("--tsa-ca", type=Path, help="CA file the timestamp authority chains to")
     s.set_defaults(func=cmd_check)

@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from ingestd.cli import tenants as tenant_cli
-from ingestd.cli.common import load, print_json, shown
+from ingestd.cli.common import CONFIRM_ABOVE, confirm, load, print_json, print_table, shown
+from ingestd.config.settings import Config
 from ingestd.errors import ExitCode, IngestdError
 from ingestd.intake.items import IntakeItem, Outcome
 from ingestd.tenants import lookup
@@ -83,6 +84,8 @@ def cmd_documents_analyze(args: argparse.Namespace) -> int:
     from ingestd.queue.kinds import JobKind
 
     config = load(args)
+    if args.all:
+        return _analyze_all(args, config)
     queued: list[dict[str, int]] = []
     missing: list[int] = []
     split: list[dict[str, int]] = []
@@ -128,6 +131,56 @@ def cmd_documents_analyze(args: argparse.Namespace) -> int:
     if missing:
         return ExitCode.not_found
     return ExitCode.ok if not split else ExitCode.refused
+
+
+def _analyze_all(args: argparse.Namespace, config: Config) -> int:
+    """--all: one analyze-document job for every document of an active tenant, in one
+    statement (documents_reanalyze: not those in the trash, split batches, nor those with
+    one queued already); counted first, and confirmed above CONFIRM_ABOVE."""
+    from ingestd.ops.runtime import open_database
+    from ingestd.queue.enqueue import enqueue_each
+    from ingestd.queue.kinds import JobKind
+
+    payload = {"force": args.force, "reanalysis": True, "redeliver": args.redeliver}
+
+    def run(tx: Any, *, count_only: bool) -> dict[str, Any]:
+        # A suspended (or deleting) tenant's jobs would only fail: refused here, and the
+        # statement checks again.
+        tenant_id = lookup.active_id(lookup.by_name(tx, args.tenant))
+        params = {"tenant_id": tenant_id, "count_only": count_only}
+        return enqueue_each(
+            tx, "documents_reanalyze", params, kind=JobKind.analyze_document, payload=payload
+        )
+
+    with open_database(config) as db:
+        if not args.yes:
+            with db.transaction() as tx:
+                n = int(run(tx, count_only=True)["eligible"])
+            confirm(n, f"re-analyse {n:,} {_documents(n)} of tenant {args.tenant}", yes=False)
+        with db.transaction() as tx:
+            counts = run(tx, count_only=False)
+    queued = int(counts["queued"])
+    skipped = {k: int(counts[k]) for k in ("trashed", "batches", "already_queued")}
+    if args.json:
+        print_json({"tenant": args.tenant, "queued": queued, "skipped": skipped})
+        return ExitCode.ok
+    print(f"tenant {args.tenant}: analyze-document queued for {queued:,} {_documents(queued)}")
+    left_out = [
+        f"{n:,} {text}"
+        for n, text in (
+            (skipped["trashed"], "in the trash"),
+            (skipped["batches"], "split batches (analysed through their documents)"),
+            (skipped["already_queued"], "with an analysis queued already"),
+        )
+        if n
+    ]
+    if left_out:
+        print(f"left out: {'; '.join(left_out)}")
+    return ExitCode.ok
+
+
+def _documents(n: int) -> str:
+    return "document" if n == 1 else "documents"
 
 
 def cmd_documents_split(args: argparse.Namespace) -> int:
@@ -209,18 +262,23 @@ def cmd_documents(args: argparse.Namespace) -> int:
     if args.json:
         print_json(rows)
         return ExitCode.ok
-    print(
-        f"{'ID':>6} {'TENANT':<12} {'SOURCE':<20} {'STATUS':<9} {'ISSUED':<10} {'BATCH':<10} "
-        f"{'TITLE':<30} TAGS"
+    print_table(
+        ("ID", "TENANT", "SOURCE", "STATUS", "ISSUED", "BATCH", "TITLE", "TAGS"),
+        (
+            [
+                r["id"],
+                r["tenant"],
+                shown(r["source"]),
+                r["processing_status"],
+                r["issued_date"].isoformat() if r["issued_date"] else "-",
+                batch_mark(r),
+                shown(r["title"]),
+                shown(", ".join(r["tags"])),
+            ]
+            for r in rows
+        ),
+        right=("ID",),
     )
-    for r in rows:
-        issued = r["issued_date"].isoformat() if r["issued_date"] else "-"
-        title = shown(r["title"])[:30]
-        source = shown(r["source"])[:20]
-        print(
-            f"{r['id']:>6} {r['tenant']:<12} {source:<20} {r['processing_status']:<9} "
-            f"{issued:<10} {batch_mark(r):<10} {title:<30} {', '.join(r['tags'])}"
-        )
     return ExitCode.ok
 
 
@@ -275,12 +333,22 @@ def cmd_documents_show(args: argparse.Namespace) -> int:
         )
     if children:
         print(f"{'children:':<15}{len(children)}")
-        for c in children:
-            asn = f"ASN {c['asn']}" if c["asn"] is not None else ""
-            print(
-                f"  {c['position']:>3}. document {c['id']:<6} {pages(c):<14} "
-                f"{c['processing_status']:<10} {asn:<10} {shown(c['title'])}"
-            )
+        print_table(
+            ("PART", "DOCUMENT", "PAGES", "STATUS", "ASN", "TITLE"),
+            (
+                [
+                    f"{c['position']}.",
+                    c["id"],
+                    pages(c),
+                    c["processing_status"],
+                    "-" if c["asn"] is None else c["asn"],
+                    shown(c["title"]),
+                ]
+                for c in children
+            ),
+            right=("PART", "DOCUMENT"),
+            indent="  ",
+        )
     return ExitCode.ok
 
 
@@ -302,9 +370,12 @@ def cmd_documents_attention(args: argparse.Namespace) -> int:
     if not rows:
         print("no documents need attention")
         return ExitCode.ok
+    id_width = max(len(str(r["id"])) for r in rows)
+    tenant_width = max(len(r["tenant"]) for r in rows)
     for r in rows:
-        print(f"{r['id']:>6} {r['tenant']:<12} {shown(r['original_filename'])}")
-        print(f"{'':>6} {shown(r['attention_reason'] or '')}")
+        name = shown(r["original_filename"])
+        print(f"{r['id']:>{id_width}}  {r['tenant']:<{tenant_width}}  {name}")
+        print(f"{'':>{id_width}}  {shown(r['attention_reason'] or '')}")
     print(
         f"\n{len(rows)} document(s). Re-queue with `ingestd documents analyze --tenant T ID`, "
         "or accept without text: `ingestd documents mark-done --tenant T ID`"
@@ -340,14 +411,14 @@ def add_parsers(
 ) -> None:
     """ingest and documents (with the tenant module's trash/purge)."""
     s = sub.add_parser("ingest", parents=[common, jsonopt], help="ingest files from the shell")
-    s.add_argument("--tenant", required=True)
+    s.add_argument("--tenant", required=True, help="the tenant the files are for")
     s.add_argument("--keep-source", action="store_true", help="do not remove files after COMMIT")
     s.add_argument(
         "--no-split",
         action="store_true",
         help="each file is one document, even if the tenant has a [split.<tenant>] policy",
     )
-    s.add_argument("files", nargs="+")
+    s.add_argument("files", nargs="+", metavar="FILE", help="the files to ingest")
     s.set_defaults(func=cmd_ingest)
 
     s = sub.add_parser(
@@ -358,36 +429,44 @@ def add_parsers(
     )
     dsub = s.add_subparsers(dest="documents_cmd", required=True)
     tenant_cli.add_document_parsers(dsub, common, jsonopt)
-    d = dsub.add_parser("list", parents=[common, jsonopt])
-    d.add_argument("--tenant", default=None)
-    d.add_argument("--limit", type=int, default=50)
+    d = dsub.add_parser(
+        "list", parents=[common, jsonopt], help="newest documents first, every column whole"
+    )
+    d.add_argument("--tenant", default=None, help="only this tenant's documents")
+    d.add_argument(
+        "--limit",
+        type=int,
+        default=50,
+        metavar="N",
+        help="at most N documents (default %(default)s)",
+    )
     d.set_defaults(func=cmd_documents)
     d = dsub.add_parser(
         "show", parents=[common, jsonopt], help="one document, with its batch or its children"
     )
-    d.add_argument("--tenant", default=None)
-    d.add_argument("id", type=int, metavar="ID")
+    d.add_argument("--tenant", default=None, help="only if it is this tenant's document")
+    d.add_argument("id", type=int, metavar="ID", help="the document's id")
     d.set_defaults(func=cmd_documents_show)
     d = dsub.add_parser(
         "split",
         parents=[common, jsonopt],
         help="split a batch (again) by its source's policy, e.g. one that needs attention",
     )
-    d.add_argument("--tenant", required=True)
+    d.add_argument("--tenant", required=True, help="the documents' tenant")
     d.add_argument(
         "--max-pages",
         type=int,
         default=None,
         help="allow children this long (the batch was flagged: a separator may be missing)",
     )
-    d.add_argument("ids", nargs="+", type=int, metavar="ID")
+    d.add_argument("ids", nargs="+", type=int, metavar="ID", help="the batches to split")
     d.set_defaults(func=cmd_documents_split)
     d = dsub.add_parser(
         "analyze",
         parents=[common, jsonopt],
-        help="queue analyze-document again (re-OCR, re-derive)",
+        help="queue analyze-document again (re-OCR, re-derive): by id, or all with --all",
     )
-    d.add_argument("--tenant", required=True)
+    d.add_argument("--tenant", required=True, help="the documents' tenant")
     d.add_argument(
         "--force",
         action="store_true",
@@ -398,21 +477,44 @@ def add_parsers(
         action="store_true",
         help="send the workflows' webhooks again (a re-analysis sends none)",
     )
-    d.add_argument("ids", nargs="+", type=int, metavar="ID")
+    which = d.add_mutually_exclusive_group(required=True)
+    which.add_argument(
+        "ids", nargs="*", type=int, default=[], metavar="ID", help="the documents to analyse"
+    )
+    which.add_argument(
+        "--all",
+        action="store_true",
+        help="every document of the (active) tenant, but those in the trash, split batches "
+        "and those with an analysis queued already",
+    )
+    d.add_argument(
+        "--yes",
+        action="store_true",
+        help="with --all: go ahead however many documents there are (without it, more "
+        f"than {CONFIRM_ABOVE} need a y at the terminal)",
+    )
     d.set_defaults(func=cmd_documents_analyze)
     d = dsub.add_parser(
         "attention",
         parents=[common, jsonopt],
         help="documents archived but not analysable, with the reason",
     )
-    d.add_argument("--tenant", default=None)
-    d.add_argument("--limit", type=int, default=200)
+    d.add_argument("--tenant", default=None, help="only this tenant's documents")
+    d.add_argument(
+        "--limit",
+        type=int,
+        default=200,
+        metavar="N",
+        help="at most N documents (default %(default)s)",
+    )
     d.set_defaults(func=cmd_documents_attention)
     d = dsub.add_parser(
         "mark-done",
         parents=[common, jsonopt],
         help="accept documents that need attention as done, without text",
     )
-    d.add_argument("--tenant", required=True)
-    d.add_argument("ids", nargs="+", type=int, metavar="ID")
+    d.add_argument("--tenant", required=True, help="the documents' tenant")
+    d.add_argument(
+        "ids", nargs="+", type=int, metavar="ID", help="the documents to accept without text"
+    )
     d.set_defaults(func=cmd_documents_mark_done)

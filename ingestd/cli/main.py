@@ -6,7 +6,7 @@ import argparse
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +15,7 @@ from ingestd.cli import audit as audit_cli
 from ingestd.cli import documents, sftp, system
 from ingestd.cli import jobs as jobs_cli
 from ingestd.cli import retention as retention_cli
+from ingestd.cli import samples as samples_cli
 from ingestd.cli import search as search_cli
 from ingestd.cli import tenants as tenant_cli
 from ingestd.cli.common import Handler, load
@@ -123,8 +124,38 @@ def build_parser() -> argparse.ArgumentParser:
     search_cli.add_parser(sub, common, jsonopt)
     audit_cli.add_parser(sub, common, jsonopt)
     retention_cli.add_parsers(sub, common, jsonopt)
+    samples_cli.add_parser(sub)
 
+    _shared_help(p)
     return p
+
+
+# The options many commands share, meaning the same in each: their help where a command
+# gives none of its own (every option shows some in --help; tests/unit/test_cli_help.py).
+_SHARED_HELP = {"--tenant": "the tenant", "--limit": "at most N rows (default %(default)s)"}
+
+
+def _shared_help(parser: argparse.ArgumentParser) -> None:
+    for _, p in subparsers(parser):
+        for action in p._actions:
+            for flag in action.option_strings:
+                if action.help is None and flag in _SHARED_HELP:
+                    action.help = _SHARED_HELP[flag]
+
+
+def subparsers(
+    parser: argparse.ArgumentParser, path: str = "ingestd"
+) -> Iterator[tuple[str, argparse.ArgumentParser]]:
+    """``parser`` and every sub-command's parser below it, each with its command line
+    ("ingestd jobs retry"); an alias's parser only once, under its name."""
+    yield path, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            seen: set[int] = set()
+            for name, sub in action.choices.items():  # a name before its aliases
+                if id(sub) not in seen:
+                    seen.add(id(sub))
+                    yield from subparsers(sub, f"{path} {name}")
 
 
 def _report(exc: IngestdError) -> int:

@@ -18,7 +18,7 @@ from typing import Any
 
 from ingestd.archive import audit, retention
 from ingestd.archive.audit import AuditKind
-from ingestd.cli.common import load, print_json
+from ingestd.cli.common import load, print_json, print_table, shown
 from ingestd.errors import ExitCode
 from ingestd.tenants import lookup
 
@@ -40,11 +40,18 @@ def cmd_hold(args: argparse.Namespace) -> int:
             if args.json:
                 print_json(rows)
             else:
-                for r in rows:
-                    what = f"document {r['document_id']}" if r["document_id"] else "whole tenant"
-                    print(
-                        f"{r['tenant']:<20} {what:<18} since {r['set_at']:%Y-%m-%d}: {r['reason']}"
-                    )
+                print_table(
+                    ("TENANT", "HELD", "SINCE", "REASON"),
+                    (
+                        [
+                            r["tenant"],
+                            f"document {r['document_id']}" if r["document_id"] else "whole tenant",
+                            f"{r['set_at']:%Y-%m-%d}",
+                            shown(r["reason"]),
+                        ]
+                        for r in rows
+                    ),
+                )
             return ExitCode.ok
         tid = _tenant_id(tx, args.tenant)
         targets: list[int | None] = list(args.document) or [None]
@@ -125,19 +132,21 @@ def add_parsers(
     for name, text in (("set", "put documents (or a whole tenant) under a legal hold"),
                        ("release", "release a legal hold")):  # fmt: skip
         s = hsub.add_parser(name, parents=[common], help=text)
-        s.add_argument("--tenant", required=True)
+        s.add_argument("--tenant", required=True, help="the tenant")
         s.add_argument("--document", type=int, action="append", default=[], metavar="ID",
                        help="a document (repeatable); none: the whole tenant")  # fmt: skip
         if name == "set":
             s.add_argument("--reason", required=True, help="why (a case number): recorded")
         s.set_defaults(func=cmd_hold)
     s = hsub.add_parser("list", parents=[common, jsonopt], help="the holds in force")
-    s.add_argument("--tenant", default=None)
+    s.add_argument("--tenant", default=None, help="only this tenant's holds")
     s.set_defaults(func=cmd_hold)
 
     r = sub.add_parser("retention", parents=[common], help="what each document is kept for")
     rsub = r.add_subparsers(dest="retention_cmd", required=True)
     s = rsub.add_parser("show", parents=[common, jsonopt], help="years, last day kept, holds")
-    s.add_argument("--tenant", required=True)
-    s.add_argument("ids", nargs="*", type=int)
+    s.add_argument("--tenant", required=True, help="the tenant")
+    s.add_argument(
+        "ids", nargs="*", type=int, metavar="ID", help="these documents (default: all of them)"
+    )
     s.set_defaults(func=cmd_retention_show)

@@ -131,5 +131,5 @@ def add_parsers(
     a = ssub.add_parser(
         "unban", parents=[common], help="lift bans (the server applies it at the next connection)"
     )
-    a.add_argument("ips", nargs="+", metavar="IP")
+    a.add_argument("ips", nargs="+", metavar="IP", help="the banned addresses to let in again")
     a.set_defaults(func=cmd_sftp)

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ingestd.cli.common import load, print_json, shown
+from ingestd.cli.common import load, print_json, print_table, shown
 from ingestd.config.load import default_config_path, load_config
 from ingestd.errors import ConfigError, ExitCode, IngestdError
 from ingestd.ops import machine as checks
@@ -158,28 +158,32 @@ def _print_status(report: dict[str, Any]) -> None:
     if not database["up"]:
         return
     print()
-    print(
-        f"{'TENANT':<20} {'WHAT':<24} {'QUEUED':>7} {'PROC':>7} {'DONE':>7} {'FAILED':>7} "
-        f"{'ATTN':>7}"
-    )
+    counts_header = ("QUEUED", "PROC", "DONE", "FAILED", "ATTN")  # JobStatus's order
+    rows: list[list[object]] = []
     for name, t in sorted(report["tenants"].items()):
-        rows = [("documents", t["documents"])] + [
+        what = [("documents", t["documents"])] + [
             (f"jobs {k}", v) for k, v in sorted(t["jobs"].items())
         ]
-        for label, counts in rows:
-            n = [counts.get(k, 0) for k in JobStatus]
-            print(f"{name:<20} {label:<24} {n[0]:>7} {n[1]:>7} {n[2]:>7} {n[3]:>7} {n[4]:>7}")
+        rows.extend([name, label, *(counts.get(k, 0) for k in JobStatus)] for label, counts in what)
+    print_table(("TENANT", "WHAT", *counts_header), rows, right=counts_header)
     if report["queue"]:
         print()
-        print(
-            f"{'QUEUE':<20} {'READY':>7} {'RETRY':>7} {'RUNNING':>7} {'OLDEST':>9} {'FAILED/1h':>9}"
+        numbers = ("READY", "RETRY", "RUNNING", "OLDEST", "FAILED/1h")
+        print_table(
+            ("QUEUE", *numbers),
+            (
+                [
+                    q["tenant"],
+                    q["ready"],
+                    q["retrying"],
+                    q["running"],
+                    "-" if q["oldest_ready_seconds"] is None else f"{q['oldest_ready_seconds']}s",
+                    q["failed_last_hour"],
+                ]
+                for q in report["queue"]
+            ),
+            right=numbers,
         )
-        for q in report["queue"]:
-            oldest = "-" if q["oldest_ready_seconds"] is None else f"{q['oldest_ready_seconds']}s"
-            print(
-                f"{q['tenant']:<20} {q['ready']:>7} {q['retrying']:>7} {q['running']:>7} "
-                f"{oldest:>9} {q['failed_last_hour']:>9}"
-            )
 
 
 # -- verify -----------------------------------------------------------------------------
@@ -244,10 +248,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def add_parsers(
     sub: Any, common: argparse.ArgumentParser, jsonopt: argparse.ArgumentParser
 ) -> None:
-    """check-config and migrate."""
+    """check-config, config-reference and migrate."""
     s = sub.add_parser("check-config", parents=[common, jsonopt], help="validate config files")
     s.add_argument("files", nargs="*", type=Path, help="files to check (default: --config)")
     s.set_defaults(func=cmd_check_config)
+
+    from ingestd.cli import reference
+
+    reference.add_parser(sub)
 
     s = sub.add_parser("migrate", parents=[common, jsonopt], help="create/upgrade the schema")
     s.set_defaults(func=cmd_migrate)

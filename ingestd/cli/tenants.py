@@ -42,7 +42,7 @@ def _enqueue(
 
 
 def cmd_tenant(args: argparse.Namespace) -> int:
-    from ingestd.cli.common import load, print_json
+    from ingestd.cli.common import load, print_json, print_table
     from ingestd.ops.runtime import open_database
 
     config = load(args)
@@ -53,9 +53,11 @@ def cmd_tenant(args: argparse.Namespace) -> int:
                 if args.json:
                     print_json(rows)
                 else:
-                    print(f"{'NAME':<24} {'STATUS':<10} {'DOCUMENTS':>9}")
-                    for r in rows:
-                        print(f"{r['name']:<24} {r['status']:<10} {r['documents']:>9}")
+                    print_table(
+                        ("NAME", "STATUS", "DOCUMENTS"),
+                        ([r["name"], r["status"], r["documents"]] for r in rows),
+                        right=("DOCUMENTS",),
+                    )
                 return ExitCode.ok
             if args.tenant_cmd == "create":
                 row = tx.one("tenant_insert", {"name": args.name, "status": TenantStatus.creating})
@@ -219,7 +221,7 @@ def add_parsers(
     t = tsub.add_parser(
         "create", parents=[common], help="create a tenant; a worker provisions and activates it"
     )
-    t.add_argument("name")
+    t.add_argument("name", help="the new tenant's name: a-z, 0-9, _ and -, up to 63")
     t.add_argument(
         "--member", action="append", default=[], help="an initial member (owner); repeatable"
     )
@@ -231,16 +233,19 @@ def add_parsers(
         help="wait until a worker made it active",
     )
     t.set_defaults(func=cmd_tenant)
-    for name in ("suspend", "activate"):
-        t = tsub.add_parser(name, parents=[common])
-        t.add_argument("name")
+    for name, text in (
+        ("suspend", "stop the tenant's intake, logins and jobs; its files wait where they are"),
+        ("activate", "resume a suspended tenant"),
+    ):
+        t = tsub.add_parser(name, parents=[common], help=text)
+        t.add_argument("name", help="the tenant")
         t.set_defaults(func=cmd_tenant)
     for name, text in (
         ("delete", "remove the tenant, its files and rows (signed job)"),
         ("reset", "empty the tenant and keep it (signed job)"),
     ):
         t = tsub.add_parser(name, parents=[common], help=text)
-        t.add_argument("name")
+        t.add_argument("name", help="the tenant")
         t.add_argument("--confirm", required=True, metavar="NAME", help="the tenant's name again")
         t.add_argument(
             "--override-retention",
@@ -257,7 +262,9 @@ def add_parsers(
                 help="status of the empty tenant (default suspended)",
             )
         t.set_defaults(func=cmd_tenant)
-    t = tsub.add_parser("list", parents=[common, jsonopt])
+    t = tsub.add_parser(
+        "list", parents=[common, jsonopt], help="every tenant, its status and documents"
+    )
     t.set_defaults(func=cmd_tenant)
 
 
@@ -269,6 +276,6 @@ def add_document_parsers(
         ("purge", "queue purge-document for trashed documents (after retention)"),
     ):
         d = dsub.add_parser(name, parents=[common, jsonopt], help=text)
-        d.add_argument("--tenant", required=True)
-        d.add_argument("ids", nargs="+", type=int, metavar="ID")
+        d.add_argument("--tenant", required=True, help="the documents' tenant")
+        d.add_argument("ids", nargs="+", type=int, metavar="ID", help=f"the documents to {name}")
         d.set_defaults(func=cmd_document_lifecycle)

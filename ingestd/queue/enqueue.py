@@ -1,11 +1,12 @@
 """Job kinds and the one producer of jobs: ``enqueue``, inside the caller's transaction.
 
-Intake, the CLI, tenant commands and job appliers (deliveries) all insert jobs here, so
-the retired-kind check and the payload's correlation id are applied the same way for
-every producer. The one exception to where the row is written is intake's committing
-statement (``intake_record``, migration 0012), which inserts the document's job in SQL to
-save its round trips; its body comes from ``job_body`` here all the same. The worker side
-(claim, outcomes) is ``ingestd/queue/claims.py``.
+Intake, the CLI, tenant commands and job appliers (deliveries) all insert jobs here (one
+at a time with ``enqueue``, in bulk with ``enqueue_each``), so the retired-kind check and
+the payload's correlation id are applied the same way for every producer. The one
+exception to where the row is written is intake's committing statement (``intake_record``,
+migration 0012), which inserts the document's job in SQL to save its round trips; its
+body comes from ``job_body`` here all the same. The worker side (claim, outcomes) is
+``ingestd/queue/claims.py``.
 """
 
 from __future__ import annotations
@@ -48,6 +49,26 @@ def enqueue(
     )
     assert row is not None
     return int(row["id"])
+
+
+def enqueue_each(
+    tx: Tx,
+    query: str,
+    params: dict[str, Any],
+    *,
+    kind: JobKind | str,
+    payload: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Insert one job of ``kind`` for each document a bulk named ``query`` selects, in one
+    statement (``documents analyze --all``); returns the query's one row (its counts).
+
+    The query gets ``params`` and %(kind)s and %(payload)s, the body ``job_body`` makes
+    (the retired-kind check included); it adds each document's id and trace itself.
+    """
+    body = job_body(kind, payload, None)
+    row = tx.one(query, {**params, "kind": str(kind), "payload": jsonb(body)})
+    assert row is not None
+    return dict(row)
 
 
 def job_body(
