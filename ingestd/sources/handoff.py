@@ -25,6 +25,7 @@ from prometheus_client import Counter
 
 from ingestd.errors import IngestdError, TenantError, TenantNotActive
 from ingestd.intake.items import Disposal, IntakeItem, IntakeResult, Outcome
+from ingestd.intake.tags import date_folder_flags
 from ingestd.log import Logger
 from ingestd.ops import metrics
 from ingestd.sources import retry
@@ -66,11 +67,16 @@ def tenant_status_of(exc: TenantError) -> str:
     return exc.status if isinstance(exc, TenantNotActive) else MISSING
 
 
-def subfolder_tags(tags: Iterable[str], subdir: str, *, enabled: bool) -> tuple[str, ...]:
+def subfolder_tags(
+    tags: Iterable[str], subdir: str, *, enabled: bool, date_folders: bool = False
+) -> tuple[str, ...]:
     """The configured ``tags`` and, if ``enabled``, the folder names of ``subdir`` ("a/b"
     below the hot folder or inbox), each once, in that order (a folder named like a
-    configured tag, or twice on the path, adds nothing)."""
+    configured tag, or twice on the path, adds nothing). Folders that only say when
+    (``2026/11``, ``2026-11-30``: ``date_folder_flags``) only if ``date_folders``."""
     parts = subdir.split("/") if enabled and subdir else []
+    if not date_folders:
+        parts = [p for p, dated in zip(parts, date_folder_flags(parts), strict=True) if not dated]
     return tuple(dict.fromkeys([*tags, *parts]))
 
 

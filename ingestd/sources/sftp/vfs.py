@@ -221,7 +221,14 @@ class InboxSFTP(paramiko.SFTPServerInterface):
             size=size,
             mtime=mtime,
             remote_ip=self.session.remote_ip,
-            tags=list(subfolder_tags(acct.tags, subdir, enabled=acct.subfolder_tags)),
+            tags=list(
+                subfolder_tags(
+                    acct.tags,
+                    subdir,
+                    enabled=acct.subfolder_tags,
+                    date_folders=acct.date_folder_tags,
+                )
+            ),
         )
 
     def _publish(
