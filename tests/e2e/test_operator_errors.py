@@ -49,12 +49,12 @@ def _the_error(stderr: str) -> str:
     return str(line["error"])
 
 
-def _config(path: Path, url: str, **sections: Any) -> Path:
+def _config(path: Path, url: str, connect_timeout: float = 30, **sections: Any) -> Path:
     root = path.parent
     write_config(
         path,
         {
-            "database": {"url": url, "connect_timeout": 30},
+            "database": {"url": url, "connect_timeout": connect_timeout},
             "paths": {"state_dir": str(root / "state"), "spool": str(root / "spool")},
             "log": {"format": "json"},
             "metrics": {"enabled": False},
@@ -276,7 +276,7 @@ def shared_root() -> Iterator[Path]:
     shutil.rmtree(base, ignore_errors=True)
 
 
-def _nobody_install(root: Path) -> Path:
+def _nobody_install(root: Path, connect_timeout: float = 30) -> Path:
     """A config whose state dir and spool belong to nobody, with one SFTP account (so the
     daemon needs host keys) and a database that is down (the daemon comes up anyway)."""
     for d in ("state", "spool"):
@@ -290,6 +290,7 @@ def _nobody_install(root: Path) -> Path:
     return _config(
         root / "c.toml",
         f"host={root} port=1 dbname=ingestd user=ingestd",
+        connect_timeout,
         sftp={"listen": "127.0.0.1:0"},
         **{"sftp.accounts": [account]},
     )
@@ -301,7 +302,7 @@ def test_root_commands_leave_the_state_dir_to_its_owner(shared_root: Path) -> No
     loads the keys and applies the unban request."""
     if os.geteuid() != 0:
         pytest.skip("needs root")
-    cfg = _nobody_install(shared_root)
+    cfg = _nobody_install(shared_root, connect_timeout=2)  # the database is down: ready soon
     state = shared_root / "state"
     assert _run("hostkeys", "--config", str(cfg)).returncode == 0
     assert _run("sftp", "unban", "192.0.2.7", "--config", str(cfg)).returncode == 0
@@ -366,6 +367,45 @@ def test_a_daemon_that_cannot_use_its_state_dir_exits_10_in_one_line(shared_root
     error = _the_error(proc.stdout + proc.stderr)
     assert f"{shared_root}/state/hostkeys: user nobody cannot read/write/enter it" in error
     assert "owner root:root, mode 0700" in error and "chown -R nobody:nogroup" in error
+
+
+def test_a_hot_folder_the_daemon_may_not_list_is_reported_then_watched_once_fixed(
+    shared_root: Path,
+) -> None:
+    """A hot folder of a group the daemon's user is not in (yet): `watch.folder_unreadable`
+    names the folder's owner and mode, the user and groups the daemon runs as and the fix,
+    once; fixed, it is watched (`watch.folder_back`) without a restart."""
+    if why := _nobody_cannot_run_ingestd():
+        pytest.skip(why)
+    hot = shared_root / "hot"
+    hot.mkdir(mode=0o770)  # root:root: closed to nobody
+    hot.chmod(0o770)
+    cfg = _nobody_install(shared_root, connect_timeout=2)  # the database is down: ready soon
+    with open(cfg, "a") as f:
+        f.write(f'\n[[watch]]\npath = "{hot}"\ntenant = "acme"\n')
+    log_path = shared_root / "serve.log"
+    with open(log_path, "wb") as out:
+        proc = subprocess.Popen(
+            [*_as_nobody(), *CLI, "serve", "--config", str(cfg)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=shared_root,
+        )
+        try:
+            wait_until(lambda: read_events(log_path, "watch.folder_unreadable"), timeout=60)
+            [line] = read_events(log_path, "watch.folder_unreadable")
+            assert line["folder"] == str(hot) and line["tenant"] == "acme"
+            assert line["cannot"] == ["read", "enter", "remove files from"]
+            assert line["folder_owner"] == "root:root drwxrwx---"
+            assert line["running_as"].startswith("nobody (groups ")
+            assert "restarts" in line["fix"]
+            assert read_events(log_path, "watch.added") == []
+            hot.chmod(0o777)  # what a chgrp to the daemon's group does for it
+            wait_until(lambda: read_events(log_path, "watch.folder_back"), timeout=60)
+            assert len(read_events(log_path, "watch.folder_unreadable")) == 1  # once
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=60) == 0, log_path.read_text()
 
 
 def test_check_config_as_root_checks_the_service_user_can_read_secrets(shared_root: Path) -> None:

@@ -63,6 +63,73 @@ def dir_identity(path: Path) -> tuple[int, int] | None:
     return (st.st_dev, st.st_ino) if stat.S_ISDIR(st.st_mode) else None
 
 
+@dataclass(frozen=True)
+class AccessProblem:
+    """What this process may not do in a hot folder, and what would fix it."""
+
+    cannot: tuple[str, ...]  # of "read", "enter", "remove files from"
+    folder_owner: str
+    running_as: str
+
+    @property
+    def unlistable(self) -> bool:
+        return "read" in self.cannot or "enter" in self.cannot
+
+    def fields(self) -> dict[str, object]:
+        """For the log line and the operator event."""
+        return {
+            "cannot": list(self.cannot),
+            "folder_owner": self.folder_owner,
+            "running_as": self.running_as,
+            "fix": "give the service user read, write and search access to the folder "
+            "(its group: the README's hot folder ownership); a group added to the user "
+            "takes effect when the daemon restarts, not on reload",
+        }
+
+
+def access_problem(path: Path) -> AccessProblem | None:
+    """Why this process cannot list and take files from the folder at ``path``, or None.
+
+    The daemon runs as the service user with the groups it had when it *started*: a
+    folder of a group it was added to later is closed to it until a restart, and an
+    observer on it hears nothing. So the folder check asks with this process's own
+    credentials (``os.access``).
+    """
+    cannot = tuple(
+        what
+        for what, mode in (("read", os.R_OK), ("enter", os.X_OK), ("remove files from", os.W_OK))
+        if not os.access(path, mode)
+    )
+    if not cannot:
+        return None
+    try:
+        st = os.stat(path)
+        owner = f"{_user(st.st_uid)}:{_group(st.st_gid)} {stat.filemode(st.st_mode)}"
+    except OSError as exc:
+        owner = f"unknown ({exc.strerror})"
+    groups = sorted({os.getegid(), *os.getgroups()})
+    running = f"{_user(os.geteuid())} (groups {', '.join(_group(g) for g in groups)})"
+    return AccessProblem(cannot, owner, running)
+
+
+def _user(uid: int) -> str:
+    import pwd
+
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
+def _group(gid: int) -> str:
+    import grp
+
+    try:
+        return grp.getgrgid(gid).gr_name
+    except KeyError:
+        return str(gid)
+
+
 def ident_text(ident: tuple[int, int] | None) -> str | None:
     return None if ident is None else f"{ident[0]}:{ident[1]}"
 

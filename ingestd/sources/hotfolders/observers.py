@@ -35,8 +35,10 @@ from ingestd.log import Logger
 from ingestd.ops import health
 from ingestd.ops.events import EventLog
 from ingestd.sources.hotfolders.folders import (
+    AccessProblem,
     Folder,
     FolderKey,
+    access_problem,
     dir_identity,
     ident_text,
     listening,
@@ -126,6 +128,8 @@ class FolderObservers:
         # Folders that were armed and went away (reported once, until they are back).
         self._gone: set[FolderKey] = set()
         self._missing_reported: set[str] = set()
+        # Folders this process may not list (and why, as last logged): not armed.
+        self._unreadable: dict[str, str] = {}
         # Arming and disarming (start, reload, the folder check, the rescan) one at a time.
         self.sync_lock = threading.Lock()
         self._check_now = threading.Event()
@@ -198,7 +202,25 @@ class FolderObservers:
                     self.log.error("watch.folder_missing", folder=key[0], tenant=folder.cfg.tenant)
                     self._missing_reported.add(key[0])
                 continue
-            back = key in self._gone or key[0] in self._missing_reported
+            was = self._unreadable.get(key[0])
+            problem = access_problem(folder.cfg.path)
+            if problem is not None and problem.unlistable:
+                if was != "read":
+                    self._unreadable[key[0]] = "read"
+                    self._report_unreadable(key[0], folder, problem)
+                continue  # not armed: the next check asks again
+            if problem is None:
+                self._unreadable.pop(key[0], None)
+            elif was != "write":
+                # Listed and taken, but each file would end stuck (archived, not removable).
+                self._unreadable[key[0]] = "write"
+                self.log.error(
+                    "watch.folder_not_writable",
+                    folder=key[0],
+                    tenant=folder.cfg.tenant,
+                    **problem.fields(),
+                )
+            back = key in self._gone or key[0] in self._missing_reported or was == "read"
             if not self._arm(key, folder, ident):
                 continue
             found = self.settler.scan_tree(folder, folder.cfg.path)
@@ -224,6 +246,18 @@ class FolderObservers:
                     tenant=folder.cfg.tenant,
                     polling=folder.cfg.polling,
                 )
+
+    def _report_unreadable(self, name: str, folder: Folder, problem: AccessProblem) -> None:
+        fields = problem.fields()
+        self.log.error("watch.folder_unreadable", folder=name, tenant=folder.cfg.tenant, **fields)
+        if self.events is not None:
+            self.events.emit(
+                "folder.unreadable",
+                "error",
+                folder.cfg.tenant,
+                {"folder": name, **fields},
+                dedupe=f"folder.unreadable:{name}",
+            )
 
     def _report_gone(
         self,
