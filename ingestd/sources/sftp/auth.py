@@ -36,6 +36,10 @@ def safe(value: str) -> str:
     return value[:64].encode("utf-8", "backslashreplace").decode("ascii", "backslashreplace")
 
 
+# How long a refused login's channel waits for the client's first bytes before it says why.
+REFUSAL_WAIT = 2.0
+
+
 class ServerPolicy(paramiko.ServerInterface):
     """paramiko asks this object what a connection may do; only SFTP after a login."""
 
@@ -238,37 +242,47 @@ class ServerPolicy(paramiko.ServerInterface):
         if name == "sftp" and self.key_login():
             return bool(super().check_channel_subsystem_request(channel, name))
         if self.tell_refusal(channel):
-            return False
+            return True
         self._refused("subsystem", name=safe(name))
         return False
 
     def check_channel_shell_request(self, channel: Any) -> bool:
         if self.tell_refusal(channel):
-            return False
+            return True
         self._refused("shell")
         return False
 
     def check_channel_exec_request(self, channel: Any, command: bytes) -> bool:
         if self.tell_refusal(channel):
-            return False
+            return True
         self._refused("exec", command=safe(command.decode("utf-8", "backslashreplace")))
         return False
 
     def tell_refusal(self, channel: paramiko.Channel) -> bool:
-        """On the channel of a refused login: the reason on stderr; True if told.
+        """On the channel of a refused login: confirm the request, then the reason on
+        stderr, exit status 1 and close; True if this login is refused.
 
-        The caller then refuses the request: paramiko's failure reply follows the reason
-        on the wire (both are sent from the transport's thread), so clients print the
-        reason first ("ingestd: tenant acme is suspended; uploads are refused", then
-        "subsystem request failed"). Closing the channel from here instead could overtake
-        paramiko's reply, and a client would see only a closed channel."""
+        In that order on the wire, so every client prints the reason: OpenSSH exits at
+        once on a failed subsystem request, dropping stderr it has not written yet. The
+        reason goes out once the client sent its first bytes (an SFTP client's INIT comes
+        right after paramiko's confirmation, which is sent after this returns), or after
+        a moment for a client that sends nothing."""
         text = self.refusal_text
         if text is None or self.session is not None:
             return False
-        # A client that left first was refused all the same.
-        with contextlib.suppress(OSError, EOFError, paramiko.SSHException):
-            channel.send_stderr(f"ingestd: {text}\r\n".encode())
-        self.told.set()
+
+        def say() -> None:
+            # A client that left first was refused all the same.
+            with contextlib.suppress(OSError, EOFError, paramiko.SSHException):
+                channel.settimeout(REFUSAL_WAIT)
+                with contextlib.suppress(TimeoutError):
+                    channel.recv(1)
+                channel.send_stderr(f"ingestd: {text}\r\n".encode())
+                channel.send_exit_status(1)
+                channel.close()
+            self.told.set()
+
+        threading.Thread(target=say, name=f"sftp-refusal-{self.conn.id}", daemon=True).start()
         return True
 
     def check_channel_pty_request(self, *args: Any) -> bool:

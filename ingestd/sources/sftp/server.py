@@ -294,8 +294,8 @@ class SessionHost:
                 break
             policy.told.wait(min(remaining, 0.1))
         if policy.told.is_set():
-            # The failure reply goes out after tell_refusal returns; the client reads it
-            # and leaves. A client that stays is closed at the login deadline at the latest.
+            # The client reads the reason and the channel's close, and leaves. One that
+            # stays is closed a moment later (at the login deadline at the latest).
             end = min(deadline, time.monotonic() + 5.0)
             while transport.is_active() and time.monotonic() < end and not self._stop.is_set():
                 conn.kill.wait(0.1)
