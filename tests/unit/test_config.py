@@ -141,7 +141,14 @@ def test_check_config_cli_exit_codes(tmp_path: Path) -> None:
     # workers will: a missing one is a problem here).
     secrets = tmp_path / "secrets"
     secrets.mkdir()
-    text = EXAMPLE.read_text().replace("/etc/ingestd/secrets/", f"{secrets}/")
+    # Its paths too: run as root, check-config asks whether the owner of an existing
+    # /var/lib/ingestd (an installed package's service user) could read the secrets.
+    text = (
+        EXAMPLE.read_text()
+        .replace("/etc/ingestd/secrets/", f"{secrets}/")
+        .replace('"/var/lib/ingestd', f'"{tmp_path}/state')
+        .replace('"/var/spool/ingestd', f'"{tmp_path}/spool')
+    )
     for name in re.findall(rf"{re.escape(str(secrets))}/([\w.-]+)", text):
         (secrets / name).write_text("a-secret\n")
         (secrets / name).chmod(0o600)

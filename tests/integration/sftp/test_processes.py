@@ -188,7 +188,7 @@ def test_a_killed_process_is_replaced_while_other_sessions_keep_uploading(
     wait_until(lambda: len(processes(rig).pids()) == 2)
     after = processes(rig).pids()
     assert before[victim_owner] not in after.values()
-    assert rig.logs("sftp.process_replaced")
+    wait_until(lambda: rig.logs("sftp.process_replaced"))  # written once the new one runs
     with session(rig, "scan2") as sftp:  # the new process serves
         sftp.put(str(rig.write_pdf("after.pdf", 200)), "after.pdf")
     rig.wait_documents(6)
