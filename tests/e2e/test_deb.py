@@ -1,21 +1,17 @@
 """The Debian package: built, installed with dpkg, used end to end, removed and purged.
 
 Needs root and dpkg; it changes the machine (/opt/ingestd, /etc/ingestd, the ingestd user)
-and puts it back as it was. It refuses to run where ingestd is already installed.
+and puts it back as it was (tests/fixtures/deb.py). It refuses to run where ingestd is
+already installed.
 """
 
 from __future__ import annotations
 
 import hashlib
-import os
 import pwd
-import shutil
 import signal
 import subprocess
-import time
 import tomllib
-import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,111 +20,22 @@ import pytest
 from ingestd.db.database import Database
 from ingestd.sources.sftp.accounts import hash_password
 from tests.conftest import read_events, wait_until, write_config
+from tests.fixtures.deb import (
+    CLEAN_ENV,
+    ETC,
+    PREFIX,
+    REPO,
+    SPOOL,
+    STATE,
+    dpkg,
+    free_port,
+    installed,
+    run,
+)
 from tests.fixtures.files import pdf_bytes
 from tests.fixtures.sftp import sftp_upload
 
-REPO = Path(__file__).resolve().parents[2]
-PREFIX = Path("/opt/ingestd")
-ETC = Path("/etc/ingestd")
-STATE = Path("/var/lib/ingestd")
-SPOOL = Path("/var/spool/ingestd")
-# The installed command, not the dev venv's: a PATH without .venv, no config override.
-CLEAN_ENV = {
-    k: v for k, v in os.environ.items() if k not in ("INGESTD_CONFIG", "VIRTUAL_ENV", "PATH")
-} | {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
-
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
-
-
-def _run(*argv: str | Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(a) for a in argv],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=CLEAN_ENV,
-        stdin=subprocess.DEVNULL,
-    )
-
-
-def _dpkg(*args: str) -> subprocess.CompletedProcess[str]:
-    """dpkg, waiting (bounded) while another dpkg or apt holds the lock."""
-    deadline = time.monotonic() + 120
-    while True:
-        result = _run("dpkg", *args, timeout=300)
-        locked = "lock" in result.stderr and result.returncode != 0
-        if not locked or time.monotonic() > deadline:
-            return result
-        time.sleep(2)
-
-
-def _installed() -> bool:
-    status = _run("dpkg-query", "-W", "-f=${Status}", "ingestd").stdout
-    return "not-installed" not in status and status.strip() != ""
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _user_exists(name: str) -> bool:
-    try:
-        pwd.getpwnam(name)
-    except KeyError:
-        return False
-    return True
-
-
-def _group_exists(name: str) -> bool:
-    return _run("getent", "group", name).returncode == 0
-
-
-@pytest.fixture
-def machine() -> Iterator[None]:
-    """Root, dpkg, no ingestd installed; afterwards the package purged and whatever the
-    installation made (user, group, state and spool directories) removed again."""
-    if os.geteuid() != 0:
-        pytest.skip("installing a .deb needs root")
-    if not shutil.which("dpkg-deb") or not shutil.which("dpkg"):
-        pytest.skip("not a Debian system (no dpkg)")
-    if _installed() or PREFIX.exists():
-        pytest.skip("ingestd is installed on this machine; the test does not replace it")
-    before = {
-        "user": _user_exists("ingestd"),
-        "group": _group_exists("ingestd"),
-        **{str(p): p.exists() for p in (ETC, STATE, SPOOL)},
-    }
-    try:
-        yield
-    finally:
-        if _installed():
-            _dpkg("--purge", "ingestd")
-        for path in (ETC, STATE, SPOOL):
-            if not before[str(path)]:
-                shutil.rmtree(path, ignore_errors=True)
-        if not before["user"] and _user_exists("ingestd"):
-            _remove_user()
-        if not before["group"] and _group_exists("ingestd"):
-            _run("groupdel", "ingestd")
-
-
-def _remove_user() -> None:
-    """userdel ingestd, waiting a little while processes still run as ingestd: a test
-    session started meanwhile runs its embedded PostgreSQL as ingestd once it exists."""
-    deadline = time.monotonic() + 60
-    while (result := _run("userdel", "ingestd")).returncode == 8:  # user in use
-        if time.monotonic() > deadline:
-            warnings.warn(
-                f"the user ingestd made by the package is left: {result.stderr.strip()} "
-                f"(`userdel ingestd` once that process ended)",
-                stacklevel=1,
-            )
-            return
-        time.sleep(2)
 
 
 def _documents(db_url: str) -> list[dict[str, Any]]:
@@ -137,17 +44,12 @@ def _documents(db_url: str) -> list[dict[str, Any]]:
 
 
 def test_deb_installs_ingests_and_removes_without_touching_data(
-    machine: None, tmp_path: Path, db_url: str
+    built_deb: Path, machine: None, tmp_path: Path, db_url: str
 ) -> None:
     """The .deb installs with dpkg, its ingestd takes an SFTP scan to a done document, and
     dpkg -r / -P remove the program but keep the archive and /var/lib/ingestd."""
     version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
-    build = _run(REPO / "packaging" / "build-deb.sh", tmp_path / "dist", timeout=480)
-    assert build.returncode == 0, build.stdout + build.stderr
-    debs = list((tmp_path / "dist").glob(f"ingestd_{version}_*.deb"))
-    assert len(debs) == 1, build.stdout
-
-    install = _dpkg("--install", str(debs[0]))
+    install = dpkg("--install", str(built_deb))
     if install.returncode != 0:
         pytest.fail(
             f"dpkg -i failed (missing Depends? `make deps` installs them):\n"
@@ -156,10 +58,10 @@ def test_deb_installs_ingests_and_removes_without_touching_data(
     assert "nothing has been started or enabled" in install.stdout
 
     # The relocated venv runs from its final path, also through /usr/bin.
-    assert _run(PREFIX / "bin" / "ingestd", "--version").stdout.strip() == f"ingestd {version}"
+    assert run(PREFIX / "bin" / "ingestd", "--version").stdout.strip() == f"ingestd {version}"
     assert Path("/usr/bin/ingestd").resolve() == PREFIX / "bin" / "ingestd"
     assert "ingestd-deb." not in (PREFIX / "pyvenv.cfg").read_text()
-    check = _run("ingestd", "check-config")  # the packaged /etc/ingestd/ingestd.toml
+    check = run("ingestd", "check-config")  # the packaged /etc/ingestd/ingestd.toml
     assert check.returncode == 0 and "/etc/ingestd/ingestd.toml: OK" in check.stdout, check
     config = ETC / "ingestd.toml"
     assert (config.stat().st_mode & 0o777, config.stat().st_gid) == (
@@ -173,7 +75,7 @@ def test_deb_installs_ingests_and_removes_without_touching_data(
         )
 
     # The installed program against the test database, as the test's user.
-    port = _free_port()
+    port = free_port()
     cfg = tmp_path / "ingestd.toml"
     archive = tmp_path / "archive"
     write_config(
@@ -200,7 +102,7 @@ def test_deb_installs_ingests_and_removes_without_touching_data(
     )
 
     def ingestd(command: str, *args: str, timeout: float = 120) -> None:
-        result = _run(PREFIX / "bin" / "ingestd", command, "--config", cfg, *args, timeout=timeout)
+        result = run(PREFIX / "bin" / "ingestd", command, "--config", cfg, *args, timeout=timeout)
         assert result.returncode == 0, result.stdout + result.stderr
 
     ingestd("tenant", "create", "acme")
@@ -230,12 +132,12 @@ def test_deb_installs_ingests_and_removes_without_touching_data(
     assert [hashlib.sha256(p.read_bytes()).hexdigest() for p in archived] == [docs[0]["sha256"]]
 
     # dpkg -r: the program goes; the archive, state, spool and config stay.
-    removed = _dpkg("--remove", "ingestd")
+    removed = dpkg("--remove", "ingestd")
     assert removed.returncode == 0, removed.stdout + removed.stderr
     assert not PREFIX.exists() and not Path("/usr/bin/ingestd").is_symlink()
     assert STATE.is_dir() and SPOOL.is_dir() and config.is_file()
     assert hashlib.sha256(archived[0].read_bytes()).hexdigest() == docs[0]["sha256"]
     # dpkg -P: the config goes too; /var/lib/ingestd never.
-    purged = _dpkg("--purge", "ingestd")
+    purged = dpkg("--purge", "ingestd")
     assert purged.returncode == 0, purged.stdout + purged.stderr
-    assert not ETC.exists() and STATE.is_dir() and not _installed()
+    assert not ETC.exists() and STATE.is_dir() and not installed()

@@ -17,6 +17,7 @@ from pathlib import Path
 from watchdog.observers.api import BaseObserver
 
 from ingestd.config.settings import WatchConfig
+from ingestd.ops.statedir import group_name, user_name
 
 # What needs a new observer when it changes: (path, polling).
 FolderKey = tuple[str, bool]
@@ -104,30 +105,12 @@ def access_problem(path: Path) -> AccessProblem | None:
         return None
     try:
         st = os.stat(path)
-        owner = f"{_user(st.st_uid)}:{_group(st.st_gid)} {stat.filemode(st.st_mode)}"
+        owner = f"{user_name(st.st_uid)}:{group_name(st.st_gid)} {stat.filemode(st.st_mode)}"
     except OSError as exc:
         owner = f"unknown ({exc.strerror})"
     groups = sorted({os.getegid(), *os.getgroups()})
-    running = f"{_user(os.geteuid())} (groups {', '.join(_group(g) for g in groups)})"
+    running = f"{user_name(os.geteuid())} (groups {', '.join(group_name(g) for g in groups)})"
     return AccessProblem(cannot, owner, running)
-
-
-def _user(uid: int) -> str:
-    import pwd
-
-    try:
-        return pwd.getpwuid(uid).pw_name
-    except KeyError:
-        return str(uid)
-
-
-def _group(gid: int) -> str:
-    import grp
-
-    try:
-        return grp.getgrgid(gid).gr_name
-    except KeyError:
-        return str(gid)
 
 
 def ident_text(ident: tuple[int, int] | None) -> str | None:
