@@ -35,7 +35,7 @@ from tests.fixtures.deb import (
 from tests.fixtures.files import pdf_bytes
 from tests.fixtures.sftp import sftp_upload
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600), pytest.mark.xdist_group("dpkg")]
 
 
 def _documents(db_url: str) -> list[dict[str, Any]]:

@@ -45,7 +45,7 @@ import pytest
 
 from tests.fixtures.deb import REPO, free_port, run
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200), pytest.mark.xdist_group("dpkg")]
 
 README = REPO / "README.md"
 STANDIN = REPO / "tests" / "fixtures" / "standin_systemd.py"

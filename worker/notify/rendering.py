@@ -235,6 +235,21 @@ def _folder_event(e: Event) -> Rendered:
             f"The hot folder {folder} is there again and watched{files}.",
             ["nothing to do"],
         )
+    if e.type == "folder.unreadable":
+        cannot = d.get("cannot")
+        what = ", ".join(str(c) for c in cannot) if isinstance(cannot, list) else "use"
+        owner = one_line(_get(d, "folder_owner") or "unknown", 200)
+        running = one_line(_get(d, "running_as") or "the service user", 200)
+        return Rendered(
+            f"{_prefix(t)}hot folder {folder} cannot be read by ingestd",
+            f"The daemon ({running}) cannot {what} the hot folder {folder} (owner and mode: "
+            f"{owner}). It is not watched: files dropped there stay until this is fixed.",
+            [
+                "give the service user access through the folder's group (README: hot "
+                "folder ownership); a group added to the user takes effect at "
+                "`systemctl restart ingestd`, not at reload"
+            ],
+        )
     reason = one_line(_get(d, "reason") or "gone")
     return Rendered(
         f"{_prefix(t)}hot folder {folder} is gone ({reason})",
@@ -291,6 +306,7 @@ _RENDERERS: dict[str, Callable[[Event], Rendered]] = {
     "file.not_removable": _not_removable,
     "folder.gone": _folder_event,
     "folder.back": _folder_event,
+    "folder.unreadable": _folder_event,
     "sftp.banned": _sftp_banned,
 }
 
