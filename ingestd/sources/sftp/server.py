@@ -80,6 +80,10 @@ def handle_budget() -> int:
     return max(16, soft // 2)
 
 
+# How much later than our own handshake deadline paramiko's backup timers fire.
+BACKUP_SLACK = 30.0
+
+
 class SessionHost:
     """Serves connections from the accepted socket to their last byte: handshake, login,
     session. The listener's own (``sftp.processes`` = 1) or one per SFTP process, whose
@@ -164,9 +168,11 @@ class SessionHost:
             record_kex(transport)
             transport.local_version = SERVER_VERSION
             # paramiko's own timers are per line read, so a client trickling one byte a
-            # second never trips them; _handshake enforces the deadline, these back it up.
-            transport.banner_timeout = self.cfg.handshake_timeout
-            transport.handshake_timeout = self.cfg.handshake_timeout
+            # second never trips them; _handshake enforces the deadline (monotonic), these
+            # back it up. With slack: paramiko times them by the wall clock, which a clock
+            # step (NTP on a VM) moves; a step must not cut a scanner's handshake short.
+            transport.banner_timeout = self.cfg.handshake_timeout + BACKUP_SLACK
+            transport.handshake_timeout = self.cfg.handshake_timeout + BACKUP_SLACK
             for key in self.hostkeys:
                 transport.add_server_key(key.key)
             transport.set_subsystem_handler("sftp", IngestSFTPServer, sftp_si=InboxSFTP)
