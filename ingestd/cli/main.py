@@ -126,21 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
     retention_cli.add_parsers(sub, common, jsonopt)
     samples_cli.add_parser(sub)
 
-    _shared_help(p)
     return p
-
-
-# The options many commands share, meaning the same in each: their help where a command
-# gives none of its own (every option shows some in --help; tests/unit/test_cli_help.py).
-_SHARED_HELP = {"--tenant": "the tenant", "--limit": "at most N rows (default %(default)s)"}
-
-
-def _shared_help(parser: argparse.ArgumentParser) -> None:
-    for _, p in subparsers(parser):
-        for action in p._actions:
-            for flag in action.option_strings:
-                if action.help is None and flag in _SHARED_HELP:
-                    action.help = _SHARED_HELP[flag]
 
 
 def subparsers(

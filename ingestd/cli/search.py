@@ -56,8 +56,10 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 def add_parser(sub: Any, common: argparse.ArgumentParser, jsonopt: argparse.ArgumentParser) -> None:
     s = sub.add_parser("search", parents=[common, jsonopt], help="search in one tenant's documents")
-    s.add_argument("--tenant", required=True)
-    s.add_argument("--limit", type=int, default=20)
+    s.add_argument("--tenant", required=True, help="the tenant whose documents to search")
+    s.add_argument(
+        "--limit", type=int, default=20, metavar="N", help="at most N hits (default %(default)s)"
+    )
     s.add_argument(
         "--exact",
         action="store_true",

@@ -8,6 +8,7 @@ quietly; check-config finds what the runtime would find on this machine.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -267,6 +268,25 @@ def _as_nobody() -> list[str]:
     return ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--"]
 
 
+@contextlib.contextmanager
+def _serving_as_nobody(cfg: Path, root: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
+    """``ingestd serve`` as nobody, its output in ``root``/serve.log; on the way out it is
+    stopped with SIGTERM and must exit 0."""
+    log_path = root / "serve.log"
+    with open(log_path, "wb") as out:
+        proc = subprocess.Popen(
+            [*_as_nobody(), *CLI, "serve", "--config", str(cfg)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=root,
+        )
+        try:
+            yield proc, log_path
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=60) == 0, log_path.read_text()
+
+
 @pytest.fixture
 def shared_root() -> Iterator[Path]:
     """A directory nobody can enter (pytest's tmp_path is root's, mode 0700)."""
@@ -326,25 +346,14 @@ def test_root_commands_leave_the_state_dir_to_its_owner(shared_root: Path) -> No
         )
     )
     os.chown(bans, NOBODY, NOBODY)
-    log_path = shared_root / "serve.log"
-    with open(log_path, "wb") as out:
-        proc = subprocess.Popen(
-            [*_as_nobody(), *CLI, "serve", "--config", str(cfg)],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            cwd=shared_root,
+    with _serving_as_nobody(cfg, shared_root) as (proc, log_path):
+        wait_until(
+            lambda: read_events(log_path, "daemon.ready") or proc.poll() is not None, timeout=60
         )
-        try:
-            wait_until(
-                lambda: read_events(log_path, "daemon.ready") or proc.poll() is not None, timeout=60
-            )
-            assert proc.poll() is None, log_path.read_text()
-            [unbanned] = read_events(log_path, "sftp.unbanned")
-            assert unbanned["remote_ip"] == "192.0.2.7" and unbanned["was_banned"] is True
-            assert not (state / "sftp-unban" / "192.0.2.7").exists()
-        finally:
-            proc.send_signal(signal.SIGTERM)
-            assert proc.wait(timeout=60) == 0, log_path.read_text()
+        assert proc.poll() is None, log_path.read_text()
+        [unbanned] = read_events(log_path, "sftp.unbanned")
+        assert unbanned["remote_ip"] == "192.0.2.7" and unbanned["was_banned"] is True
+        assert not (state / "sftp-unban" / "192.0.2.7").exists()
 
 
 def test_a_daemon_that_cannot_use_its_state_dir_exits_10_in_one_line(shared_root: Path) -> None:
@@ -383,29 +392,18 @@ def test_a_hot_folder_the_daemon_may_not_list_is_reported_then_watched_once_fixe
     cfg = _nobody_install(shared_root, connect_timeout=2)  # the database is down: ready soon
     with open(cfg, "a") as f:
         f.write(f'\n[[watch]]\npath = "{hot}"\ntenant = "acme"\n')
-    log_path = shared_root / "serve.log"
-    with open(log_path, "wb") as out:
-        proc = subprocess.Popen(
-            [*_as_nobody(), *CLI, "serve", "--config", str(cfg)],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            cwd=shared_root,
-        )
-        try:
-            wait_until(lambda: read_events(log_path, "watch.folder_unreadable"), timeout=60)
-            [line] = read_events(log_path, "watch.folder_unreadable")
-            assert line["folder"] == str(hot) and line["tenant"] == "acme"
-            assert line["cannot"] == ["read", "enter", "remove files from"]
-            assert line["folder_owner"] == "root:root drwxrwx---"
-            assert line["running_as"].startswith("nobody (groups ")
-            assert "restarts" in line["fix"]
-            assert read_events(log_path, "watch.added") == []
-            hot.chmod(0o777)  # what a chgrp to the daemon's group does for it
-            wait_until(lambda: read_events(log_path, "watch.folder_back"), timeout=60)
-            assert len(read_events(log_path, "watch.folder_unreadable")) == 1  # once
-        finally:
-            proc.send_signal(signal.SIGTERM)
-            assert proc.wait(timeout=60) == 0, log_path.read_text()
+    with _serving_as_nobody(cfg, shared_root) as (_, log_path):
+        wait_until(lambda: read_events(log_path, "watch.folder_unreadable"), timeout=60)
+        [line] = read_events(log_path, "watch.folder_unreadable")
+        assert line["folder"] == str(hot) and line["tenant"] == "acme"
+        assert line["cannot"] == ["read", "enter", "remove files from"]
+        assert line["folder_owner"] == "root:root drwxrwx---"
+        assert line["running_as"].startswith("nobody (groups ")
+        assert "restarts" in line["fix"]
+        assert read_events(log_path, "watch.added") == []
+        hot.chmod(0o777)  # what a chgrp to the daemon's group does for it
+        wait_until(lambda: read_events(log_path, "watch.folder_back"), timeout=60)
+        assert len(read_events(log_path, "watch.folder_unreadable")) == 1  # once
 
 
 def test_check_config_as_root_checks_the_service_user_can_read_secrets(shared_root: Path) -> None:
