@@ -132,7 +132,7 @@ def test_sigkill_after_close_loses_nothing(tmp_path: Path, db_url: str) -> None:
         # The host key is the one made at first start; hostkeys prints what clients see.
         keys = json.loads(run_cli(env, "hostkeys", "--json").stdout)
         scan = subprocess.run(
-            ["ssh-keyscan", "-p", str(port), "-t", "ed25519", "127.0.0.1"],
+            ["ssh-keyscan", "-T", "30", "-p", str(port), "-t", "ed25519", "127.0.0.1"],
             capture_output=True,
             text=True,
             timeout=30,
