@@ -35,6 +35,15 @@ from tests.fixtures.queue import PLUGIN, make_jobs
 from tests.fixtures.sftp import sftp_upload
 
 
+def _scrapes(port: int) -> bool:
+    """Whether the listener at ``port`` answers /metrics yet."""
+    try:
+        _scrape(port)
+    except OSError:
+        return False
+    return True
+
+
 def _scrape(port: int) -> str:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
         return str(resp.read().decode())
@@ -423,6 +432,8 @@ def test_job_failed_by_a_rescue_is_counted_and_the_rescuer_lives_on(
             )
     with _worker(tmp_path, cfg) as worker:
         wait_until(lambda: read_events(tmp_path / "worker.log", "worker.rescued"), 60)
+        # Its metrics listener may come up a moment after the rescue on a busy machine.
+        wait_until(lambda: _scrapes(port), 60)
         text = _scrape(port)
         assert _value(text, "ingestd_jobs_failed_total", tenant="acme", kind="test-record") == 1
         assert worker.poll() is None
