@@ -50,6 +50,12 @@ class IngestdError(Exception):
         self.message = message
 
 
+class UsageError(IngestdError):
+    """A command line that contradicts itself (exit 2): nothing was done."""
+
+    exit_code = ExitCode.usage
+
+
 class ConfigError(IngestdError):
     """The config (or a file it names, like a secret) is wrong: the input waiting on it is
     fine, and is tried again once an operator fixes it (a command exits with the code)."""

@@ -18,6 +18,7 @@ from ingestd.db.database import Database
 from ingestd.errors import DatabaseError
 from ingestd.ops import metrics
 from ingestd.queue.claims import Queue
+from ingestd.queue.pools import EVERYTHING, Scope
 from worker.jobs import notify, split
 from worker.outcomes import JobStatus
 
@@ -91,8 +92,10 @@ def sweep_split_work(db: Database, config: Config, log: FilteringBoundLogger) ->
     return removed
 
 
-def queue_counts(db: Database) -> tuple[int, int]:
-    """(ready, running) jobs over all tenants and workers."""
+def queue_counts(db: Database, scope: Scope = EVERYTHING) -> tuple[int, int]:
+    """(ready, running) jobs of ``scope`` over all workers."""
+    params = scope.params()
     with db.transaction() as tx:
-        rows = tx.all("status_queue")
-    return sum(int(r["ready"]) for r in rows), sum(int(r["running"]) for r in rows)
+        row = tx.one("scope_counts", params)
+    assert row is not None  # an aggregate has a row
+    return int(row["ready"]), int(row["running"])

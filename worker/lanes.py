@@ -15,7 +15,11 @@ hands a stop to every lane (``Runner.stop``: each finishes or releases its job w
 A lane that fails (its worker id in use, a bug) stops the others: systemd restarts the
 unit whole rather than leave it running at part strength unnoticed.
 
-With ``worker.concurrency = 1`` the worker is the single runner as before, signals and all.
+Lanes serve a pool (``--pool``, ingestd/queue/pools.py): ``workers`` lanes (default
+``worker.concurrency``) claim the pool's tenants and kinds, ``short_lanes`` more (default
+1) claim only its short kinds, so a provision-tenant or a delivery starts within seconds
+while every other lane OCRs. With a single lane the worker is the single runner as before,
+signals and all.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from ingestd.config.settings import Config
 from ingestd.db.database import Database
 from ingestd.ops.sdnotify import Notifier
 from ingestd.queue.claims import default_worker_id
+from ingestd.queue.pools import Pool, resolve
 from worker.child import Child
 from worker.runner import Runner
 from worker.signals import Flags
@@ -38,10 +43,12 @@ TURN = 1.0  # seconds between looks at the lanes when no signal comes
 
 
 class StatusBoard:
-    """Every lane's status, joined into the one STATUS= line systemd shows."""
+    """Every lane's status, joined into the one STATUS= line systemd shows (a short lane's
+    number is marked ``s``)."""
 
-    def __init__(self, lanes: int) -> None:
-        self._texts = ["starting"] * lanes
+    def __init__(self, labels: Sequence[str]) -> None:
+        self._labels = list(labels)
+        self._texts = ["starting"] * len(self._labels)
         self._lock = threading.Lock()
         self.ready = False
         self.stopping = False
@@ -49,7 +56,7 @@ class StatusBoard:
     def set(self, lane: int, text: str) -> str:
         with self._lock:
             self._texts[lane - 1] = text
-            return "; ".join(f"{i}: {t}" for i, t in enumerate(self._texts, 1))
+            return "; ".join(f"{a}: {t}" for a, t in zip(self._labels, self._texts, strict=True))
 
 
 class LaneNotifier(Notifier):
@@ -107,13 +114,16 @@ class Lanes:
         drain: bool = False,
         metrics_offset: int | None = None,
         children: Sequence[Child] = (),
+        pool: Pool | None = None,
     ) -> None:
-        count = config.worker.concurrency
+        self.pool = pool or resolve(config.worker)
+        scopes = self.pool.lane_scopes()
+        count = len(scopes)
         base = worker_id or default_worker_id()
         self.notifier = Notifier()
         self.flags = Flags()
-        self.log = log.get_logger(component="worker", worker=base)
-        board = StatusBoard(count)
+        self.log = log.get_logger(component="worker", worker=base, pool=self.pool.name)
+        board = StatusBoard([f"{i}s" if s.short else str(i) for i, s in enumerate(scopes, 1)])
         self.runners = [
             Runner(
                 config,
@@ -126,6 +136,7 @@ class Lanes:
                 metrics_offset=metrics_offset if lane == 1 else None,
                 child=children[lane - 1] if lane <= len(children) else None,
                 lane=lane,
+                scope=scopes[lane - 1],
             )
             for lane in range(1, count + 1)
         ]
@@ -139,7 +150,11 @@ class Lanes:
             threading.Thread(target=self._lane, args=(r,), name=f"lane-{i}", daemon=True)
             for i, r in enumerate(self.runners, 1)
         ]
-        self.log.info("worker.lanes", lanes=len(threads))
+        self.log.info(
+            "worker.lanes",
+            lanes=len(threads),
+            short_lanes=sum(1 for r in self.runners if r.scope.short),
+        )
         try:
             for t in threads:
                 t.start()

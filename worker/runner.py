@@ -36,7 +36,9 @@ from ingestd.errors import ConfigError, DatabaseError, DatabaseUnavailable, Exit
 from ingestd.ops import health
 from ingestd.ops.metrics_server import MetricsEndpoint
 from ingestd.ops.sdnotify import Notifier
+from ingestd.queue import pools
 from ingestd.queue.claims import Job, Queue, WorkerIdentity, WorkerIdInUse
+from ingestd.queue.pools import EVERYTHING, Scope
 from worker import housekeeping
 from worker.child import Child, Woke
 from worker.heartbeat import Heartbeat
@@ -80,8 +82,12 @@ class Runner:
         metrics_offset: int | None = None,
         child: Child | None = None,
         lane: int = 1,
+        scope: Scope = EVERYTHING,
     ) -> None:
         self.config = config
+        # Which tenants and kinds this lane claims: its pool's, or the pool's short kinds
+        # (worker/lanes.py); re-read from the config on SIGHUP.
+        self.scope = scope
         # worker/lanes.py: lanes of one process share its worker id (jobs are owned by
         # attempt, not by name); each has a loop of its own in /healthz.
         self.lane = lane
@@ -90,11 +96,13 @@ class Runner:
         self.config_path = config_path
         self.plugins = tuple(plugins)
         self.drain = drain
-        self.queue = Queue(db, config.worker, worker_id, config.deliveries)
+        self.queue = Queue(db, config.worker, worker_id, config.deliveries, scope)
         self.worker_id = self.queue.worker_id
         self.notifier = notifier or Notifier()
         self.flags = Flags()
-        self.log = log.get_logger(component="worker", worker=self.worker_id, lane=lane)
+        self.log = log.get_logger(
+            component="worker", worker=self.worker_id, lane=lane, pool=scope.pool
+        )
         # Given: started already by `ingestd worker` (forked before any thread existed).
         self.child = child or Child(config, db.conninfo, self.plugins)
         self.listener = Listener(db.conninfo, config.database.connect_timeout, self.log)
@@ -104,6 +112,7 @@ class Runner:
             db.conninfo,
             self.worker_id if lane == 1 else f"{self.worker_id}#lane{lane}",
             config.database.connect_timeout,
+            scope,
         )
         self._next_identity = 0.0
         self.heartbeat = Heartbeat(lambda: self.queue, self.flags.poke, self.log)
@@ -149,6 +158,7 @@ class Runner:
                 pid=os.getpid(),
                 child_pid=child_pid,
                 kinds=sorted(kinds),
+                serves=self._serves(),
                 plugins=list(self.plugins),
                 drain=self.drain,
                 poll_interval=self.config.worker.poll_interval,
@@ -240,11 +250,21 @@ class Runner:
             self._prune()
 
     def _queue_counts(self) -> tuple[int, int]:
-        """(ready, running) over all tenants and workers, after a rescue pass: --drain
-        ends only when nothing is ready and no job of any worker still runs (a dead
-        worker's job is rescued and run first)."""
+        """(ready, running) in this lane's scope, over all workers, after a rescue pass:
+        --drain ends only when nothing is ready and no job of any worker still runs (a
+        dead worker's job is rescued and run first)."""
         self._rescue()
-        return housekeeping.queue_counts(self.db)
+        return housekeeping.queue_counts(self.db, self.scope)
+
+    def _serves(self) -> dict[str, object]:
+        """The lane's scope as worker.ready and worker.reloaded log it."""
+        s = self.scope
+        return {
+            "short": s.short,
+            "tenants": list(s.tenants) if s.tenants is not None else "all",
+            "except": list(s.exclude),
+            "kinds": list(s.kinds) if s.kinds is not None else "all",
+        }
 
     def _idle_wait(self, at_most: float | None = None) -> None:
         self._set_status("idle")
@@ -381,8 +401,15 @@ class Runner:
             self.log.warning(
                 "worker.reload_partial", detail="[database] changes take effect after a restart"
             )
+        try:
+            scope = self._scope_in(new)
+        except ConfigError as exc:  # the pool is gone from the config: keep serving it
+            self.log.error("worker.reload_failed", error=exc.message, problems=exc.problems)
+            self.notifier.ready()
+            return
         self.config = new
-        self.queue = Queue(self.db, new.worker, self.worker_id, new.deliveries)
+        self.scope = scope
+        self.queue = Queue(self.db, new.worker, self.worker_id, new.deliveries, scope)
         self.child.reconfigure(new)
         self.notifier.ready()
         w = new.worker
@@ -393,7 +420,22 @@ class Runner:
             lease_seconds=w.lease_seconds,
             max_retries=w.max_retries,
             shutdown_grace=w.shutdown_grace,
+            serves=self._serves(),
         )
+
+    def _scope_in(self, config: Config) -> Scope:
+        """This lane's scope under a reloaded config (its pool's tenants and kinds may have
+        changed; the number of lanes changes with a restart only)."""
+        if self.scope is EVERYTHING:  # a Runner made without a pool (tests, embedders)
+            return EVERYTHING
+        pool = pools.resolve(config.worker, self.scope.pool)
+        scope = pool.short_scope if self.scope.short else pool.scope
+        if scope is None:
+            raise ConfigError(
+                f"pool {pool.name!r} no longer has short kinds for this short lane; "
+                "restart the worker to change its lanes"
+            )
+        return scope
 
     def _until_watchdog(self) -> float:
         return max(0.0, self._next_watchdog - time.monotonic())

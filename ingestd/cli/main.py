@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import signal
+import socket
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -19,7 +20,9 @@ from ingestd.cli import samples as samples_cli
 from ingestd.cli import search as search_cli
 from ingestd.cli import tenants as tenant_cli
 from ingestd.cli.common import Handler, load
-from ingestd.errors import ConfigError, IngestdError
+from ingestd.config.settings import DEFAULT_POOL, Config
+from ingestd.errors import ConfigError, IngestdError, UsageError
+from ingestd.queue.pools import Pool
 
 
 # -- worker -----------------------------------------------------------------------------
@@ -31,12 +34,13 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
     config = load(args)
     load_kinds(args.plugin)  # a mistyped --plugin fails before the database is touched
+    pool, worker_id, metrics_offset = _worker_pool(config, args)
     children: list[Child] = []
 
     def start_children(conninfo: str) -> None:
         # Before the pool's threads exist: the job children (one per lane) can be forks
         # of this process, with every module already imported, not fresh interpreters.
-        for _ in range(config.worker.concurrency):
+        for _ in pool.lane_scopes():
             child = Child(config, conninfo, args.plugin)
             children.append(child)
             child.start(fork=True)
@@ -48,15 +52,39 @@ def cmd_worker(args: argparse.Namespace) -> int:
                 db,
                 config_path=args.config,
                 plugins=args.plugin,
-                worker_id=args.worker_id,
+                worker_id=worker_id,
                 drain=args.drain,
-                metrics_offset=args.metrics_offset,
+                metrics_offset=metrics_offset,
                 children=children,
+                pool=pool,
             )
             return lanes.run()
     finally:
         for child in children:
             child.stop()  # a no-op once the runner stopped it
+
+
+def _worker_pool(config: Config, args: argparse.Namespace) -> tuple[Pool, str | None, int | None]:
+    """The pool, worker id and metrics offset from --pool, --instance (a systemd instance
+    name: ``N`` for the default pool, ``NAME`` or ``NAME-N`` for a pool), --worker-id and
+    --metrics-offset; given ones win over what the instance implies."""
+    from ingestd.queue import pools
+
+    if args.instance is None:
+        return (
+            pools.resolve(config.worker, args.pool or DEFAULT_POOL),
+            args.worker_id,
+            (args.metrics_offset),
+        )
+    inst = pools.instance(config.worker, args.instance)
+    if args.pool is not None and args.pool != inst.pool:
+        raise UsageError(
+            f"--pool {args.pool} and --instance {args.instance} (pool {inst.pool}) disagree; "
+            "give one of them"
+        )
+    offset = args.metrics_offset if args.metrics_offset is not None else inst.metrics_offset
+    worker_id = args.worker_id or f"{socket.gethostname()}-{args.instance}"
+    return pools.resolve(config.worker, inst.pool), worker_id, offset
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -114,7 +142,21 @@ def build_parser() -> argparse.ArgumentParser:
         "--worker-id",
         default=None,
         metavar="ID",
-        help="name in processing_jobs.worker_id (default HOST:PID)",
+        help="name in processing_jobs.worker_id (default HOST:PID; HOST-INSTANCE with --instance)",
+    )
+    s.add_argument(
+        "--pool",
+        default=None,
+        metavar="NAME",
+        help="serve the pool NAME of [[worker.pools]] (default: the default pool, every "
+        "tenant no pool is dedicated to)",
+    )
+    s.add_argument(
+        "--instance",
+        default=None,
+        metavar="I",
+        help="the systemd instance (ingestd-worker@I): N is the default pool's Nth worker, "
+        "NAME or NAME-N a pool's; sets the pool, the worker id and the metrics port",
     )
     s.set_defaults(func=cmd_worker)
 

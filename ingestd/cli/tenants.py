@@ -2,6 +2,7 @@
 
     ingestd tenant create NAME [--member M]... [--wait S]   creating + provision-tenant job
     ingestd tenant list | suspend NAME | activate NAME
+    ingestd tenant limits NAME [--weight W] [--max-running N | --no-max-running]
     ingestd tenant delete NAME --confirm NAME               deleting + signed delete-tenant
     ingestd tenant reset NAME --confirm NAME [--final-status active|suspended]
     ingestd document trash --tenant T ID...                 mark for purging
@@ -16,6 +17,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -54,11 +56,22 @@ def cmd_tenant(args: argparse.Namespace) -> int:
                     print_json(rows)
                 else:
                     print_table(
-                        ("NAME", "STATUS", "DOCUMENTS"),
-                        ([r["name"], r["status"], r["documents"]] for r in rows),
-                        right=("DOCUMENTS",),
+                        ("NAME", "STATUS", "DOCUMENTS", "WEIGHT", "MAX RUNNING"),
+                        (
+                            [
+                                r["name"],
+                                r["status"],
+                                r["documents"],
+                                r["weight"],
+                                r["max_running"] or "-",
+                            ]
+                            for r in rows
+                        ),
+                        right=("DOCUMENTS", "WEIGHT", "MAX RUNNING"),
                     )
                 return ExitCode.ok
+            if args.tenant_cmd == "limits":
+                return _limits(tx, args)
             if args.tenant_cmd == "create":
                 row = tx.one("tenant_insert", {"name": args.name, "status": TenantStatus.creating})
                 if row is None:
@@ -79,6 +92,31 @@ def cmd_tenant(args: argparse.Namespace) -> int:
                 return _set_status(tx, args)
         if args.tenant_cmd == "create" and args.wait > 0:
             return _wait_active(db, args.name, args.wait)
+    return ExitCode.ok
+
+
+def _limits(tx: Tx, args: argparse.Namespace) -> int:
+    """Set the tenant's weight and cap, which every worker's claim reads (migration 0014);
+    with neither option, show them."""
+    from ingestd.cli.common import print_json
+
+    _tenant(tx, args.name)  # TenantNotFound names the tenant
+    row = tx.one(
+        "tenant_limits_set",
+        {
+            "name": args.name,
+            "weight": args.weight,
+            "max_running": args.max_running,
+            "uncap": args.no_max_running,
+        },
+    )
+    assert row is not None  # the tenant exists (checked above, in this transaction)
+    out = {"tenant": args.name, "weight": row["weight"], "max_running": row["max_running"]}
+    if args.json:
+        print_json(out)
+    else:
+        cap = row["max_running"] if row["max_running"] is not None else "no cap"
+        print(f"tenant {args.name}: weight {row['weight']}, max running {cap}")
     return ExitCode.ok
 
 
@@ -263,9 +301,48 @@ def add_parsers(
             )
         t.set_defaults(func=cmd_tenant)
     t = tsub.add_parser(
-        "list", parents=[common, jsonopt], help="every tenant, its status and documents"
+        "list",
+        parents=[common, jsonopt],
+        help="every tenant, its status, documents, weight and cap",
     )
     t.set_defaults(func=cmd_tenant)
+    t = tsub.add_parser(
+        "limits",
+        parents=[common, jsonopt],
+        help="set the tenant's share of the workers and its cap (all hosts, at once)",
+    )
+    t.add_argument("name", help="the tenant")
+    t.add_argument(
+        "--weight",
+        type=_bounded(1, 100),
+        default=None,
+        metavar="W",
+        help="its share within its pool: weight 2 starts twice the jobs of weight 1 "
+        "while both wait (1-100, default 1)",
+    )
+    cap = t.add_mutually_exclusive_group()
+    cap.add_argument(
+        "--max-running",
+        type=_bounded(1, 10000),
+        default=None,
+        metavar="N",
+        help="at most N of its jobs run at once, on all hosts together (short jobs aside)",
+    )
+    cap.add_argument("--no-max-running", action="store_true", help="remove its cap")
+    t.set_defaults(func=cmd_tenant)
+
+
+def _bounded(low: int, high: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be from {low} to {high}")
+        return value
+
+    return parse
 
 
 def add_document_parsers(

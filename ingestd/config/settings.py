@@ -460,6 +460,44 @@ def _cores() -> int:
     return os.cpu_count() or 1
 
 
+DEFAULT_POOL = "default"
+POOL_NAME = r"^[a-z0-9][a-z0-9_-]{0,30}$"
+
+
+def _known_kind_list(v: list[str]) -> list[str]:
+    unknown = sorted(set(v) - set(JOB_KINDS))
+    if unknown:
+        raise ValueError(f"unknown job kinds {unknown}; known: {', '.join(JOB_KINDS)}")
+    return v
+
+
+class PoolConfig(_Section):
+    """A pool of workers (`ingestd worker --pool NAME`, `ingestd-worker@NAME.service`): the
+    tenants and job kinds it serves."""
+
+    name: Annotated[str, Field(pattern=POOL_NAME)]
+    """The pool's name (`default` is the pool that serves every tenant no other pool has);
+    a-z, 0-9, `_` and `-`, up to 31."""
+    tenants: list[TenantName] = Field(default_factory=list)
+    """Tenants dedicated to this pool: only its workers serve them. Empty: the tenants no
+    pool is dedicated to (the `default` pool's, so a pool of only some kinds)."""
+    kinds: Annotated[list[str], AfterValidator(_known_kind_list)] = Field(default_factory=list)
+    """Job kinds it runs; empty: every kind (also those of `--plugin` modules)."""
+    workers: Annotated[int | None, Field(ge=1, le=256), Shown(default="worker.concurrency")] = None
+    """Jobs one worker process of the pool runs at once (its lanes)."""
+    short_lanes: Annotated[int | None, Field(ge=0, le=16), Shown(default="worker.short_lanes")] = (
+        None
+    )
+    """Lanes beside `workers` reserved for short jobs (provision-tenant, deliver-webhook,
+    notify, purge-document, split-batch) of its tenants and kinds."""
+    metrics_offset: Annotated[int | None, Field(ge=0, le=1000), Shown(default="10 × position")] = (
+        None
+    )
+    """Its workers' /metrics port: `metrics.worker_listen`'s port + this + N - 1 for
+    instance `NAME-N` (`NAME` is N = 1). Default: 10 for the first pool listed, 20 for the
+    second, and so on; the default pool's instances use their number."""
+
+
 class WorkerConfig(_Section):
     # The default, one per core, keeps every core busy whether the queue holds one
     # 300-page batch (its pages on every core) or 300 one-page scans (one job per core);
@@ -483,7 +521,17 @@ class WorkerConfig(_Section):
     """Seconds between polls for jobs, which cover lost LISTEN/NOTIFY wake-ups and
     retries."""
     tenant_cap: Annotated[int, Field(ge=0, le=10000)] = 0
-    """Jobs of one tenant running at once, all workers together; 0: no cap."""
+    """Jobs of one tenant this worker lets run at once, all workers together; 0: no cap.
+    A tenant's own cap is `ingestd tenant limits NAME --max-running N` (in the database,
+    for every host)."""
+    short_lanes: Annotated[int, Field(ge=0, le=16)] = 1
+    """Lanes of every worker process, beside `concurrency`, reserved for short jobs
+    (provision-tenant, deliver-webhook, notify, purge-document, split-batch): they start
+    within seconds however long the OCR backlog; 0: none (the other lanes run them too)."""
+    pools: list[PoolConfig] = Field(default_factory=list)
+    """Pools of workers, each serving its tenants and kinds (`[[worker.pools]]`); a
+    worker started without `--pool` serves the `default` pool: every tenant no pool is
+    dedicated to, every kind."""
     timeouts: dict[str, Annotated[float, Field(gt=0, le=86400), SECONDS]] = Field(
         default_factory=lambda: {
             str(JobKind.analyze_document): 1800.0,
@@ -511,6 +559,32 @@ class WorkerConfig(_Section):
         unknown = sorted(set(v) - set(JOB_KINDS))
         if unknown:
             raise ValueError(f"unknown job kinds {unknown}; known: {', '.join(JOB_KINDS)}")
+        return v
+
+    @field_validator("pools")
+    @classmethod
+    def _pools_apart(cls, v: list[PoolConfig]) -> list[PoolConfig]:
+        names = [p.name for p in v]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"pool names must be unique; given more than once: {twice}")
+        owners: dict[str, str] = {}
+        for pool in v:
+            if pool.name == DEFAULT_POOL and pool.tenants:
+                raise ValueError(
+                    "the default pool serves every tenant no other pool has; it takes no "
+                    "tenants list (dedicate them to a pool of their own)"
+                )
+            for tenant in pool.tenants:
+                if tenant in owners and owners[tenant] != pool.name:
+                    raise ValueError(
+                        f"tenant {tenant!r} is dedicated to pools {owners[tenant]!r} and "
+                        f"{pool.name!r}; a tenant belongs to one pool"
+                    )
+                owners[tenant] = pool.name
+        offsets = [p.metrics_offset for p in v if p.metrics_offset is not None]
+        if len(offsets) != len(set(offsets)):
+            raise ValueError("two pools have the same metrics_offset")
         return v
 
     def timeout_for(self, kind: str) -> float:

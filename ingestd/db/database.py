@@ -442,9 +442,14 @@ class Database:
             raise self._error(exc) from exc
 
 
-def connect_once(conninfo: str, *, autocommit: bool = True, timeout: float = 5.0) -> Any:
-    """A single un-pooled connection (admin tasks, probes, tests). A failure is
-    ``DatabaseRefused`` (permanent, with a hint) or ``DatabaseUnavailable`` (retry)."""
+def connect_once(
+    conninfo: str, *, autocommit: bool = True, timeout: float = 5.0, name: str | None = None
+) -> Any:
+    """A single un-pooled connection (admin tasks, probes, tests), as application ``name``
+    if given. A failure is ``DatabaseRefused`` (permanent, with a hint) or
+    ``DatabaseUnavailable`` (retry)."""
+    if name:
+        conninfo = conninfo_with(conninfo, application_name=name)
     try:
         return psycopg.connect(
             conninfo,

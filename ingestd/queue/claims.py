@@ -23,6 +23,7 @@ from ingestd.db import sql
 from ingestd.db.database import Database, Tx, connect_once
 from ingestd.errors import DatabaseUnavailable, ExitCode, IngestdError
 from ingestd.queue.kinds import JobKind
+from ingestd.queue.pools import EVERYTHING, Scope, lane_application_name
 
 NOTIFY_CHANNEL = "ingestd_jobs"
 # Deliveries retry on their own ladder ([deliveries]): a receiver may be down for hours.
@@ -97,10 +98,15 @@ class WorkerIdentity:
     again before the next claim; if someone else took it meanwhile, this worker stops.
     """
 
-    def __init__(self, conninfo: str, worker_id: str, connect_timeout: float) -> None:
+    def __init__(
+        self, conninfo: str, worker_id: str, connect_timeout: float, scope: Scope = EVERYTHING
+    ) -> None:
         self.conninfo = conninfo
         self.worker_id = worker_id
         self.connect_timeout = connect_timeout
+        # The session is also how `status` and /metrics count a pool's live lanes on every
+        # host (pg_stat_activity; ingestd.queue.pools.lane_application_name).
+        self.application_name = lane_application_name(scope)
         self._conn: Any = None
 
     @property
@@ -111,7 +117,9 @@ class WorkerIdentity:
         """Take the id; WorkerIdInUse if a live worker has it, DatabaseUnavailable if the
         database cannot be reached (try again later)."""
         self.release()
-        conn = connect_once(self.conninfo, autocommit=True, timeout=self.connect_timeout)
+        conn = connect_once(
+            self.conninfo, autocommit=True, timeout=self.connect_timeout, name=self.application_name
+        )
         try:
             row = conn.execute(sql.query("worker_id_lock"), {"worker": self.worker_id}).fetchone()
         except Exception as exc:  # the session broke at once: a transient failure
@@ -153,11 +161,13 @@ class Queue:
         config: WorkerConfig,
         worker_id: str | None = None,
         deliveries: RetryPolicy | None = None,
+        scope: Scope = EVERYTHING,
     ) -> None:
         self.db = db
         self.config = config
         self.deliveries = deliveries
         self.worker_id = worker_id or default_worker_id()
+        self.scope = scope  # which tenants and kinds this lane claims (ingestd.queue.pools)
 
     def _ids(self, job: Job) -> dict[str, Any]:
         return {"id": job.id, "attempt": job.attempt}
@@ -170,16 +180,20 @@ class Queue:
         return {"max_retries": cfg.max_retries, "base": cfg.retry_base, "jitter": cfg.retry_jitter}
 
     def claim(self) -> Job | None:
-        """The next job, fairly across tenants; marked processing with a lease."""
+        """The next job of this queue's scope, by the tenants' weighted shares and within
+        their caps (migration 0014); marked processing with a lease."""
         cap = self.config.tenant_cap or None
+        params = {
+            "worker": self.worker_id,
+            "lease": self.config.lease_seconds,
+            "tenant_cap": cap,
+            **self.scope.params(),
+        }
         # Autocommit: the claim is one statement that commits on the server, so the
         # claim lock it takes (migration 0003) is not held across client round trips
         # (BEGIN, COMMIT): claims take turns faster (bench/queue.py: 881 -> ~1,500/s).
         with self.db.autocommit() as tx:
-            row = tx.one(
-                "job_claim",
-                {"worker": self.worker_id, "lease": self.config.lease_seconds, "tenant_cap": cap},
-            )
+            row = tx.one("job_claim", params)
             if row is None:
                 return None
             if row["tenant"] is None:  # created after the claim statement began

@@ -11,6 +11,7 @@ from tests.conftest import wait_until
 from tests.e2e.test_worker import notify_socket, qdb, received, start, workers  # noqa: F401
 from tests.fixtures.queue import REPO, WorkerProc, job_row, make_jobs, runs
 
+# Two job lanes, and the short lane every worker has by default (lane 3).
 LANES = {"poll_interval": 0.2, "lease_seconds": 5, "retry_base": 0.1, "concurrency": 2}
 
 
@@ -31,8 +32,13 @@ def test_two_jobs_queued_together_run_at_once_in_two_children(
     assert len({r["pid"] for r in starts}) == 2
     assert {job_row(qdb, i)["worker_id"] for i in ids} <= {"w1", None}
     ready = w.events("worker.ready")
-    assert sorted(e["lane"] for e in ready) == [1, 2]
-    assert len({e["child_pid"] for e in ready}) == 2
+    assert sorted(e["lane"] for e in ready) == [1, 2, 3]
+    assert [e["serves"]["short"] for e in sorted(ready, key=lambda e: e["lane"])] == [
+        False,
+        False,
+        True,
+    ]
+    assert len({e["child_pid"] for e in ready}) == 3
     assert w.stop() == 0
 
 
@@ -52,7 +58,7 @@ def test_sigterm_lets_every_lane_finish_its_job(
     assert w.wait() == 0
     assert [job_row(qdb, i)["status"] for i in running] == ["done", "done"]
     assert job_row(qdb, waiting)["status"] == "queued"
-    assert sorted(e["lane"] for e in w.events("worker.stopped")) == [1, 2]
+    assert sorted(e["lane"] for e in w.events("worker.stopped")) == [1, 2, 3]
 
 
 def test_sighup_reaches_every_lane(
@@ -65,10 +71,11 @@ def test_sighup_reaches_every_lane(
     w = start(workers, env, "w1")
     make_env(worker={**LANES, "poll_interval": 0.3}, log={"level": "info"})
     w.signal(signal.SIGHUP)
-    wait_until(lambda: len(w.events("worker.reloaded")) == 2)
+    wait_until(lambda: len(w.events("worker.reloaded")) == 3)
     assert {(e["lane"], e["poll_interval"]) for e in w.events("worker.reloaded")} == {
         (1, 0.3),
         (2, 0.3),
+        (3, 0.3),
     }
     (job_id,) = make_jobs(qdb, "acme", 1, kind="test-record")
     wait_until(lambda: job_row(qdb, job_id)["status"] == "done")

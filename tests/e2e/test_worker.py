@@ -28,14 +28,16 @@ from tests.fixtures.queue import (
     runs,
 )
 
-# One lane: these tests pin what one runner does with its job and its child (which job
-# runs, what is logged once); tests/e2e/test_lanes.py runs several lanes in one worker.
+# One lane (no short lane either): these tests pin what one runner does with its job and
+# its child (which job runs, what is logged once); tests/e2e/test_lanes.py runs several
+# lanes in one worker, tests/e2e/test_pools.py pools and their short lanes.
 FAST = {
     "poll_interval": 0.2,
     "lease_seconds": 2,
     "retry_base": 0.1,
     "max_retries": 2,
     "concurrency": 1,
+    "short_lanes": 0,
 }
 
 

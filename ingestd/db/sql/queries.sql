@@ -17,8 +17,22 @@ RETURNING id, name, status, created_at;
 -- name: tenant_list
 -- Not '_system' (migration 0008): the appliance's own lane for notifications.
 SELECT t.id, t.name, t.status, t.created_at,
-       (SELECT count(*) FROM documents d WHERE d.tenant_id = t.id) AS documents
-FROM tenants t WHERE t.name <> '_system' ORDER BY t.name;
+       (SELECT count(*) FROM documents d WHERE d.tenant_id = t.id) AS documents,
+       coalesce(q.weight, 1) AS weight, q.max_running
+FROM tenants t LEFT JOIN queue_tenants q ON q.tenant_id = t.id
+WHERE t.name <> '_system' ORDER BY t.name;
+
+-- name: tenant_limits_set
+-- Weight and cap (migration 0014); NULL leaves a value as it is, uncap removes the cap.
+INSERT INTO queue_tenants (tenant_id, weight, max_running)
+SELECT t.id, coalesce(%(weight)s::int, 1),
+       CASE WHEN %(uncap)s::boolean THEN NULL ELSE %(max_running)s::int END
+FROM tenants t WHERE t.name = %(name)s
+ON CONFLICT (tenant_id) DO UPDATE
+SET weight = coalesce(%(weight)s::int, queue_tenants.weight),
+    max_running = CASE WHEN %(uncap)s::boolean THEN NULL
+                       ELSE coalesce(%(max_running)s::int, queue_tenants.max_running) END
+RETURNING weight, max_running;
 
 -- name: tenant_set_status
 UPDATE tenants SET status = %(status)s, updated_at = now()
@@ -114,9 +128,23 @@ LIMIT %(limit)s;
 -- The tenant comes along to save a round trip, but this statement's snapshot predates the
 -- claim (which may wait for its turn): for a tenant created meanwhile it is NULL, and the
 -- caller looks it up with job_tenant. Never an inner join: the claimed job would be lost.
+-- The scope (ingestd.queue.pools.Scope): the pool recorded on the job, the share whose
+-- serving order it follows, the tenants (NULL: all but those excluded) and kinds (NULL: all).
 SELECT c.*, t.name AS tenant, t.status AS tenant_status
-FROM ingestd_claim(%(worker)s, make_interval(secs => %(lease)s), %(tenant_cap)s) AS c
+FROM ingestd_claim(%(worker)s, make_interval(secs => %(lease)s), %(tenant_cap)s,
+                   %(pool)s, %(share)s, %(tenants)s::text[], %(exclude)s::text[],
+                   %(kinds)s::text[]) AS c
 LEFT JOIN tenants t ON t.id = c.tenant_id;
+
+-- name: scope_counts
+-- (ready, running) jobs of one lane's scope: `worker --drain` ends when both are 0.
+SELECT count(*) FILTER (WHERE j.status = 'queued' AND j.next_attempt_at <= now()) AS ready,
+       count(*) FILTER (WHERE j.status = 'processing') AS running
+FROM processing_jobs j JOIN tenants t ON t.id = j.tenant_id
+WHERE j.status IN ('queued', 'processing')
+  AND (%(tenants)s::text[] IS NULL OR t.name = ANY(%(tenants)s::text[]))
+  AND (%(exclude)s::text[] IS NULL OR t.name <> ALL(%(exclude)s::text[]))
+  AND (%(kinds)s::text[] IS NULL OR j.kind = ANY(%(kinds)s::text[]));
 
 -- name: worker_id_lock
 -- A worker's name is held by its session for its whole life (released when the session
@@ -913,3 +941,55 @@ ORDER BY t.name, h.document_id NULLS FIRST;
 
 -- name: document_of_tenant
 SELECT id FROM documents WHERE id = %(id)s AND tenant_id = %(tenant_id)s;
+
+-- ===================================================================== pools (status, metrics)
+-- name: pool_status
+-- Per pool (issue 21), for `status` and /metrics: the ready jobs in its scope and the
+-- oldest one's age, the jobs its workers claimed that still run, and its live lanes on
+-- every host. The pools come as one JSON array of their scopes (Scope.params(): pool,
+-- tenants, exclude, kinds; null: all), so one statement serves them all, and the queued
+-- jobs are read once, grouped by tenant and kind, before the pools are matched (pools
+-- may overlap: a pool of some kinds shares its tenants with the default pool). A live
+-- lane holds a session named ingestd-lane:POOL:LANE (lane: jobs or short) in this
+-- database; a killed host's sessions end with it, so nothing is left stale. A running
+-- job without a pool was claimed before migration 0014, as the default pool's.
+WITH p AS (
+    SELECT * FROM jsonb_to_recordset(%(pools)s::jsonb)
+        AS p(pool text, tenants text[], exclude text[], kinds text[])
+), ready AS (
+    SELECT t.name AS tenant, j.kind, count(*) AS n, min(j.created_at) AS oldest
+    FROM processing_jobs j JOIN tenants t ON t.id = j.tenant_id
+    WHERE j.status = 'queued' AND j.next_attempt_at <= now()
+    GROUP BY t.name, j.kind
+), running AS (
+    SELECT coalesce(j.pool, 'default') AS pool, count(*) AS n
+    FROM processing_jobs j WHERE j.status = 'processing'
+    GROUP BY 1
+), lanes AS (
+    SELECT split_part(a.application_name, ':', 2) AS pool,
+           count(*) FILTER (WHERE split_part(a.application_name, ':', 3) = 'jobs') AS jobs,
+           count(*) FILTER (WHERE split_part(a.application_name, ':', 3) = 'short') AS short
+    FROM pg_stat_activity a
+    WHERE a.datname = current_database()
+      AND split_part(a.application_name, ':', 1) = 'ingestd-lane'
+    GROUP BY 1
+)
+SELECT p.pool,
+       coalesce(sum(r.n), 0)::bigint AS ready,
+       extract(epoch FROM now() - min(r.oldest))::bigint AS oldest_ready_seconds,
+       coalesce(max(u.n), 0)::bigint AS running,
+       coalesce(max(l.jobs), 0)::bigint AS jobs_lanes,
+       coalesce(max(l.short), 0)::bigint AS short_lanes
+FROM p
+LEFT JOIN ready r ON (p.tenants IS NULL OR r.tenant = ANY(p.tenants))
+                 AND (p.exclude IS NULL OR r.tenant <> ALL(p.exclude))
+                 AND (p.kinds IS NULL OR r.kind = ANY(p.kinds))
+LEFT JOIN running u ON u.pool = p.pool
+LEFT JOIN lanes l ON l.pool = p.pool
+GROUP BY p.pool;
+
+-- name: status_queue_limits
+-- The weight and cap (migration 0014) of the tenants `status` lists in its queue table.
+SELECT t.name AS tenant, coalesce(q.weight, 1) AS weight, q.max_running
+FROM tenants t LEFT JOIN queue_tenants q ON q.tenant_id = t.id
+WHERE t.name = ANY(%(tenants)s::text[]);

@@ -1,0 +1,208 @@
+-- 0014 worker pools (issue 21): each claim within a scope (a pool's tenants and kinds),
+-- weighted shares, a per-tenant cap the claim enforces, and a lane for short kinds.
+--
+-- Weighted shares are stride scheduling: every tenant has a virtual "pass" per share (a
+-- pool, or a pool's short lane); the claim serves the waiting tenant with the lowest pass
+-- and advances it by 1/weight. A tenant of weight 2 thus gets two starts for every one of
+-- a tenant of weight 1 while both wait, interleaved (A B A A B A ...) rather than in
+-- bursts that would hold two workers at once, and with no per-round bookkeeping. A tenant
+-- that was idle cannot bank credit: its pass is lifted to the share's clock (the pass the
+-- last claim started from), so it is served next, once, and then takes turns; with every
+-- weight 1 this is exactly the least-recently-served round robin of 0003.
+--
+-- The cost stays O(tenants x kinds with queued jobs x log(backlog)): a loose index scan per
+-- kind over the ready index, now led by kind, finds the tenants with work of that kind; a
+-- probe per (tenant, kind) finds the oldest ready job.
+
+-- What the claim reads per tenant, on every host alike (`ingestd tenant limits`).
+ALTER TABLE queue_tenants ADD COLUMN IF NOT EXISTS weight INT NOT NULL DEFAULT 1;
+ALTER TABLE queue_tenants ADD COLUMN IF NOT EXISTS max_running INT;
+ALTER TABLE queue_tenants DROP CONSTRAINT IF EXISTS queue_tenants_weight_check;
+ALTER TABLE queue_tenants ADD CONSTRAINT queue_tenants_weight_check
+    CHECK (weight BETWEEN 1 AND 100);
+ALTER TABLE queue_tenants DROP CONSTRAINT IF EXISTS queue_tenants_max_running_check;
+ALTER TABLE queue_tenants ADD CONSTRAINT queue_tenants_max_running_check
+    CHECK (max_running IS NULL OR max_running BETWEEN 1 AND 10000);
+-- The serving order is per share now (queue_shares).
+ALTER TABLE queue_tenants DROP COLUMN IF EXISTS last_served_at;
+-- Tenants made before 0003's trigger had a row; make sure every tenant has one.
+INSERT INTO queue_tenants (tenant_id) SELECT id FROM tenants ON CONFLICT DO NOTHING;
+
+-- Each tenant's pass in each share, and when it was last served there (ties: the one
+-- served longest ago first).
+CREATE TABLE IF NOT EXISTS queue_shares (
+    share     TEXT NOT NULL,
+    tenant_id BIGINT NOT NULL REFERENCES tenants(id) ON DELETE CASCADE,
+    pass      FLOAT8 NOT NULL,
+    served_at TIMESTAMPTZ NOT NULL,
+    PRIMARY KEY (share, tenant_id)
+);
+-- Each share's clock: the pass its last claim started from.
+CREATE TABLE IF NOT EXISTS queue_clocks (
+    share TEXT PRIMARY KEY,
+    vtime FLOAT8 NOT NULL
+);
+-- Both rows are updated by every claim: room on each page for HOT updates, vacuumed early.
+ALTER TABLE queue_shares SET (fillfactor = 50, autovacuum_vacuum_scale_factor = 0.0,
+                              autovacuum_vacuum_threshold = 500);
+ALTER TABLE queue_clocks SET (fillfactor = 50, autovacuum_vacuum_scale_factor = 0.0,
+                              autovacuum_vacuum_threshold = 500);
+
+-- The pool whose worker claimed the job (status and metrics per pool).
+ALTER TABLE processing_jobs ADD COLUMN IF NOT EXISTS pool TEXT;
+
+-- The ready index, led by kind: a lane of short kinds finds its jobs without reading past
+-- a million OCR jobs. Tenant-only lookups of queued jobs use idx_processing_jobs_dispatch.
+DROP INDEX IF EXISTS idx_processing_jobs_ready;
+CREATE INDEX IF NOT EXISTS idx_processing_jobs_ready_kind
+    ON processing_jobs (kind, tenant_id, next_attempt_at, id) WHERE status = 'queued';
+
+-- The short kinds (ingestd.queue.kinds.SHORT_KINDS; a unit test keeps the two equal):
+-- a tenant's max_running neither counts them nor holds them back.
+CREATE OR REPLACE FUNCTION ingestd_short_kind(p_kind TEXT) RETURNS BOOLEAN
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT p_kind IN ('provision-tenant', 'deliver-webhook', 'notify', 'purge-document',
+                      'split-batch')
+$$;
+
+DROP FUNCTION IF EXISTS ingestd_claim_from(BIGINT, TEXT, INTERVAL, INT);
+
+-- The oldest ready job of one tenant among p_kinds, marked processing; NULL fields if none.
+-- At its cap (the lower of the tenant's max_running and the worker's tenant_cap) only
+-- short kinds are looked for.
+CREATE OR REPLACE FUNCTION ingestd_claim_from(
+    p_tenant BIGINT, p_kinds TEXT[], p_cap INT, p_worker TEXT, p_lease INTERVAL, p_pool TEXT)
+RETURNS processing_jobs LANGUAGE plpgsql AS $$
+DECLARE
+    job processing_jobs;
+    kinds TEXT[] := p_kinds;
+    pick BIGINT;
+BEGIN
+    -- Counted under the claim lock, after the previous claim committed: exact, on every
+    -- host (idx_processing_jobs_dispatch: the tenant's running jobs, a handful).
+    IF p_cap IS NOT NULL AND (
+        SELECT count(*) FROM processing_jobs
+        WHERE tenant_id = p_tenant AND status = 'processing'
+          AND NOT ingestd_short_kind(kind)) >= p_cap THEN
+        kinds := ARRAY(SELECT k FROM unnest(kinds) AS k WHERE ingestd_short_kind(k));
+        IF cardinality(kinds) = 0 THEN
+            RETURN job;
+        END IF;
+    END IF;
+    -- One probe per kind (each an ordered index range), the oldest of them wins: a probe
+    -- over all kinds at once would sort the tenant's whole backlog.
+    SELECT r.id INTO pick
+    FROM unnest(kinds) AS k(kind)
+    CROSS JOIN LATERAL (
+        SELECT p.id, p.next_attempt_at FROM processing_jobs p
+        WHERE p.kind = k.kind AND p.tenant_id = p_tenant AND p.status = 'queued'
+          AND p.next_attempt_at <= clock_timestamp()
+        ORDER BY p.next_attempt_at, p.id
+        LIMIT 1
+        FOR NO KEY UPDATE SKIP LOCKED) AS r
+    ORDER BY r.next_attempt_at, r.id
+    LIMIT 1;
+    IF pick IS NULL THEN  -- only jobs waiting for their retry time, or locked by an admin
+        RETURN job;
+    END IF;
+    -- clock_timestamp(): now() is when the claim's transaction began, before its turn.
+    UPDATE processing_jobs
+    SET status = 'processing', started_at = clock_timestamp(), updated_at = clock_timestamp(),
+        lease_expires_at = clock_timestamp() + p_lease, worker_id = p_worker,
+        attempt = gen_random_uuid(), finished_at = NULL, pool = p_pool
+    WHERE id = pick
+    RETURNING * INTO job;
+    IF FOUND AND ingestd_tracks_document(job.kind) THEN
+        UPDATE documents SET processing_status = 'processing' WHERE id = job.document_id;
+    END IF;
+    RETURN job;
+END $$;
+
+-- The claim within a scope: p_tenants (NULL: every tenant not in p_exclude), p_kinds
+-- (NULL: every kind); p_pool is recorded on the job, p_share keys the serving order.
+CREATE OR REPLACE FUNCTION ingestd_claim(
+    p_worker TEXT, p_lease INTERVAL, p_tenant_cap INT,
+    p_pool TEXT, p_share TEXT, p_tenants TEXT[], p_exclude TEXT[], p_kinds TEXT[])
+RETURNS SETOF processing_jobs LANGUAGE plpgsql AS $$
+DECLARE
+    kinds TEXT[] := p_kinds;
+    clock FLOAT8;
+    cand RECORD;
+    job processing_jobs;
+BEGIN
+    -- Claims take turns (a transaction-scoped advisory lock): each reads the serving order
+    -- and the running counts as the previous claim committed them, so no tenant is served
+    -- twice in a round and no cap is overrun, however many workers on however many hosts
+    -- claim at once. The critical section is this function plus a commit that does not
+    -- wait for the WAL flush: a claim lost in a database crash only means the job is
+    -- claimed again, and jobs derive data idempotently.
+    PERFORM set_config('synchronous_commit', 'off', true);
+    PERFORM pg_advisory_xact_lock(7423001);  -- 'ingestd claim'
+    IF kinds IS NULL THEN
+        -- Every kind with queued jobs: a loose index scan, one probe per distinct kind.
+        WITH RECURSIVE k AS (
+            (SELECT p.kind FROM processing_jobs p
+             WHERE p.status = 'queued' ORDER BY p.kind LIMIT 1)
+            UNION ALL
+            SELECT (SELECT p.kind FROM processing_jobs p
+                    WHERE p.status = 'queued' AND p.kind > k.kind ORDER BY p.kind LIMIT 1)
+            FROM k WHERE k.kind IS NOT NULL
+        )
+        SELECT coalesce(array_agg(k.kind), '{}') INTO kinds FROM k WHERE k.kind IS NOT NULL;
+    END IF;
+    SELECT c.vtime INTO clock FROM queue_clocks c WHERE c.share = p_share;
+    clock := coalesce(clock, 0);
+    FOR cand IN
+        WITH RECURSIVE w AS (
+            -- Per kind, each distinct tenant with queued jobs of it (a loose index scan).
+            SELECT k.kind,
+                   (SELECT p.tenant_id FROM processing_jobs p
+                    WHERE p.status = 'queued' AND p.kind = k.kind
+                    ORDER BY p.tenant_id LIMIT 1) AS tenant_id
+            FROM unnest(kinds) AS k(kind)
+            UNION ALL
+            SELECT w.kind,
+                   (SELECT p.tenant_id FROM processing_jobs p
+                    WHERE p.status = 'queued' AND p.kind = w.kind AND p.tenant_id > w.tenant_id
+                    ORDER BY p.tenant_id LIMIT 1)
+            FROM w WHERE w.tenant_id IS NOT NULL
+        ), waiting AS (
+            SELECT w.tenant_id, array_agg(w.kind) AS kinds
+            FROM w WHERE w.tenant_id IS NOT NULL GROUP BY w.tenant_id
+        )
+        SELECT wt.tenant_id, wt.kinds,
+               coalesce(q.weight, 1) AS weight,
+               -- least() ignores NULLs: no cap unless the tenant or the worker sets one.
+               least(q.max_running, p_tenant_cap) AS cap,
+               greatest(coalesce(s.pass, clock), clock) AS start,
+               coalesce(s.served_at, '-infinity') AS served_at
+        FROM waiting wt
+        JOIN tenants t ON t.id = wt.tenant_id
+        LEFT JOIN queue_tenants q ON q.tenant_id = wt.tenant_id
+        LEFT JOIN queue_shares s ON s.share = p_share AND s.tenant_id = wt.tenant_id
+        WHERE (p_tenants IS NULL OR t.name = ANY(p_tenants))
+          AND (p_exclude IS NULL OR t.name <> ALL(p_exclude))
+        ORDER BY start, served_at, wt.tenant_id
+    LOOP
+        job := ingestd_claim_from(cand.tenant_id, cand.kinds, cand.cap, p_worker, p_lease,
+                                  p_pool);
+        CONTINUE WHEN job.id IS NULL;  -- capped, or only jobs waiting for their retry time
+        INSERT INTO queue_shares (share, tenant_id, pass, served_at)
+        VALUES (p_share, cand.tenant_id, cand.start + 1.0 / cand.weight, clock_timestamp())
+        ON CONFLICT (share, tenant_id)
+        DO UPDATE SET pass = EXCLUDED.pass, served_at = EXCLUDED.served_at;
+        INSERT INTO queue_clocks (share, vtime) VALUES (p_share, cand.start)
+        ON CONFLICT (share) DO UPDATE SET vtime = EXCLUDED.vtime;
+        RETURN NEXT job;
+        RETURN;
+    END LOOP;
+    RETURN;
+END $$;
+
+-- The claim of 0003's signature (a worker of the previous release during an upgrade):
+-- the default pool, every tenant and kind.
+CREATE OR REPLACE FUNCTION ingestd_claim(p_worker TEXT, p_lease INTERVAL, p_tenant_cap INT)
+RETURNS SETOF processing_jobs LANGUAGE sql AS $$
+    SELECT * FROM ingestd_claim(p_worker, p_lease, p_tenant_cap, 'default', 'default',
+                                NULL, NULL, NULL)
+$$;
