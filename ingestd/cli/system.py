@@ -6,13 +6,16 @@ import argparse
 import dataclasses
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ingestd.cli.common import load, print_json, print_table, shown
 from ingestd.config.load import default_config_path, load_config
 from ingestd.errors import ConfigError, ExitCode, IngestdError
 from ingestd.ops import machine as checks
 from ingestd.states import JobStatus
+
+if TYPE_CHECKING:
+    from ingestd.config.settings import WorkerConfig
 
 
 # -- check-config -----------------------------------------------------------------------
@@ -65,7 +68,8 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
 # -- status -----------------------------------------------------------------------------
 def cmd_status(args: argparse.Namespace) -> int:
-    """Documents and jobs by tenant, the spool, hot folders and bans.
+    """Documents and jobs by tenant, the queue by tenant and by pool, the spool, hot
+    folders and bans.
 
     What is on disk (spool, hot folders, bans, the daemon's own report) is shown even when
     the database is down, and the exit code then says so (ExitCode.degraded): an outage is
@@ -73,6 +77,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     """
     from ingestd.errors import DatabaseUnavailable
     from ingestd.ops.daemon_state import read_state
+    from ingestd.ops.metrics_server import pool_status
     from ingestd.ops.runtime import open_database
     from ingestd.sources.hotfolders import backlog_on_disk
     from ingestd.sources.sftp.bans import read_bans
@@ -91,10 +96,18 @@ def cmd_status(args: argparse.Namespace) -> int:
             docs = tx.all("status_documents")
             jobs = tx.all("status_jobs")
             queue = tx.all("status_queue")
+            limits = {
+                r["tenant"]: r
+                for r in tx.all("status_queue_limits", {"tenants": [q["tenant"] for q in queue]})
+            }
+            by_pool = pool_status(tx, config.worker)
     except DatabaseUnavailable as exc:
         seen = (report["daemon"] or {}).get("database") or {}
         database = {"up": False, "error": exc.message, "down_since": seen.get("down_since")}
-        docs, jobs, queue = [], [], []
+        docs, jobs, queue, limits, by_pool = [], [], [], {}, []
+    for q in queue:
+        limit = limits.get(q["tenant"]) or {}
+        q["weight"], q["max_running"] = limit.get("weight", 1), limit.get("max_running")
     tenants: dict[str, dict[str, Any]] = {}
     for r in docs:
         t = tenants.setdefault(r["tenant"], {"documents": {}, "jobs": {}})
@@ -102,13 +115,96 @@ def cmd_status(args: argparse.Namespace) -> int:
     for r in jobs:
         t = tenants.setdefault(r["tenant"], {"documents": {}, "jobs": {}})
         t["jobs"].setdefault(r["kind"], {})[r["status"]] = r["n"]
-    report |= {"database": database, "tenants": tenants, "queue": queue}
+    report |= {
+        "database": database,
+        "tenants": tenants,
+        "queue": queue,
+        "pools": [_pool_report(config.worker, r) for r in by_pool],
+    }
+    _warn_unserved(report["pools"])
     code = ExitCode.ok if database["up"] else ExitCode.degraded
     if args.json:
         print_json(report)
         return code
     _print_status(report)
     return code
+
+
+def _pool_report(worker: WorkerConfig, row: dict[str, Any]) -> dict[str, Any]:
+    """A pool's line of `status`: what it serves, its queue and lanes, and what to do if
+    jobs wait that no live worker of it will claim."""
+    from ingestd.config.settings import DEFAULT_POOL
+    from ingestd.queue import pools
+
+    pool = pools.resolve(worker, row["pool"])
+    scope = pool.scope
+    unit = f"ingestd-worker@{1 if pool.name == DEFAULT_POOL else pool.name}"
+    return {
+        "pool": pool.name,
+        "tenants": list(scope.tenants) if scope.tenants is not None else None,
+        "except": list(scope.exclude),
+        "kinds": list(scope.kinds) if scope.kinds is not None else None,
+        "ready": row["ready"],
+        "running": row["running"],
+        "oldest_ready_seconds": row["oldest_ready_seconds"],
+        "lanes": {"jobs": row["jobs_lanes"], "short": row["short_lanes"]},
+        "unit": unit,
+        "warning": None,
+    }
+
+
+def _warn_unserved(reports: list[dict[str, Any]]) -> None:
+    """A pool with ready jobs and no live worker says what to do. A process runs its jobs
+    lanes beside any short ones, so no jobs lane means no worker. A shared pool's jobs
+    (no tenants of its own) are also claimed by another shared pool with live lanes whose
+    kinds include its kinds: no warning then; a dedicated pool is its tenants' only one."""
+
+    def covers(other: dict[str, Any], p: dict[str, Any]) -> bool:
+        kinds = other["kinds"]
+        return (
+            other is not p
+            and other["tenants"] is None
+            and other["lanes"]["jobs"] > 0
+            and (kinds is None or (p["kinds"] is not None and set(p["kinds"]) <= set(kinds)))
+        )
+
+    for p in reports:
+        if not p["ready"] or p["lanes"]["jobs"]:
+            continue
+        if p["tenants"] is None and any(covers(o, p) for o in reports):
+            continue
+        p["warning"] = (
+            f"pool {p['pool']}: {p['ready']} job(s) ready and no worker serves it: "
+            f"systemctl start {p['unit']}"
+        )
+
+
+def _print_pools(report: dict[str, Any]) -> None:
+    numbers = ("READY", "RUNNING", "OLDEST", "LANES", "SHORT")
+    print_table(
+        ("POOL", "TENANTS", "KINDS", *numbers),
+        (
+            [
+                p["pool"],
+                (
+                    shown(",".join(p["tenants"]))
+                    if p["tenants"] is not None
+                    else ("all others" if p["except"] else "all")
+                ),
+                ",".join(p["kinds"]) if p["kinds"] is not None else "all",
+                p["ready"],
+                p["running"],
+                "-" if p["oldest_ready_seconds"] is None else f"{p['oldest_ready_seconds']}s",
+                p["lanes"]["jobs"],
+                p["lanes"]["short"],
+            ]
+            for p in report["pools"]
+        ),
+        right=numbers,
+    )
+    for p in report["pools"]:
+        if p["warning"]:
+            print(p["warning"])
 
 
 def _print_status(report: dict[str, Any]) -> None:
@@ -168,7 +264,7 @@ def _print_status(report: dict[str, Any]) -> None:
     print_table(("TENANT", "WHAT", *counts_header), rows, right=counts_header)
     if report["queue"]:
         print()
-        numbers = ("READY", "RETRY", "RUNNING", "OLDEST", "FAILED/1h")
+        numbers = ("READY", "RETRY", "RUNNING", "OLDEST", "FAILED/1h", "WEIGHT", "MAX RUNNING")
         print_table(
             ("QUEUE", *numbers),
             (
@@ -179,11 +275,16 @@ def _print_status(report: dict[str, Any]) -> None:
                     q["running"],
                     "-" if q["oldest_ready_seconds"] is None else f"{q['oldest_ready_seconds']}s",
                     q["failed_last_hour"],
+                    q["weight"],
+                    "-" if q["max_running"] is None else q["max_running"],
                 ]
                 for q in report["queue"]
             ),
             right=numbers,
         )
+    if report["pools"]:
+        print()
+        _print_pools(report)
 
 
 # -- verify -----------------------------------------------------------------------------

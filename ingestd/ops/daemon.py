@@ -212,7 +212,8 @@ def _start_metrics(
     except OSError as exc:
         logger.error("daemon.metrics_failed", listen=config.metrics.listen, error=str(exc))
         return None
-    endpoint.collector = register_queue_collector(db)
+    # The queue and, from [worker] pools, each pool's backlog and live lanes on all hosts.
+    endpoint.collector = register_queue_collector(db, config.worker)
     endpoint.add_collector(DaemonCollector(spool.snapshot, config.paths.state_dir))
     host, port = endpoint.address
     logger.info("daemon.metrics", listen=f"{host}:{port}")
@@ -320,6 +321,8 @@ def serve(config: Config, config_path: Path | None, notifier: Notifier | None = 
                     hot.reload(new)
                     sftp.reload(new, new_intake)
                     config = new
+                    if endpoint is not None:
+                        endpoint.collector.worker = new.worker  # pools added or changed
                     notifier.ready(_status(config, sftp))
                     logger.info("daemon.reloaded", hot_folders=len(new.watch))
         finally:

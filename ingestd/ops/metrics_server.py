@@ -5,7 +5,9 @@ Counters live in ingestd/ops/metrics.py and are incremented where things happen.
 and the age of the oldest waiting job are read from PostgreSQL when Prometheus scrapes
 (one cheap grouped query over the queue's partial indexes), so they are right even when
 several hosts run workers; a scrape while the database is down yields only
-``ingestd_queue_up 0``, never an error page. The spool backlog and the last
+``ingestd_queue_up 0``, never an error page. Given the config's pools, the same scrape
+reads each pool's ready and running jobs and its live lanes on every host (one more
+statement for all pools: ``pool_status``). The spool backlog and the last
 ``ingestd verify`` come from the daemon's Spool object and ``<state_dir>/verify/last.json``;
 the health checks (ingestd/ops/health.py) are exported as gauges too, for dashboards.
 
@@ -29,11 +31,12 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from ingestd.archive.verify import PROBLEM_KINDS, last_run
-from ingestd.config.settings import parse_listen
-from ingestd.db.database import Database
+from ingestd.config.settings import WorkerConfig, parse_listen
+from ingestd.db.database import Database, Row, Tx
 from ingestd.errors import DatabaseError
 from ingestd.ops import metrics
 from ingestd.ops.health import Health, body
+from ingestd.queue import pools
 
 _NOT_FOUND = b"not found: this listener serves /metrics, /healthz and /readyz\n"
 
@@ -116,17 +119,36 @@ class MetricsEndpoint:
         self._collectors.clear()
 
 
+def pool_status(tx: Tx, worker: WorkerConfig) -> list[Row]:
+    """Each pool of ``worker`` (``default`` first): ``pool``, ``ready`` (jobs in its scope,
+    due), ``oldest_ready_seconds`` (None: none ready), ``running`` (claimed by its
+    workers), ``jobs_lanes`` and ``short_lanes`` (live, on every host). One statement
+    for all pools."""
+    scopes = [pools.resolve(worker, name).scope for name in pools.pool_names(worker)]
+    found = {
+        r["pool"]: r
+        for r in tx.all("pool_status", {"pools": json.dumps([s.params() for s in scopes])})
+    }
+    return [found[s.pool] for s in scopes]
+
+
 class QueueCollector(Collector):
-    """ingestd_queue_jobs{tenant,state} and ingestd_queue_oldest_ready_seconds{tenant}."""
+    """ingestd_queue_jobs{tenant,state} and ingestd_queue_oldest_ready_seconds{tenant};
+    given the config's pools (``worker``, which a reload may replace),
+    ingestd_pool_jobs{pool,state}, ingestd_pool_oldest_ready_seconds{pool} and
+    ingestd_pool_lanes{pool,lane}, read in the same transaction."""
 
     STATES = ("ready", "retrying", "running")
+    POOL_STATES = ("ready", "running")
+    LANES = ("jobs", "short")
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, worker: WorkerConfig | None = None) -> None:
         self.db = db
+        self.worker = worker  # None: no pool gauges
         self._lock = threading.Lock()  # one query at a time, however many scrapers
 
     @staticmethod
-    def families() -> tuple[GaugeMetricFamily, GaugeMetricFamily, GaugeMetricFamily]:
+    def families() -> tuple[GaugeMetricFamily, ...]:
         up = GaugeMetricFamily("ingestd_queue_up", "1 if the queue could be read")
         # Failures are counted by the workers (ingestd_jobs_failed_total), not gauged over
         # a window here: a state gauge holds states.
@@ -141,17 +163,36 @@ class QueueCollector(Collector):
             "Age of the oldest job ready to run, by tenant",
             labels=["tenant"],
         )
-        return up, jobs, oldest
+        pool_jobs = GaugeMetricFamily(
+            "ingestd_pool_jobs",
+            "Jobs by worker pool and state (ready: queued and due, in the pool's tenants "
+            "and kinds; pools may overlap; running: claimed by the pool's workers)",
+            labels=["pool", "state"],
+        )
+        pool_oldest = GaugeMetricFamily(
+            "ingestd_pool_oldest_ready_seconds",
+            "Age of the oldest job ready to run in the pool's tenants and kinds",
+            labels=["pool"],
+        )
+        pool_lanes = GaugeMetricFamily(
+            "ingestd_pool_lanes",
+            "Live worker lanes of the pool on all hosts (lane: jobs, or short for the "
+            "lanes of short kinds only)",
+            labels=["pool", "lane"],
+        )
+        return up, jobs, oldest, pool_jobs, pool_oldest, pool_lanes
 
     def describe(self) -> Iterator[Any]:
         return iter(self.families())  # registering must not query the database
 
     def collect(self) -> Iterator[Any]:
-        up, jobs, oldest = self.families()
+        up, jobs, oldest, pool_jobs, pool_oldest, pool_lanes = self.families()
+        worker = self.worker
         try:
             with self._lock, self.db.transaction() as tx:
                 tx.raw("SET LOCAL statement_timeout = 2000")
                 rows = tx.all("status_queue")
+                by_pool = pool_status(tx, worker) if worker is not None else []
         except DatabaseError:
             up.add_metric([], 0)
             yield up
@@ -164,6 +205,17 @@ class QueueCollector(Collector):
         yield up
         yield jobs
         yield oldest
+        if worker is None:
+            return
+        for p in by_pool:
+            for state in self.POOL_STATES:
+                pool_jobs.add_metric([p["pool"], state], int(p[state]))
+            pool_oldest.add_metric([p["pool"]], float(p["oldest_ready_seconds"] or 0))
+            for lane in self.LANES:
+                pool_lanes.add_metric([p["pool"], lane], int(p[f"{lane}_lanes"]))
+        yield pool_jobs
+        yield pool_oldest
+        yield pool_lanes
 
 
 class DaemonCollector(Collector):
@@ -263,8 +315,9 @@ class HealthCollector(Collector):
         yield age
 
 
-def register_queue_collector(db: Database) -> QueueCollector:
-    collector = QueueCollector(db)
+def register_queue_collector(db: Database, worker: WorkerConfig | None = None) -> QueueCollector:
+    """The queue gauges; with ``worker`` (the config's pools), the pool gauges too."""
+    collector = QueueCollector(db, worker)
     REGISTRY.register(collector)
     return collector
 
