@@ -125,6 +125,61 @@ def test_systemd_analyze_verify_passes(unit_root: Path, name: str) -> None:
     assert (result.returncode, result.stdout + result.stderr) == (0, "")
 
 
+@pytest.mark.parametrize("name", ["ingestd-worker@acme.service", "ingestd-worker@acme-2.service"])
+def test_a_pools_worker_instance_verifies(unit_root: Path, name: str) -> None:
+    """A pool's worker is an instance of the same template: it verifies as cleanly."""
+    result = systemd_analyze("verify", "--man=no", f"--root={unit_root}", name)
+    assert (result.returncode, result.stdout + result.stderr) == (0, "")
+
+
+def _worker_exec_start(config: Path, instance: str) -> list[str]:
+    """The worker unit's ExecStart for ``instance``, with this checkout's ingestd and
+    ``config`` in place of the installed paths (systemd's %i and %H filled in)."""
+    text = (UNIT_DIR / "ingestd-worker@.service").read_text()
+    line = next(x for x in text.splitlines() if x.startswith("ExecStart="))
+    argv = line.removeprefix("ExecStart=").split()
+    argv[0] = str(Path(sys.executable).with_name("ingestd"))
+    argv = [str(config) if a == "/etc/ingestd/ingestd.toml" else a for a in argv]
+    return [a.replace("%i", instance).replace("%H", socket.gethostname()) for a in argv]
+
+
+def test_the_units_exec_start_serves_the_pool_its_instance_names(make_env: Any, db: Any) -> None:
+    """ExecStart of ingestd-worker@acme runs pool acme's worker: it runs acme's jobs only,
+    as <host>-acme; an instance naming no pool exits 3 and lists the pools."""
+    from tests.fixtures.queue import count, make_jobs
+
+    env = make_env(worker={"poll_interval": 0.2, "pools": [{"name": "acme", "tenants": ["acme"]}]})
+    make_jobs(db, "acme", 3, kind="test-noop")
+    make_jobs(db, "beta", 2, kind="test-noop")
+    argv = _worker_exec_start(env.config_path, "acme")
+    ran = subprocess.run(
+        [*argv, "--drain", "--plugin", "tests.fixtures.jobs"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=UNIT_DIR.parent,
+        env={**os.environ, "PYTHONPATH": str(UNIT_DIR.parent)},  # the test kinds' module
+        check=False,
+    )
+    assert ran.returncode == 0, ran.stdout[-2000:] + ran.stderr[-2000:]
+    done = (
+        "SELECT count(*) AS n FROM processing_jobs j JOIN tenants t ON t.id = j.tenant_id "
+        "WHERE t.name = %(t)s AND j.status = 'done' AND j.pool = %(p)s AND j.worker_id = %(w)s"
+    )
+    host = socket.gethostname()
+    assert count(db, done, {"t": "acme", "p": "acme", "w": f"{host}-acme"}) == 3
+    assert count(db, "SELECT count(*) AS n FROM processing_jobs WHERE status = 'queued'") == 2
+    wrong = subprocess.run(
+        _worker_exec_start(env.config_path, "acne"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert wrong.returncode == 3
+    assert "acne" in wrong.stderr and "acme, default" in wrong.stderr
+
+
 @pytest.mark.parametrize(
     ("edit", "complaint"),
     [
