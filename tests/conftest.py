@@ -170,8 +170,12 @@ def tenant(db: Database) -> str:
     return "acme"
 
 
-@pytest.fixture(autouse=True, scope="session")
+@pytest.fixture(autouse=True)
 def _json_logs() -> None:
+    """JSON logs to this test's stderr. Per test, not per session: a test that configured
+    logging for itself and set it back bound the logger to the stderr of its own time,
+    which pytest may have closed since (a later in-process worker then failed with "I/O
+    operation on closed file")."""
     log.configure("debug", "json")
 
 
