@@ -214,3 +214,31 @@ def test_a_short_job_starts_within_seconds_behind_1000_queued_ocr_jobs(
     assert count(db, "SELECT count(*) AS n FROM processing_jobs WHERE status = 'queued'") > 900
     for w in workers:
         assert w.stop(timeout=120) == 0
+
+
+def test_a_reload_moves_a_tenant_into_its_new_pool(
+    make_env: Any,
+    qdb: Database,  # noqa: F811
+    workers: list[WorkerProc],  # noqa: F811
+) -> None:
+    """A running default worker, then acme dedicated to a pool and SIGHUP: each lane
+    re-reads its scope, and acme's new jobs wait for the pool's worker."""
+    import signal
+
+    env = make_env(worker={**FAST, "concurrency": 1})
+    d = start(workers, env, "w-default")
+    (first,) = make_jobs(qdb, "acme", 1, kind="test-noop")
+    done = "SELECT count(*) AS n FROM processing_jobs WHERE id = %(i)s AND status = 'done'"
+    wait_until(lambda: count(qdb, done, {"i": first}) == 1, timeout=60)
+    make_env(worker={**FAST, "concurrency": 1, "pools": [{"name": "acme", "tenants": ["acme"]}]})
+    d.signal(signal.SIGHUP)
+    wait_until(lambda: len(d.events("worker.reloaded")) == 2, timeout=60)
+    assert {tuple(e["serves"]["except"]) for e in d.events("worker.reloaded")} == {("acme",)}
+    later = make_jobs(qdb, "acme", 3, kind="test-noop")
+    (beta,) = make_jobs(qdb, "beta", 1, kind="test-noop")
+    wait_until(lambda: count(qdb, done, {"i": beta}) == 1, timeout=60)
+    queued = "SELECT count(*) AS n FROM processing_jobs WHERE id = ANY(%(i)s) AND status = 'queued'"
+    assert count(qdb, queued, {"i": later}) == 3
+    a = start(workers, env, "w-acme", "--pool", "acme")
+    wait_until(lambda: count(qdb, queued, {"i": later}) == 0, timeout=60)
+    assert d.stop() == 0 and a.stop() == 0
