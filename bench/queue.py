@@ -26,9 +26,30 @@ arrive 1 ms apart (distinct timestamps, as if enqueued one by one).
    index over the claims per tenant; baseline: the FIFO claim on a copy of the same data.
 4. Newcomer wait: 4 workers on A's 20,000 backlog; after 1,000 claims tenant K enqueues one
    job: the claims (and ms) from its COMMIT until it starts; baseline: FIFO on a copy.
+5. Weighted shares: tenants A (weight 2), B and C (weight 1) with 3,000 no-op jobs each,
+   arrival interleaved A B C A B C ...; 4 workers claim 3,000 jobs in all (600 in
+   --small), so all three stay backlogged. Each tenant's share of those claims (in
+   started_at order) against its configured share w / sum(w) (1/2, 1/4, 1/4), and the
+   largest relative error; baseline: the FIFO claim on a copy, which shares by arrival.
+6. Caps: tenant A with max_running 2 and weight 4 (uncapped it would hold 4/7 of the
+   workers, so the cap binds) and 5,000 jobs, B..D 2,000 each; 8 worker processes, each
+   job held 20 ms between claim and done, 2,400 claims (480 in --small). The parent
+   samples the running jobs every 5 ms: A's largest and mean count, and all tenants'
+   mean (the other workers kept serving B..D); baseline: the same data without the cap.
+7. Lanes: 1,000 analyze-document jobs of 4 tenants queued, each held 100..300 ms, on 4
+   long-lane processes (the default pool's scope, every kind) plus 1 process on the
+   default pool's short lane (its short_scope; idle, it waits for NOTIFY ingestd_jobs as
+   a real lane does). Whenever all 4 long lanes are busy, a new tenant's
+   provision-tenant job is enqueued: the ms from its COMMIT (the inserting transaction's
+   last clock_timestamp(); it commits with synchronous_commit off, so the job is visible
+   then, not after a WAL flush) to its started_at, 12 times (6 in --small), 0..150 ms
+   apart. Baseline: the same without the short lane (0003's single pool): the job waits
+   for a long one to end (and is then served first: its tenant is new).
 
     .venv/bin/python bench/queue.py [--jobs 20000] [--rounds 3] [--backlog 1000000]
-                                    [--claims 500] [--small] [--only throughput|...]
+                                    [--claims 500] [--small]
+                                    [--only throughput|latency|fairness|newcomer|
+                                            weights|caps|lanes]
                                     [--no-pgqueuer] [--no-runner]
                                     [--pgq-venv .bench/venv-pgqueuer]
 
@@ -52,6 +73,7 @@ import argparse
 import contextlib
 import json
 import os
+import random
 import select
 import shutil
 import subprocess
@@ -64,11 +86,13 @@ from typing import Any
 
 from bench._common import BenchError, bench_cluster, median, print_table, run_main
 from ingestd.config.settings import WorkerConfig
-from ingestd.db.database import Database, Tx, sql
+from ingestd.db.database import Database, Tx, connect_once, sql
 from ingestd.db.pgcluster import EmbeddedPostgres
 from ingestd.db.schema import migrate
-from ingestd.queue.claims import Job, Queue
+from ingestd.queue.claims import NOTIFY_CHANNEL, Job, Queue
 from ingestd.queue.enqueue import enqueue
+from ingestd.queue.kinds import JobKind
+from ingestd.queue.pools import EVERYTHING, Scope, resolve
 
 ROOT = Path(__file__).resolve().parent.parent
 # The console script next to the interpreter running us: the venv's `ingestd`.
@@ -80,7 +104,17 @@ START_TIMEOUT = 60.0  # seconds for worker processes to connect and say "ready"
 RUN_TIMEOUT = 900.0  # seconds for one measured phase (all its workers)
 INSTALL_TIMEOUT = 900.0  # seconds for creating the pgqueuer venv
 EMPTY_SLEEP = 0.001  # a worker's pause after a claim that found nothing while jobs wait
-POLL = 0.005  # the parent's polling interval in the newcomer scenario
+POLL = 0.005  # the parent's polling interval (newcomer, caps; lanes polls 5x as often)
+WEIGHTS = {"a": 2, "b": 1, "c": 1}  # weights: tenant -> queue_tenants.weight
+CAP_WORKERS = 8  # caps: worker processes (each mostly sleeping in its 20 ms jobs)
+CAP = 2  # caps: A's max_running
+CAP_WEIGHT = 4  # caps: A's weight, so that without the cap A would hold more than CAP
+CAP_HOLD = 0.020  # caps: seconds each job "runs" (between claim and done)
+CAP_TENANTS = ["a", "b", "c", "d"]
+LONG_KIND = str(JobKind.analyze_document)  # lanes: the long jobs (OCR)
+LONG_HOLD = (0.1, 0.3)  # lanes: seconds a long job runs, uniform (its lanes drift apart)
+LANE_TENANTS = 4  # lanes: tenants of the long jobs
+LANE_GAP = (0.0, 0.15)  # lanes: seconds between one short job's start and the next probe
 
 
 @dataclass(frozen=True)
@@ -95,6 +129,11 @@ class Plan:
     fair_claims: int  # fairness: claims in the window (all workers)
     newcomer_backlog: int  # newcomer: A's backlog
     newcomer_after: int  # newcomer: claims before K enqueues
+    weight_claims: int  # weights: claims measured (all workers), each tenant has as many jobs
+    cap_claims: int  # caps: claims by the CAP_WORKERS workers
+    cap_backlogs: tuple[int, int]  # caps: A, and each of B..D
+    lane_jobs: int  # lanes: long jobs queued
+    lane_probes: int  # lanes: short jobs timed per run
 
 
 FULL = Plan(
@@ -108,6 +147,11 @@ FULL = Plan(
     fair_claims=1_000,
     newcomer_backlog=20_000,
     newcomer_after=1_000,
+    weight_claims=3_000,
+    cap_claims=2_400,
+    cap_backlogs=(5_000, 2_000),
+    lane_jobs=1_000,
+    lane_probes=12,
 )
 SMALL = Plan(
     jobs=2_000,
@@ -120,6 +164,11 @@ SMALL = Plan(
     fair_claims=250,
     newcomer_backlog=3_000,
     newcomer_after=300,
+    weight_claims=600,
+    cap_claims=480,
+    cap_backlogs=(1_000, 500),
+    lane_jobs=1_000,
+    lane_probes=6,
 )
 SMALL_TENANTS = 4  # latency: small tenants next to the big one
 SMALL_TENANT_JOBS = 100
@@ -146,7 +195,7 @@ d AS (
 INSERT INTO processing_jobs (tenant_id, document_id, kind, created_at, next_attempt_at)
 SELECT tenant_id, id, %(kind)s, t, t FROM (
     -- Arrived 1 ms apart, as if enqueued one by one (one now() for all would let btree
-    -- deduplication shrink the (tenant_id, status, next_attempt_at, ...) index).
+    -- deduplication shrink the ready index, (kind, tenant_id, next_attempt_at, id)).
     SELECT tenant_id, id, now() - make_interval(
         secs => (count(*) OVER () - row_number() OVER (ORDER BY id)) / 1000.0) AS t
     FROM d) AS arrived
@@ -266,11 +315,35 @@ def pgq_venv(path: Path) -> Path:
 
 
 # -- worker processes -------------------------------------------------------------------
+def lane_scope(lane: str | None) -> Scope:
+    """The claim's scope of a bench worker: the default pool's short lane, or everything
+    (the default pool's other lanes: every tenant, every kind)."""
+    if lane != "short":
+        return EVERYTHING
+    short = resolve(WorkerConfig()).short_scope
+    assert short is not None  # the default pool serves every kind, the short ones too
+    return short
+
+
 def worker_main(spec: dict[str, Any]) -> None:
-    """One worker process: "ready", wait for "go", claim + done until quota/empty/"stop"."""
+    """One worker process: "ready", wait for "go", claim + done until quota/empty/"stop".
+
+    Optional in ``spec``: ``lane`` ("short": the default pool's short lane), ``hold``
+    (kind -> [min, max] seconds the job "runs" between claim and done, uniform), ``idle``
+    (seconds to wait after a claim found nothing while jobs are queued) and ``listen``
+    (that wait ends early on a NOTIFY ingestd_jobs, as a real worker's idle wait does:
+    worker/listener.py).
+    """
     db = Database(spec["conninfo"], max_size=1, name=spec["id"]).open()
-    queue = Queue(db, WorkerConfig(), spec["id"])
+    queue = Queue(db, WorkerConfig(), spec["id"], scope=lane_scope(spec.get("lane")))
     fifo = spec["mode"] == "fifo"
+    hold: dict[str, list[float]] = spec.get("hold") or {}
+    idle = float(spec.get("idle", EMPTY_SLEEP))
+    rng = random.Random(spec["id"])
+    listener = None
+    if spec.get("listen"):
+        listener = connect_once(spec["conninfo"], autocommit=True, timeout=START_TIMEOUT)
+        listener.execute(f"LISTEN {NOTIFY_CHANNEL}")
     params = {"worker": spec["id"], "lease": queue.config.lease_seconds}
     with db.transaction() as tx:
         tx.raw("SELECT 1")
@@ -305,10 +378,20 @@ def worker_main(spec: dict[str, Any]) -> None:
             with db.transaction() as tx:
                 if not tx.raw(ANY_QUEUED)[0]["q"]:
                     break
-            # Jobs wait, but every tenant that has some was locked by another claimer.
+            # Jobs wait, but every tenant that has some was locked by another claimer (or
+            # capped, or none is in this lane's scope).
             empty += 1
-            time.sleep(EMPTY_SLEEP)
+            if listener is None:
+                time.sleep(idle)
+            else:
+                select.select([listener.fileno()], [], [], idle)
+                for _ in listener.notifies(timeout=0):
+                    pass
             continue
+        if not fifo and hold:
+            assert job is not None
+            if span := hold.get(job.kind):
+                time.sleep(rng.uniform(*span))
         if fifo:
             with db.autocommit() as tx:  # as Queue.done
                 tx.raw(FIFO_DONE, {**params, "id": job_id, "attempt": attempt})
@@ -316,6 +399,8 @@ def worker_main(spec: dict[str, Any]) -> None:
             assert job is not None
             queue.done(job)
         claims += 1
+    if listener is not None:
+        listener.close()
     db.close()
     print(json.dumps({"claims": claims, "empty": empty, "log": claim_log}), flush=True)
 
@@ -405,8 +490,15 @@ def processes(argvs: list[list[str]], logdir: Path, name: str) -> Iterator[Procs
 
 
 def worker_argvs(
-    conninfo: str, mode: str, quota: int | None, tag: str, log: bool = False
+    conninfo: str,
+    mode: str,
+    quota: int | None,
+    tag: str,
+    log: bool = False,
+    n: int = WORKERS,
+    **extra: Any,
 ) -> list[list[str]]:
+    """``n`` worker processes' command lines; ``extra`` goes into each spec (worker_main)."""
     return [
         [
             sys.executable,
@@ -419,10 +511,11 @@ def worker_argvs(
                     "quota": quota,
                     "id": f"{tag}-w{i}",
                     "log": log,
+                    **extra,
                 }
             ),
         ]
-        for i in range(WORKERS)
+        for i in range(n)
     ]
 
 
@@ -463,8 +556,11 @@ class Bench:
         return rows[0] if rows else None
 
 
-def load(conninfo: str, spec: Sequence[tuple[str, int]], order: str, tag: str = "b") -> None:
-    """Tenants and ``n`` documents + queued jobs each, then VACUUM ANALYZE and CHECKPOINT."""
+def load(
+    conninfo: str, spec: Sequence[tuple[str, int]], order: str, tag: str = "b", kind: str = KIND
+) -> None:
+    """Tenants and ``n`` documents + queued jobs (of ``kind``) each, then VACUUM ANALYZE and
+    CHECKPOINT."""
     names = [name for name, _ in spec]
     with Database(conninfo) as db:
         with db.transaction() as tx:
@@ -475,7 +571,7 @@ def load(conninfo: str, spec: Sequence[tuple[str, int]], order: str, tag: str = 
             tx.raw("SELECT setseed(0.42)")
             tx.raw(
                 LOAD_SQL.format(order=ORDERS[order]),
-                {"names": names, "counts": [n for _, n in spec], "tag": tag, "kind": KIND},
+                {"names": names, "counts": [n for _, n in spec], "tag": tag, "kind": kind},
             )
         with db.autocommit() as tx:
             tx.raw("VACUUM ANALYZE documents, processing_jobs, queue_tenants")
@@ -575,8 +671,9 @@ from worker.jobs import register
 def noop(ctx):
     return None
 '''
-# Backends of this database waiting for a lock: the workers held at the gate (one on
-# queue_tenants, the others on the claim's turn-taking advisory lock).
+# Backends of this database waiting for a lock: the workers held at the gate (the one whose
+# claim holds the claim's turn, on queue_clocks, the others on that turn-taking advisory
+# lock).
 GATE_WAITERS = """
 SELECT count(*) AS n FROM pg_stat_activity
 WHERE datname = current_database() AND wait_event_type = 'Lock'
@@ -590,9 +687,11 @@ def runner_available() -> bool:
 def throughput_runner(bench: Bench, plan: Plan, rnd: int) -> dict[str, Any]:
     """4 real ``ingestd worker --drain`` processes (each job runs in the worker's child).
 
-    The start gate: an EXCLUSIVE lock on queue_tenants (the claim locks a row there), held
-    until all 4 workers wait in their first claim; the rate runs from its release to the
-    last completion.
+    The start gate: an EXCLUSIVE lock on queue_clocks (every successful claim upserts its
+    share's row there, migration 0014; the claim only reads queue_tenants), held until 4
+    of the workers' lanes wait in their first claim (one on queue_clocks, the others on the
+    claim's advisory lock, behind it); the rate runs from its release to the last
+    completion.
     """
     name = f"tp_runner_{rnd}"
     conninfo = bench.fresh(name)
@@ -613,7 +712,7 @@ def throughput_runner(bench: Bench, plan: Plan, rnd: int) -> dict[str, Any]:
     logs = [bench.work / f"{name}-{i}.log" for i in range(WORKERS)]
     try:
         with Database(conninfo, max_size=2) as db, db.transaction() as gate:
-            gate.raw("LOCK TABLE queue_tenants IN EXCLUSIVE MODE")
+            gate.raw("LOCK TABLE queue_clocks IN EXCLUSIVE MODE")
             for i, path in enumerate(logs):
                 with open(path, "wb") as out:
                     procs.append(
@@ -689,7 +788,12 @@ def throughput_runner(bench: Bench, plan: Plan, rnd: int) -> dict[str, Any]:
 def claim_buffers(db: Database, worker: str) -> dict[str, int]:
     """EXPLAIN (ANALYZE, BUFFERS) of one job_claim, rolled back: buffers hit and read."""
     statement = "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql.query("job_claim")
-    params = {"worker": worker, "lease": WorkerConfig().lease_seconds, "tenant_cap": None}
+    params = {
+        "worker": worker,
+        "lease": WorkerConfig().lease_seconds,
+        "tenant_cap": None,
+        **EVERYTHING.params(),
+    }
     with contextlib.suppress(_Rollback), db.transaction() as tx:
         plan = tx.raw(statement, params)[0]["QUERY PLAN"][0]["Plan"]
         raise _Rollback
@@ -885,6 +989,236 @@ def newcomer_run(db: Database, plan: Plan, procs: Procs) -> dict[str, Any]:
     }
 
 
+# -- 5. weighted shares -----------------------------------------------------------------
+# Each tenant's claims among the first n (the claims' started_at order).
+FIRST_CLAIMS = """
+SELECT t.name, j.tenant_id FROM (
+    SELECT tenant_id, started_at, id FROM processing_jobs WHERE started_at IS NOT NULL
+    ORDER BY started_at, id LIMIT %(n)s) AS j
+JOIN tenants t ON t.id = j.tenant_id ORDER BY j.started_at, j.id
+"""
+
+
+def set_limits(conninfo: str, name: str, weight: int | None, max_running: int | None) -> None:
+    """A tenant's weight and cap, as `ingestd tenant limits` sets them (tenant_limits_set)."""
+    with Database(conninfo, max_size=1) as db, db.transaction() as tx:
+        row = tx.one(
+            "tenant_limits_set",
+            {
+                "name": name,
+                "weight": weight,
+                "max_running": max_running,
+                "uncap": max_running is None,
+            },
+        )
+    if row is None:
+        raise BenchError(f"no tenant {name!r} to set limits for")
+
+
+def weights(bench: Bench, plan: Plan, rnd: int) -> dict[str, dict[str, Any]]:
+    """A weight 2, B and C weight 1, all backlogged; ingestd and FIFO on the same data."""
+    n = plan.weight_claims
+    names = {"ingestd": f"w_ingestd_{rnd}", "fifo": f"w_fifo_{rnd}"}
+    dbs = {"ingestd": bench.fresh(names["ingestd"])}
+    # Each tenant could take every claim: all stay backlogged whatever the shares.
+    load(dbs["ingestd"], [(t, n) for t in WEIGHTS], "interleaved")
+    for tenant, weight in WEIGHTS.items():
+        set_limits(dbs["ingestd"], tenant, weight, None)
+    dbs["fifo"] = bench.copy(names["ingestd"], names["fifo"])
+    bench.one(dbs["fifo"], FIFO_INDEX)
+    out: dict[str, dict[str, Any]] = {}
+    for mode in order(["ingestd", "fifo"], rnd):
+        tag = f"w_{mode}_{rnd}"
+        with processes(worker_argvs(dbs[mode], mode, n // WORKERS, tag), bench.work, tag) as p:
+            p.go()
+            p.results()
+        with Database(dbs[mode], max_size=1) as db, db.transaction() as tx:
+            claims = [r["name"] for r in tx.raw(FIRST_CLAIMS, {"n": n})]
+        if len(claims) != n:
+            raise BenchError(f"weights {mode}: {len(claims)} of {n} claims")
+        out[mode] = {
+            "share": {t: claims.count(t) / n for t in WEIGHTS},
+            "first": "".join(claims[:24]),
+        }
+    for name in names.values():
+        bench.drop(name)
+    total = sum(WEIGHTS.values())
+    for res in out.values():
+        res["error"] = max(
+            abs(res["share"][t] - w / total) / (w / total) for t, w in WEIGHTS.items()
+        )
+    return out
+
+
+# -- 6. caps ----------------------------------------------------------------------------
+CAP_SAMPLE = """
+SELECT count(*) FILTER (WHERE tenant_id = %(a)s) AS a, count(*) AS n,
+       (SELECT count(*) FROM processing_jobs WHERE status = 'done') AS done
+FROM processing_jobs WHERE status = 'processing'
+"""
+
+
+def caps(bench: Bench, plan: Plan, rnd: int) -> dict[str, dict[str, Any]]:
+    """A capped at CAP (weight CAP_WEIGHT) among B..D; baseline: the same without the cap."""
+    a, rest = plan.cap_backlogs
+    names = {"capped": f"cap_on_{rnd}", "uncapped": f"cap_off_{rnd}"}
+    dbs = {"capped": bench.fresh(names["capped"])}
+    load(dbs["capped"], [("a", a), *((t, rest) for t in CAP_TENANTS[1:])], "shuffled")
+    set_limits(dbs["capped"], "a", CAP_WEIGHT, None)
+    dbs["uncapped"] = bench.copy(names["capped"], names["uncapped"])
+    set_limits(dbs["capped"], "a", CAP_WEIGHT, CAP)
+    quota = plan.cap_claims // CAP_WORKERS
+    out: dict[str, dict[str, Any]] = {}
+    for mode in order(["capped", "uncapped"], rnd):
+        tag = f"cap_{mode}_{rnd}"
+        argvs = worker_argvs(
+            dbs[mode], "ingestd", quota, tag, n=CAP_WORKERS, hold={KIND: [CAP_HOLD, CAP_HOLD]}
+        )
+        with Database(dbs[mode], max_size=1) as db, processes(argvs, bench.work, tag) as procs:
+            out[mode] = caps_run(db, procs, quota * CAP_WORKERS)
+        with Database(dbs[mode], max_size=1) as db, db.transaction() as tx:
+            rows = tx.raw(PER_TENANT)
+        out[mode]["claimed"] = [int(r["claimed"]) for r in rows]
+        out[mode]["min_queued"] = min(int(r["queued"]) for r in rows)
+    for name in names.values():
+        bench.drop(name)
+    return out
+
+
+def caps_run(db: Database, procs: Procs, total: int) -> dict[str, Any]:
+    """Samples (A running, all running) every POLL until ``total`` jobs are done."""
+    with db.transaction() as tx:
+        a_id = tx.raw("SELECT id FROM tenants WHERE name = 'a'")[0]["id"]
+    samples: list[tuple[int, int, int]] = []  # (A running, all running, done)
+    procs.go()
+    deadline = time.monotonic() + RUN_TIMEOUT
+    while True:
+        with db.autocommit() as tx:
+            r = tx.raw(CAP_SAMPLE, {"a": a_id})[0]
+        samples.append((int(r["a"]), int(r["n"]), int(r["done"])))
+        if r["done"] >= total:
+            break
+        if time.monotonic() > deadline:
+            raise BenchError(f"caps: {r['done']} of {total} jobs done after {RUN_TIMEOUT:.0f} s")
+        time.sleep(POLL)
+    results = procs.results()
+    # Means over the steady part: after the first 5 % and before the last 10 % of the jobs
+    # (the workers start one by one and end as their quotas run out).
+    steady = [s for s in samples if 0.05 * total <= s[2] < 0.9 * total] or samples
+    return {
+        "max_a": max(s[0] for s in samples),
+        "mean_a": sum(s[0] for s in steady) / len(steady),
+        "mean_all": sum(s[1] for s in steady) / len(steady),
+        "max_all": max(s[1] for s in samples),
+        "samples": len(samples),
+        "empty": sum(res["empty"] for res in results),
+    }
+
+
+# -- 7. lanes ---------------------------------------------------------------------------
+LONG_BUSY = """
+SELECT count(*) AS n FROM processing_jobs WHERE status = 'processing' AND kind = %(kind)s
+"""
+PROBE_STARTED = "SELECT started_at, worker_id FROM processing_jobs WHERE id = %(id)s"
+
+
+def lanes(bench: Bench, plan: Plan, rnd: int) -> dict[str, dict[str, Any]]:
+    """Long jobs on WORKERS long lanes, with and without a short lane beside them."""
+    names = {"short": f"lanes_short_{rnd}", "none": f"lanes_none_{rnd}"}
+    dbs = {"short": bench.fresh(names["short"])}
+    n = plan.lane_jobs
+    per = [n // LANE_TENANTS + (i < n % LANE_TENANTS) for i in range(LANE_TENANTS)]
+    load(
+        dbs["short"],
+        list(zip(tenants(LANE_TENANTS, "l"), per, strict=True)),
+        "shuffled",
+        kind=LONG_KIND,
+    )
+    dbs["none"] = bench.copy(names["short"], names["none"])
+    out: dict[str, dict[str, Any]] = {}
+    for mode in order(["short", "none"], rnd):
+        tag = f"lanes_{mode}_{rnd}"
+        argvs = worker_argvs(dbs[mode], "ingestd", None, tag, hold={LONG_KIND: list(LONG_HOLD)})
+        if mode == "short":
+            argvs += worker_argvs(
+                dbs[mode],
+                "ingestd",
+                None,
+                f"{tag}-short",
+                n=1,
+                lane="short",
+                idle=0.25,
+                listen=True,
+            )
+        with Database(dbs[mode], max_size=1) as db, processes(argvs, bench.work, tag) as procs:
+            out[mode] = lanes_run(db, plan, procs, random.Random(rnd))
+        with Database(dbs[mode], max_size=1) as db, db.transaction() as tx:
+            left = tx.raw(
+                "SELECT count(*) AS n FROM processing_jobs WHERE status = 'queued' "
+                "AND kind = %(kind)s",
+                {"kind": LONG_KIND},
+            )[0]["n"]
+        out[mode]["long_queued"] = int(left)
+    for name in names.values():
+        bench.drop(name)
+    return out
+
+
+def lanes_run(db: Database, plan: Plan, procs: Procs, rng: random.Random) -> dict[str, Any]:
+    """Probes: a new tenant's provision-tenant job whenever every long lane is busy."""
+    procs.go()
+    deadline = time.monotonic() + RUN_TIMEOUT
+    # The lanes start their first long jobs together: let them drift apart first.
+    time.sleep(LONG_HOLD[1])
+    delays: list[float] = []
+    commits: list[float] = []
+    by_short = 0
+    for i in range(plan.lane_probes):
+        while True:
+            with db.autocommit() as tx:
+                busy = tx.raw(LONG_BUSY, {"kind": LONG_KIND})[0]["n"]
+            if busy >= WORKERS:
+                break
+            if time.monotonic() > deadline:
+                raise BenchError(f"lanes: only {busy} of {WORKERS} long lanes busy")
+            time.sleep(POLL / 5)
+        with db.transaction() as tx:
+            # Visible as soon as its commit record is written, not after the WAL flush: the
+            # delay measured is the queue's, not the disk's.
+            tx.raw("SET LOCAL synchronous_commit = off")
+            tenant = tx.raw(
+                "INSERT INTO tenants (name, status) VALUES (%(name)s, 'creating') RETURNING id",
+                {"name": f"new{i}"},
+            )[0]["id"]
+            job_id = enqueue(tx, tenant_id=tenant, kind=JobKind.provision_tenant)
+            # The transaction's last statement: the COMMIT follows at once.
+            before = tx.raw("SELECT clock_timestamp() AS t")[0]["t"]
+        with db.autocommit() as tx:
+            after = tx.raw("SELECT clock_timestamp() AS t")[0]["t"]
+        commits.append((after - before).total_seconds() * 1000)
+        while True:
+            with db.autocommit() as tx:
+                row = tx.raw(PROBE_STARTED, {"id": job_id})[0]
+            if row["started_at"] is not None:
+                break
+            if time.monotonic() > deadline:
+                raise BenchError(f"lanes: provision-tenant job not started after {RUN_TIMEOUT} s")
+            time.sleep(POLL / 5)
+        delays.append((row["started_at"] - before).total_seconds() * 1000)
+        by_short += row["worker_id"].endswith("-short-w0")
+        time.sleep(rng.uniform(*LANE_GAP))
+    procs.stop()
+    results = procs.results()
+    return {
+        "delays": delays,
+        "p50": median(delays),
+        "max": max(delays),
+        "commit_ms": median(commits),
+        "by_short": by_short,
+        "empty": sum(r["empty"] for r in results),
+    }
+
+
 # -- main -------------------------------------------------------------------------------
 @dataclass
 class Row:
@@ -910,7 +1244,7 @@ class Row:
         return [self.label, show(p), show(b), self.baseline_name, ratio, self.goal, runs]
 
 
-SCENARIOS = ("throughput", "latency", "fairness", "newcomer")
+SCENARIOS = ("throughput", "latency", "fairness", "newcomer", "weights", "caps", "lanes")
 
 
 def run(args: argparse.Namespace, plan: Plan, bench: Bench) -> tuple[list[Row], list[str]]:
@@ -1082,14 +1416,134 @@ def run(args: argparse.Namespace, plan: Plan, bench: Bench) -> tuple[list[Row], 
             f"note: newcomer runs, ingestd claims that found nothing while A's jobs "
             f"were queued (A locked by another claimer): {empties}"
         )
+    if "weights" in want:
+        rows += run_weights(args, plan, bench, goals)
+    if "caps" in want:
+        rows += run_caps(args, plan, bench, goals)
+    if "lanes" in want:
+        rows += run_lanes(args, plan, bench, goals)
     return rows, goals
+
+
+def run_weights(args: argparse.Namespace, plan: Plan, bench: Bench, goals: list[str]) -> list[Row]:
+    total = sum(WEIGHTS.values())
+    shares = {
+        t: Row(
+            f"weights: {t.upper()}'s share (weight {w}) of {plan.weight_claims:,} claims by "
+            f"{WORKERS} workers"
+            if t == "a"
+            else f"  same, {t.upper()}'s (weight {w})",
+            baseline=[w / total] * args.rounds,
+            baseline_name="configured w / sum(w)",
+            goal="ratio 0.95..1.05",
+            fmt="{:.3f}",
+        )
+        for t, w in WEIGHTS.items()
+    }
+    error = Row(
+        "  largest relative error of the shares, abs(measured - configured) / configured",
+        baseline_name="FIFO SQL, same data",
+        goal="<= 0.05",
+        fmt="{:.3f}",
+    )
+    for rnd in range(args.rounds):
+        res = weights(bench, plan, rnd)
+        for t, row in shares.items():
+            row.product.append(res["ingestd"]["share"][t])
+        error.product.append(res["ingestd"]["error"])
+        error.baseline.append(res["fifo"]["error"])
+        print(f"weights round {rnd + 1}: {res}", file=sys.stderr)
+        goals.append(
+            f"weights round {rnd + 1}: shares A/B/C ingestd "
+            + "/".join(f"{res['ingestd']['share'][t]:.3f}" for t in WEIGHTS)
+            + ", FIFO "
+            + "/".join(f"{res['fifo']['share'][t]:.3f}" for t in WEIGHTS)
+            + f"; ingestd's first claims {res['ingestd']['first']}"
+        )
+    e = median(error.product)
+    goals.append(
+        f"goal: every share within 5 % of its configured share: "
+        f"{'met' if e <= 0.05 else 'NOT met'} ({e:.3f})"
+    )
+    return [*shares.values(), error]
+
+
+def run_caps(args: argparse.Namespace, plan: Plan, bench: Bench, goals: list[str]) -> list[Row]:
+    a, rest = plan.cap_backlogs
+    head = (
+        f"caps: A's most running (max_running {CAP}, weight {CAP_WEIGHT}), {CAP_WORKERS} "
+        f"workers, {CAP_HOLD * 1000:.0f} ms jobs, {plan.cap_claims:,} claims, backlogs "
+        f"A {a:,} B..D {rest:,}"
+    )
+    most = Row(head, baseline_name="no cap, same data", goal=f"<= {CAP}")
+    mean_a = Row("  A's mean running", baseline_name="no cap, same data", fmt="{:.2f}")
+    mean_all = Row(
+        f"  all tenants' mean running (of {CAP_WORKERS} workers)",
+        baseline_name="no cap, same data",
+        fmt="{:.2f}",
+    )
+    for rnd in range(args.rounds):
+        res = caps(bench, plan, rnd)
+        most.product.append(res["capped"]["max_a"])
+        most.baseline.append(res["uncapped"]["max_a"])
+        mean_a.product.append(res["capped"]["mean_a"])
+        mean_a.baseline.append(res["uncapped"]["mean_a"])
+        mean_all.product.append(res["capped"]["mean_all"])
+        mean_all.baseline.append(res["uncapped"]["mean_all"])
+        print(f"caps round {rnd + 1}: {res}", file=sys.stderr)
+        goals.append(
+            f"caps round {rnd + 1}: claims per tenant A..D capped {res['capped']['claimed']}, "
+            f"uncapped {res['uncapped']['claimed']}; samples {res['capped']['samples']} / "
+            f"{res['uncapped']['samples']}; empty claims {res['capped']['empty']} / "
+            f"{res['uncapped']['empty']}; every tenant still backlogged: "
+            f"{min(r['min_queued'] for r in res.values()) > 0}"
+        )
+    worst = max(most.product)
+    goals.append(
+        f"goal: A never more than {CAP} running: {'met' if worst <= CAP else 'NOT met'} "
+        f"(most seen {worst:.0f})"
+    )
+    return [most, mean_a, mean_all]
+
+
+def run_lanes(args: argparse.Namespace, plan: Plan, bench: Bench, goals: list[str]) -> list[Row]:
+    lo, hi = LONG_HOLD
+    p50 = Row(
+        f"lanes: ms from a provision-tenant's COMMIT to its start, median of "
+        f"{plan.lane_probes}, {plan.lane_jobs:,} OCR jobs ({lo * 1000:.0f}..{hi * 1000:.0f} "
+        f"ms) queued, all {WORKERS} long lanes busy; ingestd: + 1 short lane",
+        baseline_name="no short lane (0003)",
+        fmt="{:.1f}",
+    )
+    worst = Row("  same, the longest", baseline_name="no short lane (0003)", fmt="{:.1f}")
+    for rnd in range(args.rounds):
+        res = lanes(bench, plan, rnd)
+        p50.product.append(res["short"]["p50"])
+        p50.baseline.append(res["none"]["p50"])
+        worst.product.append(res["short"]["max"])
+        worst.baseline.append(res["none"]["max"])
+        print(f"lanes round {rnd + 1}: {res}", file=sys.stderr)
+        goals.append(
+            f"lanes round {rnd + 1}: delays (ms) with the short lane "
+            + " ".join(f"{d:.1f}" for d in res["short"]["delays"])
+            + f" ({res['short']['by_short']} of {plan.lane_probes} taken by the short lane), "
+            + "without "
+            + " ".join(f"{d:.1f}" for d in res["none"]["delays"])
+            + f"; the probes' COMMIT took {res['short']['commit_ms']:.1f} / "
+            + f"{res['none']['commit_ms']:.1f} ms; long jobs still queued "
+            + f"{res['short']['long_queued']:,} / {res['none']['long_queued']:,}"
+        )
+    return [p50, worst]
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, default=None, help="throughput: jobs per run (20,000)")
     ap.add_argument(
-        "--rounds", type=int, default=3, help="rounds of throughput, fairness and newcomer"
+        "--rounds",
+        type=int,
+        default=3,
+        help="rounds of every scenario but latency (its claims alternate backlogs instead)",
     )
     ap.add_argument(
         "--backlog",
@@ -1101,7 +1555,8 @@ def main() -> None:
     ap.add_argument(
         "--small",
         action="store_true",
-        help="quick smoke run: 2,000 jobs, backlog 10,000, smaller fairness data",
+        help="quick smoke run: 2,000 jobs, backlog 10,000, smaller fairness data, fewer claims "
+        "(weights 600, caps 480) and lane probes (6)",
     )
     ap.add_argument("--only", choices=SCENARIOS, default=None)
     ap.add_argument("--no-pgqueuer", action="store_true", help="skip the pgqueuer baseline")
@@ -1157,10 +1612,11 @@ def main() -> None:
     print(
         f"\nqueue benchmark ({mode}): {os.cpu_count()} cores, PostgreSQL "
         f"{pg_version['server_version']} (durable embedded cluster, fsync on), pgqueuer "
-        f"{bench.pgq_version} (psycopg driver, durable tables); {WORKERS} worker processes; "
+        f"{bench.pgq_version} (psycopg driver, durable tables); {WORKERS} worker processes "
+        f"({CAP_WORKERS} for caps, {WORKERS} + 1 short lane for lanes); "
         "claims (ingestd and FIFO) autocommitted with synchronous_commit off; "
-        f"throughput N = {plan.jobs:,}, medians of {args.rounds} rounds (throughput, fairness, "
-        f"newcomer); latency: {plan.claims} claims per backlog after {plan.warmup} unmeasured; "
+        f"throughput N = {plan.jobs:,}, medians of {args.rounds} rounds (all but latency); "
+        f"latency: {plan.claims} claims per backlog after {plan.warmup} unmeasured; "
         f"{time.monotonic() - t0:.0f} s; load average {load_before:.1f} before, "
         f"{load_after:.1f} after (other work on the machine skews the rates)"
     )
