@@ -54,6 +54,10 @@ ALTER TABLE processing_jobs ADD COLUMN IF NOT EXISTS pool TEXT;
 
 -- The ready index, led by kind: a lane of short kinds finds its jobs without reading past
 -- a million OCR jobs. Tenant-only lookups of queued jobs use idx_processing_jobs_dispatch.
+-- The claim's lookups order by this index's whole key (kind first, although kind is
+-- fixed): on a queue of one kind the planner would otherwise take the dispatch index
+-- (tenant first) and filter by kind, which reads past every OCR job when a short one is
+-- looked for; its generic plan (below) would keep that choice for every call.
 DROP INDEX IF EXISTS idx_processing_jobs_ready;
 CREATE INDEX IF NOT EXISTS idx_processing_jobs_ready_kind
     ON processing_jobs (kind, tenant_id, next_attempt_at, id) WHERE status = 'queued';
@@ -98,7 +102,7 @@ BEGIN
         SELECT p.id, p.next_attempt_at FROM processing_jobs p
         WHERE p.kind = k.kind AND p.tenant_id = p_tenant AND p.status = 'queued'
           AND p.next_attempt_at <= clock_timestamp()
-        ORDER BY p.next_attempt_at, p.id
+        ORDER BY p.kind, p.tenant_id, p.next_attempt_at, p.id
         LIMIT 1
         FOR NO KEY UPDATE SKIP LOCKED) AS r
     ORDER BY r.next_attempt_at, r.id
@@ -169,13 +173,13 @@ BEGIN
             SELECT k.kind,
                    (SELECT p.tenant_id FROM processing_jobs p
                     WHERE p.status = 'queued' AND p.kind = k.kind
-                    ORDER BY p.tenant_id LIMIT 1) AS tenant_id
+                    ORDER BY p.kind, p.tenant_id LIMIT 1) AS tenant_id
             FROM unnest(kinds) AS k(kind)
             UNION ALL
             SELECT w.kind,
                    (SELECT p.tenant_id FROM processing_jobs p
                     WHERE p.status = 'queued' AND p.kind = w.kind AND p.tenant_id > w.tenant_id
-                    ORDER BY p.tenant_id LIMIT 1)
+                    ORDER BY p.kind, p.tenant_id LIMIT 1)
             FROM w WHERE w.tenant_id IS NOT NULL
         ), waiting AS (
             SELECT w.tenant_id, array_agg(w.kind) AS kinds
