@@ -20,6 +20,7 @@ from ingestd.ops.runtime import make_intake
 from tests.conftest import Env, run_cli
 from tests.fixtures.queue import WorkerProc
 from tests.fixtures.scans import image_pdf, text_pdf
+from worker.analysis.ocr.inspection import page_images
 
 WORKER = {"poll_interval": 0.1, "lease_seconds": 30, "retry_base": 0.05, "max_retries": 3}
 ANALYSIS = {"thumbnail_width": 200, "engine": "tesseract"}
@@ -81,7 +82,8 @@ def test_warm_engine_loads_its_models_once_per_child_across_jobs(
     for i in ids:
         assert doc(db, i)["processing_status"] == "done", doc(db, i)
     assert "Kundennummer 4719" in doc(db, ids[3])["pages"][1]
-    assert len(w.events("worker.ready")) == 1  # one lane, one job child for all four
+    ocr_lanes = [e for e in w.events("worker.ready") if not e["serves"]["short"]]
+    assert len(ocr_lanes) == 1  # one OCR lane, one job child for all four (plus the short lane)
     assert w.events("worker.child_started") == []
     loads = engine_loads(w)
     assert len(loads) == 1, loads
@@ -142,9 +144,9 @@ def test_text_layer_lies_over_the_original_page_images_untouched(
     out = env.config.paths.derived_dir / row["searchable_pdf"]
     archived = env.config.paths.archive_dir / row["archive_path"]
     with pikepdf.open(archived) as before, pikepdf.open(out) as after:
-        (name,) = list(before.pages[0].images)
-        raw_before = before.pages[0].images[name].read_raw_bytes()
-        raw_after = after.pages[0].images[name].read_raw_bytes()
+        (name,) = list(page_images(before.pages[0]))
+        raw_before = page_images(before.pages[0])[name].read_raw_bytes()
+        raw_after = page_images(after.pages[0])[name].read_raw_bytes()
     assert raw_before == raw_after
     import pypdfium2
 
