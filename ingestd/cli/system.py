@@ -6,16 +6,13 @@ import argparse
 import dataclasses
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ingestd.cli.common import load, print_json, print_table, shown
 from ingestd.config.load import default_config_path, load_config
 from ingestd.errors import ConfigError, ExitCode, IngestdError
 from ingestd.ops import machine as checks
 from ingestd.states import JobStatus
-
-if TYPE_CHECKING:
-    from ingestd.config.settings import WorkerConfig
 
 
 # -- check-config -----------------------------------------------------------------------
@@ -77,8 +74,8 @@ def cmd_status(args: argparse.Namespace) -> int:
     """
     from ingestd.errors import DatabaseUnavailable
     from ingestd.ops.daemon_state import read_state
-    from ingestd.ops.metrics_server import pool_status
     from ingestd.ops.runtime import open_database
+    from ingestd.queue import pool_status
     from ingestd.sources.hotfolders import backlog_on_disk
     from ingestd.sources.sftp.bans import read_bans
     from ingestd.sources.sftp.spool import spool_counts
@@ -100,7 +97,7 @@ def cmd_status(args: argparse.Namespace) -> int:
                 r["tenant"]: r
                 for r in tx.all("status_queue_limits", {"tenants": [q["tenant"] for q in queue]})
             }
-            by_pool = pool_status(tx, config.worker)
+            by_pool = pool_status.read(tx, config.worker)
     except DatabaseUnavailable as exc:
         seen = (report["daemon"] or {}).get("database") or {}
         database = {"up": False, "error": exc.message, "down_since": seen.get("down_since")}
@@ -119,64 +116,14 @@ def cmd_status(args: argparse.Namespace) -> int:
         "database": database,
         "tenants": tenants,
         "queue": queue,
-        "pools": [_pool_report(config.worker, r) for r in by_pool],
+        "pools": [p.as_json() for p in by_pool],
     }
-    _warn_unserved(report["pools"])
     code = ExitCode.ok if database["up"] else ExitCode.degraded
     if args.json:
         print_json(report)
         return code
     _print_status(report)
     return code
-
-
-def _pool_report(worker: WorkerConfig, row: dict[str, Any]) -> dict[str, Any]:
-    """A pool's line of `status`: what it serves, its queue and lanes, and what to do if
-    jobs wait that no live worker of it will claim."""
-    from ingestd.config.settings import DEFAULT_POOL
-    from ingestd.queue import pools
-
-    pool = pools.resolve(worker, row["pool"])
-    scope = pool.scope
-    unit = f"ingestd-worker@{1 if pool.name == DEFAULT_POOL else pool.name}"
-    return {
-        "pool": pool.name,
-        "tenants": list(scope.tenants) if scope.tenants is not None else None,
-        "except": list(scope.exclude),
-        "kinds": list(scope.kinds) if scope.kinds is not None else None,
-        "ready": row["ready"],
-        "running": row["running"],
-        "oldest_ready_seconds": row["oldest_ready_seconds"],
-        "lanes": {"jobs": row["jobs_lanes"], "short": row["short_lanes"]},
-        "unit": unit,
-        "warning": None,
-    }
-
-
-def _warn_unserved(reports: list[dict[str, Any]]) -> None:
-    """A pool with ready jobs and no live worker says what to do. A process runs its jobs
-    lanes beside any short ones, so no jobs lane means no worker. A shared pool's jobs
-    (no tenants of its own) are also claimed by another shared pool with live lanes whose
-    kinds include its kinds: no warning then; a dedicated pool is its tenants' only one."""
-
-    def covers(other: dict[str, Any], p: dict[str, Any]) -> bool:
-        kinds = other["kinds"]
-        return (
-            other is not p
-            and other["tenants"] is None
-            and other["lanes"]["jobs"] > 0
-            and (kinds is None or (p["kinds"] is not None and set(p["kinds"]) <= set(kinds)))
-        )
-
-    for p in reports:
-        if not p["ready"] or p["lanes"]["jobs"]:
-            continue
-        if p["tenants"] is None and any(covers(o, p) for o in reports):
-            continue
-        p["warning"] = (
-            f"pool {p['pool']}: {p['ready']} job(s) ready and no worker serves it: "
-            f"systemctl start {p['unit']}"
-        )
 
 
 def _print_pools(report: dict[str, Any]) -> None:

@@ -7,7 +7,7 @@ and the age of the oldest waiting job are read from PostgreSQL when Prometheus s
 several hosts run workers; a scrape while the database is down yields only
 ``ingestd_queue_up 0``, never an error page. Given the config's pools, the same scrape
 reads each pool's ready and running jobs and its live lanes on every host (one more
-statement for all pools: ``pool_status``). The spool backlog and the last
+statement for all pools: ingestd.queue.pool_status). The spool backlog and the last
 ``ingestd verify`` come from the daemon's Spool object and ``<state_dir>/verify/last.json``;
 the health checks (ingestd/ops/health.py) are exported as gauges too, for dashboards.
 
@@ -32,11 +32,11 @@ from prometheus_client.registry import Collector
 
 from ingestd.archive.verify import PROBLEM_KINDS, last_run
 from ingestd.config.settings import WorkerConfig, parse_listen
-from ingestd.db.database import Database, Row, Tx
+from ingestd.db.database import Database
 from ingestd.errors import DatabaseError
 from ingestd.ops import metrics
 from ingestd.ops.health import Health, body
-from ingestd.queue import pools
+from ingestd.queue import pool_status
 
 _NOT_FOUND = b"not found: this listener serves /metrics, /healthz and /readyz\n"
 
@@ -119,19 +119,6 @@ class MetricsEndpoint:
         self._collectors.clear()
 
 
-def pool_status(tx: Tx, worker: WorkerConfig) -> list[Row]:
-    """Each pool of ``worker`` (``default`` first): ``pool``, ``ready`` (jobs in its scope,
-    due), ``oldest_ready_seconds`` (None: none ready), ``running`` (claimed by its
-    workers), ``jobs_lanes`` and ``short_lanes`` (live, on every host). One statement
-    for all pools."""
-    scopes = [pools.resolve(worker, name).scope for name in pools.pool_names(worker)]
-    found = {
-        r["pool"]: r
-        for r in tx.all("pool_status", {"pools": json.dumps([s.params() for s in scopes])})
-    }
-    return [found[s.pool] for s in scopes]
-
-
 class QueueCollector(Collector):
     """ingestd_queue_jobs{tenant,state} and ingestd_queue_oldest_ready_seconds{tenant};
     given the config's pools (``worker``, which a reload may replace),
@@ -139,8 +126,6 @@ class QueueCollector(Collector):
     ingestd_pool_lanes{pool,lane}, read in the same transaction."""
 
     STATES = ("ready", "retrying", "running")
-    POOL_STATES = ("ready", "running")
-    LANES = ("jobs", "short")
 
     def __init__(self, db: Database, worker: WorkerConfig | None = None) -> None:
         self.db = db
@@ -192,7 +177,7 @@ class QueueCollector(Collector):
             with self._lock, self.db.transaction() as tx:
                 tx.raw("SET LOCAL statement_timeout = 2000")
                 rows = tx.all("status_queue")
-                by_pool = pool_status(tx, worker) if worker is not None else []
+                by_pool = pool_status.read(tx, worker) if worker is not None else []
         except DatabaseError:
             up.add_metric([], 0)
             yield up
@@ -208,11 +193,11 @@ class QueueCollector(Collector):
         if worker is None:
             return
         for p in by_pool:
-            for state in self.POOL_STATES:
-                pool_jobs.add_metric([p["pool"], state], int(p[state]))
-            pool_oldest.add_metric([p["pool"]], float(p["oldest_ready_seconds"] or 0))
-            for lane in self.LANES:
-                pool_lanes.add_metric([p["pool"], lane], int(p[f"{lane}_lanes"]))
+            pool_jobs.add_metric([p.pool, "ready"], p.ready)
+            pool_jobs.add_metric([p.pool, "running"], p.running)
+            pool_oldest.add_metric([p.pool], float(p.oldest_ready_seconds or 0))
+            pool_lanes.add_metric([p.pool, "jobs"], p.jobs_lanes)
+            pool_lanes.add_metric([p.pool, "short"], p.short_lanes)
         yield pool_jobs
         yield pool_oldest
         yield pool_lanes
