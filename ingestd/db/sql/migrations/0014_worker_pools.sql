@@ -81,7 +81,6 @@ RETURNS processing_jobs LANGUAGE plpgsql AS $$
 DECLARE
     job processing_jobs;
     kinds TEXT[] := p_kinds;
-    pick BIGINT;
 BEGIN
     -- Counted under the claim lock, after the previous claim committed: exact, on every
     -- host (idx_processing_jobs_dispatch: the tenant's running jobs, a handful).
@@ -95,31 +94,36 @@ BEGIN
         END IF;
     END IF;
     -- One probe per kind (each an ordered index range), the oldest of them wins: a probe
-    -- over all kinds at once would sort the tenant's whole backlog.
-    SELECT r.id INTO pick
-    FROM unnest(kinds) AS k(kind)
-    CROSS JOIN LATERAL (
-        SELECT p.id, p.next_attempt_at FROM processing_jobs p
-        WHERE p.kind = k.kind AND p.tenant_id = p_tenant AND p.status = 'queued'
-          AND p.next_attempt_at <= clock_timestamp()
-        ORDER BY p.kind, p.tenant_id, p.next_attempt_at, p.id
+    -- over all kinds at once would sort the tenant's whole backlog. The pick, its update
+    -- and its document's are one statement: each statement costs the claim, which holds
+    -- the turn, its own executor start and snapshot. No pick (only jobs waiting for their
+    -- retry time, or locked by an admin): no row, NULL fields.
+    WITH pick AS (
+        SELECT r.id
+        FROM unnest(kinds) AS k(kind)
+        CROSS JOIN LATERAL (
+            SELECT p.id, p.next_attempt_at FROM processing_jobs p
+            WHERE p.kind = k.kind AND p.tenant_id = p_tenant AND p.status = 'queued'
+              AND p.next_attempt_at <= clock_timestamp()
+            ORDER BY p.kind, p.tenant_id, p.next_attempt_at, p.id
+            LIMIT 1
+            FOR NO KEY UPDATE SKIP LOCKED) AS r
+        ORDER BY r.next_attempt_at, r.id
         LIMIT 1
-        FOR NO KEY UPDATE SKIP LOCKED) AS r
-    ORDER BY r.next_attempt_at, r.id
-    LIMIT 1;
-    IF pick IS NULL THEN  -- only jobs waiting for their retry time, or locked by an admin
-        RETURN job;
-    END IF;
-    -- clock_timestamp(): now() is when the claim's transaction began, before its turn.
-    UPDATE processing_jobs
-    SET status = 'processing', started_at = clock_timestamp(), updated_at = clock_timestamp(),
-        lease_expires_at = clock_timestamp() + p_lease, worker_id = p_worker,
-        attempt = gen_random_uuid(), finished_at = NULL, pool = p_pool
-    WHERE id = pick
-    RETURNING * INTO job;
-    IF FOUND AND ingestd_tracks_document(job.kind) THEN
-        UPDATE documents SET processing_status = 'processing' WHERE id = job.document_id;
-    END IF;
+    ), claimed AS (
+        -- clock_timestamp(): now() is when the claim's transaction began, before its turn.
+        UPDATE processing_jobs
+        SET status = 'processing', started_at = clock_timestamp(),
+            updated_at = clock_timestamp(), lease_expires_at = clock_timestamp() + p_lease,
+            worker_id = p_worker, attempt = gen_random_uuid(), finished_at = NULL,
+            pool = p_pool
+        WHERE id = (SELECT pick.id FROM pick)
+        RETURNING *
+    ), doc AS (
+        UPDATE documents SET processing_status = 'processing'
+        WHERE id = (SELECT c.document_id FROM claimed c WHERE ingestd_tracks_document(c.kind))
+    )
+    SELECT * INTO job FROM claimed;
     RETURN job;
 END $$;
 
@@ -139,19 +143,22 @@ RETURNS SETOF processing_jobs LANGUAGE plpgsql
 SET plan_cache_mode = force_generic_plan AS $$
 DECLARE
     kinds TEXT[] := p_kinds;
+    only_ids BIGINT[];  -- p_tenants and p_exclude as ids: no join to tenants per candidate
+    skip_ids BIGINT[];
     clock FLOAT8;
     have_clock BOOLEAN;
     cand RECORD;
     job processing_jobs;
 BEGIN
-    -- Claims take turns (a transaction-scoped advisory lock): each reads the serving order
-    -- and the running counts as the previous claim committed them, so no tenant is served
-    -- twice in a round and no cap is overrun, however many workers on however many hosts
-    -- claim at once. The critical section is this function plus a commit that does not
-    -- wait for the WAL flush: a claim lost in a database crash only means the job is
-    -- claimed again, and jobs derive data idempotently.
-    PERFORM set_config('synchronous_commit', 'off', true);
-    PERFORM pg_advisory_xact_lock(7423001);  -- 'ingestd claim'
+    -- Outside the turn (below), what needs no turn: the scope's tenant ids and the kinds
+    -- with queued jobs. A kind queued after this read waits for the next claim; one gone
+    -- since simply has no candidates.
+    IF p_tenants IS NOT NULL THEN
+        only_ids := ARRAY(SELECT t.id FROM tenants t WHERE t.name = ANY(p_tenants));
+    END IF;
+    IF p_exclude IS NOT NULL THEN
+        skip_ids := ARRAY(SELECT t.id FROM tenants t WHERE t.name = ANY(p_exclude));
+    END IF;
     IF kinds IS NULL THEN
         -- Every kind with queued jobs: a loose index scan, one probe per distinct kind.
         WITH RECURSIVE k AS (
@@ -164,6 +171,14 @@ BEGIN
         )
         SELECT coalesce(array_agg(k.kind), '{}') INTO kinds FROM k WHERE k.kind IS NOT NULL;
     END IF;
+    -- Claims take turns (a transaction-scoped advisory lock): each reads the serving order
+    -- and the running counts as the previous claim committed them, so no tenant is served
+    -- twice in a round and no cap is overrun, however many workers on however many hosts
+    -- claim at once. The critical section is the rest of this function plus a commit that does not
+    -- wait for the WAL flush: a claim lost in a database crash only means the job is
+    -- claimed again, and jobs derive data idempotently.
+    PERFORM set_config('synchronous_commit', 'off', true);
+    PERFORM pg_advisory_xact_lock(7423001);  -- 'ingestd claim'
     SELECT c.vtime INTO clock FROM queue_clocks c WHERE c.share = p_share;
     have_clock := FOUND;
     clock := coalesce(clock, 0);
@@ -192,11 +207,10 @@ BEGIN
                greatest(coalesce(s.pass, clock), clock) AS start,
                coalesce(s.served_at, '-infinity') AS served_at
         FROM waiting wt
-        JOIN tenants t ON t.id = wt.tenant_id
         LEFT JOIN queue_tenants q ON q.tenant_id = wt.tenant_id
         LEFT JOIN queue_shares s ON s.share = p_share AND s.tenant_id = wt.tenant_id
-        WHERE (p_tenants IS NULL OR t.name = ANY(p_tenants))
-          AND (p_exclude IS NULL OR t.name <> ALL(p_exclude))
+        WHERE (only_ids IS NULL OR wt.tenant_id = ANY(only_ids))
+          AND (skip_ids IS NULL OR wt.tenant_id <> ALL(skip_ids))
         ORDER BY start, served_at, wt.tenant_id
     LOOP
         job := ingestd_claim_from(cand.tenant_id, cand.kinds, cand.cap, p_worker, p_lease,
