@@ -258,13 +258,7 @@ class Runner:
 
     def _serves(self) -> dict[str, object]:
         """The lane's scope as worker.ready and worker.reloaded log it."""
-        s = self.scope
-        return {
-            "short": s.short,
-            "tenants": list(s.tenants) if s.tenants is not None else "all",
-            "except": list(s.exclude),
-            "kinds": list(s.kinds) if s.kinds is not None else "all",
-        }
+        return {"short": self.scope.short, **self.scope.describe()}
 
     def _idle_wait(self, at_most: float | None = None) -> None:
         self._set_status("idle")

@@ -56,12 +56,9 @@ class PoolStatus:
 
     def as_json(self) -> dict[str, object]:
         """The shape `status --json` prints."""
-        s = self.scope
         return {
             "pool": self.pool,
-            "tenants": list(s.tenants) if s.tenants is not None else None,
-            "except": list(s.exclude),
-            "kinds": list(s.kinds) if s.kinds is not None else None,
+            **self.scope.describe(),
             "ready": self.ready,
             "running": self.running,
             "oldest_ready_seconds": self.oldest_ready_seconds,
@@ -81,13 +78,13 @@ def read(tx: Tx, worker: WorkerConfig) -> list[PoolStatus]:
     found = [
         PoolStatus(
             scope=s,
-            ready=int(rows[s.pool]["ready"]),
-            running=int(rows[s.pool]["running"]),
-            oldest_ready_seconds=rows[s.pool]["oldest_ready_seconds"],
-            jobs_lanes=int(rows[s.pool]["jobs_lanes"]),
-            short_lanes=int(rows[s.pool]["short_lanes"]),
+            ready=int(r["ready"]),
+            running=int(r["running"]),
+            oldest_ready_seconds=r["oldest_ready_seconds"],
+            jobs_lanes=int(r["jobs_lanes"]),
+            short_lanes=int(r["short_lanes"]),
         )
-        for s in scopes
+        for s, r in ((s, rows[s.pool]) for s in scopes)
     ]
     return [_with_warning(p, found) for p in found]
 

@@ -47,6 +47,15 @@ class Scope:
             "kinds": list(self.kinds) if self.kinds is not None else None,
         }
 
+    def describe(self) -> dict[str, object]:
+        """What the scope serves, as `status --json` and the worker's log lines show it
+        (None: every tenant not excepted, or every kind)."""
+        return {
+            "tenants": list(self.tenants) if self.tenants is not None else None,
+            "except": list(self.exclude),
+            "kinds": list(self.kinds) if self.kinds is not None else None,
+        }
+
     def serves(self, tenant: str, kind: str) -> bool:
         """Whether a job of ``tenant`` and ``kind`` is in this scope (as the claim decides)."""
         if self.tenants is not None and tenant not in self.tenants:

@@ -144,8 +144,9 @@ def test_text_layer_lies_over_the_original_page_images_untouched(
     out = env.config.paths.derived_dir / row["searchable_pdf"]
     archived = env.config.paths.archive_dir / row["archive_path"]
     with pikepdf.open(archived) as before, pikepdf.open(out) as after:
-        (name,) = list(page_images(before.pages[0]))
-        raw_before = page_images(before.pages[0])[name].read_raw_bytes()
+        images = page_images(before.pages[0])
+        (name,) = list(images)
+        raw_before = images[name].read_raw_bytes()
         raw_after = page_images(after.pages[0])[name].read_raw_bytes()
     assert raw_before == raw_after
     import pypdfium2

@@ -121,7 +121,8 @@ BEGIN
         RETURNING *
     ), doc AS (
         UPDATE documents SET processing_status = 'processing'
-        WHERE id = (SELECT c.document_id FROM claimed c WHERE ingestd_tracks_document(c.kind))
+        WHERE id = (SELECT c.document_id FROM claimed c
+                    WHERE ingestd_tracks_document(c.kind))
     )
     SELECT * INTO job FROM claimed;
     RETURN job;
@@ -174,9 +175,9 @@ BEGIN
     -- Claims take turns (a transaction-scoped advisory lock): each reads the serving order
     -- and the running counts as the previous claim committed them, so no tenant is served
     -- twice in a round and no cap is overrun, however many workers on however many hosts
-    -- claim at once. The critical section is the rest of this function plus a commit that does not
-    -- wait for the WAL flush: a claim lost in a database crash only means the job is
-    -- claimed again, and jobs derive data idempotently.
+    -- claim at once. The critical section is the rest of this function plus a commit that
+    -- does not wait for the WAL flush: a claim lost in a database crash only means the
+    -- job is claimed again, and jobs derive data idempotently.
     PERFORM set_config('synchronous_commit', 'off', true);
     PERFORM pg_advisory_xact_lock(7423001);  -- 'ingestd claim'
     SELECT c.vtime INTO clock FROM queue_clocks c WHERE c.share = p_share;
