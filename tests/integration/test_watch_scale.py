@@ -169,13 +169,14 @@ def test_bind_mount_over_folder_and_unmount_are_detected_and_served(
     share = tmp_path / "share"
     write(share / "on-share.pdf", pdf_bytes(seed=6))
     with capture_logs() as logs:
-        _env, _hot, folder = hot_env()
+        _env, hot, folder = hot_env()
         write(folder / "under.pdf", pdf_bytes(seed=7))
         wait_until(lambda: _count(db) == 1)
         bind_mount(share, folder)
         wait_until(lambda: _count(db) == 2, timeout=60)  # found by the scan of the mount
         write(folder / "dropped-on-share.pdf", pdf_bytes(seed=8))
         wait_until(lambda: _count(db) == 3, timeout=60)
+        wait_until(hot.idle)  # the source goes after COMMIT, when the hand-off returns
         assert not (share / "dropped-on-share.pdf").exists()
         subprocess.run(["umount", str(folder)], check=True)
         wait_until(lambda: len(_events(logs, "watch.folder_back")) == 2, timeout=30)
