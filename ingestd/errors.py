@@ -26,6 +26,9 @@ class ExitCode(enum.IntEnum):
     # A directory ingestd must write (state, spool, archive) cannot be used: permissions,
     # owner, read-only. Not worth restarting for (systemd: RestartPreventExitStatus).
     state_unusable = 10
+    # The audit seals cannot be checked or made: the public key to check them against is
+    # missing or unusable, or the sealing key is not the one the trail names.
+    key_unusable = 11
     internal = 15
 
 

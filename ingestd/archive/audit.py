@@ -37,6 +37,8 @@ class AuditKind(enum.StrEnum):
     # -- the appliance's chain ------------------------------------------------------------
     chain_opened = "chain.opened"  # a tenant's chain started (written by audit_append)
     verify_run = "verify.run"
+    key_created = "key.created"  # the first sealing key, at the first seal (its fingerprint)
+    key_rotated = "key.rotated"  # a new sealing key, the statement signed by old and new
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,20 +13,29 @@ What each class of tampering looks like here (a chain is read in position order)
   signature or timestamp (``seal``);
 - a document row without its ``document.archived`` entry, or an archived document gone
   from the database without a purge or tenant deletion entry (``document``);
-- an archived file missing, altered or left behind (``file``, from ``verify_archive``).
+- an archived file missing, altered or left behind (``file``, from ``verify_archive``);
+- a seal signed by a key the verifier's pinned public key does not vouch for, a seal
+  without its ``seal.made`` entry (or the reverse), a tenant chain missing or cut short
+  against the roster of the appliance's newest seal, a tenant seal no appliance seal
+  lists (``seal``, ``missing``);
+- no usable public key to check the seals against, or a key history that does not lead
+  to it (``key``): never a silently skipped check.
 """
 
 from __future__ import annotations
 
 import enum
+import hashlib
 import json
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ingestd.archive import seals
 from ingestd.archive.audit import GENESIS, SYSTEM_CHAIN, AuditKind, entry_hash
+from ingestd.archive.export_check import Rotation, fingerprint, roster_problems, trusted_keys
+from ingestd.archive.sealkey import seal_lock
 from ingestd.archive.store import ArchiveStore
 from ingestd.archive.verify import verify_archive
 from ingestd.db.database import Database
@@ -41,6 +50,19 @@ class AuditProblemKind(enum.StrEnum):
     seal = "seal"
     document = "document"
     file = "file"
+    key = "key"
+
+
+@dataclass(frozen=True, slots=True)
+class Anchor:
+    """The public key seals are checked against, as the verifier holds it: ``key`` (hex)
+    when it could be read, else ``why`` not; ``explicit`` when the user named the file
+    (then an unusable one is a problem even for a trail without seals)."""
+
+    path: str
+    key: str | None = None
+    why: str | None = None
+    explicit: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,10 +87,16 @@ class AuditReport:
     documents: int = 0
     files: int = 0
     problems: list[AuditProblem] = field(default_factory=list)
+    key: str | None = None  # the pinned key's fingerprint, when one was usable
 
     @property
     def ok(self) -> bool:
         return not self.problems
+
+    @property
+    def key_only(self) -> bool:
+        """Every problem is about the key to check with (exit 11, not 5)."""
+        return bool(self.problems) and all(p.kind == AuditProblemKind.key for p in self.problems)
 
     def by_kind(self) -> dict[str, int]:
         return {k: sum(1 for p in self.problems if p.kind == k) for k in AuditProblemKind}
@@ -92,6 +120,10 @@ class _Chain:
     live: dict[int, Live] = field(default_factory=dict)
     marked: dict[int, str] = field(default_factory=dict)  # hashes at the sealed positions
     opened: set[int] = field(default_factory=set)  # chains named by chain.opened (chain 0)
+    # seal id -> (position, body_sha256) of its ``seal.made`` entry
+    seal_entries: dict[int, tuple[int, str]] = field(default_factory=dict)
+    first_key: tuple[int, str] | None = None  # chain 0's ``key.created``: position, key
+    rotations: list[tuple[int, Rotation]] = field(default_factory=list)  # chain 0
 
 
 class ChainChecker:
@@ -181,6 +213,12 @@ class ChainChecker:
             c.live.clear()
         elif kind == AuditKind.chain_opened and isinstance(detail.get("chain"), int):
             c.opened.add(int(detail["chain"]))
+        elif kind == AuditKind.sealed and isinstance(detail.get("seal"), int):
+            c.seal_entries[int(detail["seal"])] = (seq, str(detail.get("body_sha256")))
+        elif c.chain == SYSTEM_CHAIN and kind == AuditKind.key_created and c.first_key is None:
+            c.first_key = (seq, str(detail.get("public_key")))
+        elif c.chain == SYSTEM_CHAIN and kind == AuditKind.key_rotated:
+            c.rotations.append((seq, Rotation.from_detail(detail)))
         if body.get("tenant") and c.chain != SYSTEM_CHAIN:
             c.tenant = body["tenant"]
 
@@ -269,17 +307,26 @@ def verify_audit(
     *,
     rehash: bool = True,
     tsa_ca_file: Path | None = None,
-    public_key: str | None = None,
+    anchor: Anchor | None = None,
 ) -> AuditReport:
-    """The whole check; ``archive=None`` leaves out the files (the chain and rows only)."""
+    """The whole check; ``archive=None`` leaves out the files (the chain and rows only).
+    ``anchor``: the public key the seals are checked against (None: no key was given,
+    which is a ``key`` problem as soon as the trail has a seal)."""
     report = AuditReport()
-    with db.transaction() as tx:
+    anchor = anchor or Anchor(path="(none given)", why="no public key was given")
+    # The seal runs' lock, shared: the snapshot never falls between a run's tenant seals
+    # and the appliance seal that lists them.
+    with seal_lock(db, shared=True), db.transaction() as tx:
         # One snapshot for heads, entries, seals and rows: intake goes on while we read,
         # and what it appends meanwhile is simply not looked at (not mistaken for damage).
         tx.run("snapshot_read_only")
         heads = tx.all("audit_chains")
         sealed = tx.all("audit_seals_all")
-        checker = ChainChecker(report.problems, {(int(s["chain"]), int(s["seq"])) for s in sealed})
+        newest = tx.one("audit_newest_appliance_seal")
+        why, roster = roster_problems(dict(newest)) if newest is not None else ([], {})
+        marks = {(int(s["chain"]), int(s["seq"])) for s in sealed}
+        marks |= {(chain, seq) for chain, (seq, _) in roster.items()}
+        checker = ChainChecker(report.problems, marks)
         for row in tx.stream("audit_entries_all"):
             report.entries += 1
             checker.feed(int(row["chain"]), row)
@@ -287,9 +334,12 @@ def verify_audit(
             checker.check_head(int(h["chain"]), h["tenant"], int(h["seq"]), str(h["hash"]))
         checker.check_opened()
         report.chains = len(checker.chains)
+        trusted = _check_key(checker, anchor, sealed, report)
         for s in sealed:
             report.seals += 1
-            _check_seal(checker, s, tsa_ca_file, public_key)
+            _check_seal(checker, s, tsa_ca_file, trusted)
+        _check_seal_entries(checker, sealed)
+        _check_roster(checker, newest, why, roster, sealed)
         positions = check_documents(checker, tx.stream("audit_documents"), report)
     if archive is not None:
         files = verify_archive(db, archive, rehash=rehash)
@@ -316,12 +366,59 @@ def _chain_of_path(path: str, checker: ChainChecker) -> int:
     return SYSTEM_CHAIN
 
 
+def _system(checker: ChainChecker) -> _Chain:
+    return checker.chains.get(SYSTEM_CHAIN) or _Chain(SYSTEM_CHAIN, None)
+
+
+def _check_key(
+    checker: ChainChecker, anchor: Anchor, sealed: Sequence[Mapping[str, Any]], report: AuditReport
+) -> set[str] | None:
+    """The keys whose seals count (None: no usable key), and the problems of the key
+    history: every rotation well formed, the first key one the pinned key vouches for."""
+    system = _system(checker)
+
+    def problem(kind: AuditProblemKind, seq: int | None, detail: str) -> None:
+        checker.problems.append(AuditProblem(kind, SYSTEM_CHAIN, None, seq, detail))
+
+    for seq, r in system.rotations:
+        for why in r.problems():
+            problem(AuditProblemKind.key, seq, f"the rotation to {fingerprint(r.new)}: {why}")
+    has_seals = bool(sealed) or system.first_key is not None
+    if anchor.key is None:
+        if has_seals or anchor.explicit:
+            problem(
+                AuditProblemKind.key,
+                None,
+                f"the seals cannot be checked: {anchor.why} (pass --public-key FILE: the "
+                "appliance's seal-ed25519.pub from your own copy)",
+            )
+        return None
+    report.key = fingerprint(anchor.key)
+    trusted = trusted_keys(anchor.key, (r for _, r in system.rotations))
+    if system.first_key is not None and system.first_key[1] not in trusted:
+        seq, first = system.first_key
+        problem(
+            AuditProblemKind.key,
+            seq,
+            f"the appliance's first sealing key {fingerprint(first)} is not the pinned key "
+            f"{report.key} and no signed rotation leads from one to the other",
+        )
+    if not sealed:
+        problem(
+            AuditProblemKind.seal,
+            None,
+            f"the trail has no seal, though the sealing key {report.key} exists: the seals "
+            "were removed, or the first `ingestd audit seal` did not finish (run it)",
+        )
+    return trusted
+
+
 def _check_seal(
-    checker: ChainChecker, s: Mapping[str, Any], tsa_ca_file: Path | None, public_key: str | None
+    checker: ChainChecker, s: Mapping[str, Any], tsa_ca_file: Path | None, trusted: set[str] | None
 ) -> None:
     chain, seq = int(s["chain"]), int(s["seq"])
     tenant = (checker.chains.get(chain) or _Chain(chain, None)).tenant
-    reasons = [f": {r}" for r in seals.problems(s, tsa_ca_file=tsa_ca_file, public_key=public_key)]
+    reasons = [f": {r}" for r in seals.problems(s, tsa_ca_file=tsa_ca_file, trusted=trusted)]
     at = checker.hash_at(chain, seq)
     if at is None:
         reasons.append(f" names entry {seq}, which the chain no longer has")
@@ -333,6 +430,108 @@ def _check_seal(
     for reason in reasons:
         checker.problems.append(
             AuditProblem(AuditProblemKind.seal, chain, tenant, seq, f"seal {s['id']}{reason}")
+        )
+
+
+def _check_seal_entries(checker: ChainChecker, sealed: Sequence[Mapping[str, Any]]) -> None:
+    """Each seal row and its ``seal.made`` entry name each other (a seal row removed, or
+    one slipped in without its entry)."""
+    rows = {int(s["id"]): s for s in sealed}
+    for c in checker.chains.values():
+        for seal_id, (seq, body_sha) in sorted(c.seal_entries.items()):
+            s = rows.get(seal_id)
+            if s is None or int(s["chain"]) != c.chain:
+                detail = f"names seal {seal_id}, which is gone"
+            elif hashlib.sha256(str(s["body"]).encode()).hexdigest() != body_sha:
+                detail = f"names seal {seal_id}, whose body is not the one it recorded"
+            else:
+                continue
+            checker.problems.append(
+                AuditProblem(AuditProblemKind.seal, c.chain, c.tenant, seq, detail)
+            )
+    for seal_id, s in rows.items():
+        owner = checker.chains.get(int(s["chain"]))
+        if owner is None or seal_id not in owner.seal_entries:
+            checker.problems.append(
+                AuditProblem(
+                    AuditProblemKind.seal,
+                    int(s["chain"]),
+                    owner.tenant if owner else None,
+                    int(s["seq"]),
+                    f"seal {seal_id} has no seal.made entry in its chain (slipped in)",
+                )
+            )
+
+
+def _check_roster(
+    checker: ChainChecker,
+    newest: Mapping[str, Any] | None,
+    why: list[str],
+    roster: dict[int, tuple[int, str]],
+    sealed: Sequence[Mapping[str, Any]],
+) -> None:
+    """The appliance's newest seal lists every tenant chain's head at its moment: each
+    listed chain must still be there, at least that long, with that hash there; every
+    tenant seal made before it must be listed (one made after it means the appliance
+    chain lost its newest seals)."""
+    latest: dict[int, Mapping[str, Any]] = {}
+    for s in sealed:
+        chain = int(s["chain"])
+        if chain != SYSTEM_CHAIN and json.loads(str(s["body"])).get("format") == seals.FORMAT:
+            latest[chain] = s  # sealed is ordered by chain, id: the last one wins
+    if newest is None:
+        for chain, s in sorted(latest.items()):
+            c = checker.chains.get(chain) or _Chain(chain, None)
+            detail = (
+                f"seal {s['id']} is listed by no seal of the appliance's chain: its seals were "
+                "removed, or a seal run did not finish (run `ingestd audit seal`)"
+            )
+            checker.problems.append(
+                AuditProblem(AuditProblemKind.seal, chain, c.tenant, int(s["seq"]), detail)
+            )
+        return
+    name = f"the appliance's seal {newest['id']}"
+    for w in why:
+        checker.problems.append(
+            AuditProblem(
+                AuditProblemKind.seal, SYSTEM_CHAIN, None, int(newest["seq"]), f"{name}: {w}"
+            )
+        )
+    for chain, (seq, head) in sorted(roster.items()):
+        c = checker.chains.setdefault(chain, _Chain(chain, None))
+        if c.seq == 0:
+            detail = f"the whole chain is gone, though {name} lists it up to entry {seq}"
+            checker.problems.append(
+                AuditProblem(AuditProblemKind.missing, chain, None, None, detail)
+            )
+        elif c.seq < seq:
+            detail = f"entries {c.seq + 1} to {seq} are gone: {name} lists the chain up to {seq}"
+            checker.problems.append(
+                AuditProblem(AuditProblemKind.missing, chain, c.tenant, c.seq + 1, detail)
+            )
+        elif checker.hash_at(chain, seq) != head:
+            detail = f"{name} names another hash here (the chain was rewritten)"
+            checker.problems.append(
+                AuditProblem(AuditProblemKind.seal, chain, c.tenant, seq, detail)
+            )
+    if why:
+        return
+    newest_id = int(newest["id"])
+    for chain, s in sorted(latest.items()):
+        c = checker.chains.get(chain) or _Chain(chain, None)
+        listed = roster.get(chain)
+        if int(s["id"]) > newest_id:
+            detail = (
+                f"seal {s['id']} is newer than {name}, the appliance's newest: the appliance's "
+                "chain lost its newest seals, or a seal run did not finish (run `ingestd audit "
+                "seal`)"
+            )
+        elif listed is None or listed[0] <= int(s["seq"]):
+            detail = f"seal {s['id']} was made before {name}, which does not list it"
+        else:
+            continue
+        checker.problems.append(
+            AuditProblem(AuditProblemKind.seal, chain, c.tenant, int(s["seq"]), detail)
         )
 
 

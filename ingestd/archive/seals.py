@@ -3,40 +3,40 @@
 write the database: the rewritten chain no longer matches what was signed.
 
 A seal's body is one JSON line (``chain``, ``tenant``, ``seq``, ``head``, ``sealed_at``,
-``public_key``); the signature is over its UTF-8 bytes, the timestamp over their SHA-256.
-Each seal is also an entry (``seal.made``) at the end of the chain it seals, so a chain
-whose newest entry is its seal is not sealed again until something happens.
+``public_key``, ``format``); the signature is over its UTF-8 bytes, the timestamp over
+their SHA-256. Each seal is also an entry (``seal.made``) at the end of the chain it
+seals, so a chain whose newest entry is its seal is not sealed again until something
+happens.
 
-The key is ``<state_dir>/audit/seal-ed25519.key`` (the raw private key, hex, 0600,
-made on the first seal); ``seal-ed25519.pub`` beside it is what an auditor pins.
+A run seals the tenant chains first, then the appliance's chain (0), whose seal also
+signs its roster: the SHA-256 of every tenant chain's ``[chain, seq, head]`` at that
+moment (``chains`` and ``roster`` in the body, the list itself in the seal's row). So a
+tenant chain deleted whole, or cut short, is found even when every trace of it in the
+database went with it. The key is ``sealkey``'s business; runs hold the seal lock.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from ingestd.archive import audit, tsa
-from ingestd.archive.audit import AuditKind
-from ingestd.config.filemodes import read_secret_file
+from ingestd.archive.audit import SYSTEM_CHAIN, AuditKind
+from ingestd.archive.export_check import fingerprint, roster_digest, roster_text, verify_signature
+from ingestd.archive.sealkey import key_for_sealing, public_hex, seal_lock
 from ingestd.config.settings import AuditConfig
 from ingestd.db.database import Database
-from ingestd.durable import publish_new
-from ingestd.errors import ConfigError
-from ingestd.ops import statedir
 
-KEY_DIR = "audit"
-KEY_FILE = "seal-ed25519.key"
-PUBLIC_FILE = "seal-ed25519.pub"
+# The body's ``format``: 2 since seals of the appliance's chain carry a roster (a tenant
+# seal of format 2 must be listed by a later appliance seal). Absent: an older release.
+FORMAT = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,89 +49,71 @@ class SealMade:
     timestamped: bool
 
 
-def key_path(state_dir: Path) -> Path:
-    return state_dir / KEY_DIR / KEY_FILE
-
-
-def signing_key(state_dir: Path, *, create: bool = True) -> Ed25519PrivateKey:
-    """The sealing key; made if missing and ``create``. Refused when it is not a regular
-    file readable by nobody else (a key others can read seals nothing)."""
-    path = key_path(state_dir)
-    if not os.path.lexists(path):
-        if not create:
-            raise ConfigError(f"{path}: no sealing key yet (`ingestd audit seal` makes one)")
-        return _create(state_dir, path)
-    raw = read_secret_file(path, f"the sealing key {path}")
-    try:
-        return Ed25519PrivateKey.from_private_bytes(bytes.fromhex(raw.decode()))
-    except ValueError:
-        raise ConfigError(f"{path}: not a sealing key (64 hex digits)") from None
-
-
-def _create(state_dir: Path, path: Path) -> Ed25519PrivateKey:
-    statedir.make_dirs(state_dir, path.parent, 0o700)
-    key = Ed25519PrivateKey.generate()
-
-    def adopt(p: Path) -> None:  # root's first seal: the service user must read it
-        statedir.adopt(state_dir, p)
-
-    raw = key.private_bytes_raw().hex().encode() + b"\n"
-    if not publish_new(path, raw, 0o600, prepare=adopt):
-        return signing_key(state_dir, create=False)  # two first seals at once: theirs
-    publish_new(path.parent / PUBLIC_FILE, public_hex(key).encode() + b"\n", 0o644, prepare=adopt)
-    return key
-
-
-def public_hex(key: Ed25519PrivateKey) -> str:
-    return key.public_key().public_bytes_raw().hex()
-
-
-def known_public_key(state_dir: Path) -> str | None:
-    """This appliance's public sealing key, None before the first seal."""
-    try:
-        return public_hex(signing_key(state_dir, create=False))
-    except ConfigError:
-        return None
-
-
 def seal_body(
-    *, chain: int, tenant: str | None, seq: int, head: str, sealed_at: str, public_key: str
+    *,
+    chain: int,
+    tenant: str | None,
+    seq: int,
+    head: str,
+    sealed_at: str,
+    public_key: str,
+    roster: str | None = None,
 ) -> str:
-    body = {
+    body: dict[str, Any] = {
         "chain": chain,
         "tenant": tenant,
         "seq": seq,
         "head": head,
         "sealed_at": sealed_at,
         "public_key": public_key,
+        "format": FORMAT,
     }
+    if roster is not None:
+        body["roster"] = roster_digest(roster)
+        body["chains"] = len(json.loads(roster))
     return json.dumps(body, sort_keys=True, separators=(",", ":"))
 
 
 def seal_all(db: Database, state_dir: Path, config: AuditConfig) -> list[SealMade]:
-    """Seal every chain that has grown since its last seal; the seals made."""
-    key = signing_key(state_dir)
-    pub = public_hex(key)
-    with db.transaction() as tx:
-        heads = tx.all("audit_chains")
-    made = []
-    for h in heads:
-        if int(h["seq"]) == 0:
-            continue
-        sealed = _seal_one(db, key, pub, int(h["chain"]), config)
-        if sealed is not None:
-            made.append(sealed)
+    """Seal every tenant chain that has grown since its last seal, then the appliance's
+    chain with the roster of them all; the seals made."""
+    with seal_lock(db):
+        key = key_for_sealing(db, state_dir)
+        with db.transaction() as tx:
+            heads = tx.all("audit_chains")
+        made = []
+        for h in heads:
+            if int(h["seq"]) == 0 or int(h["chain"]) == SYSTEM_CHAIN:
+                continue
+            sealed = _seal_one(db, key, int(h["chain"]), config)
+            if sealed is not None:
+                made.append(sealed)
+        appliance = _seal_one(db, key, SYSTEM_CHAIN, config)
+        if appliance is not None:
+            made.append(appliance)
     return made
 
 
 def _seal_one(
-    db: Database, key: Ed25519PrivateKey, pub: str, chain: int, config: AuditConfig
+    db: Database, key: Ed25519PrivateKey, chain: int, config: AuditConfig
 ) -> SealMade | None:
+    roster: str | None = None
     with db.transaction() as tx:
         h = tx.one("audit_head_for_seal", {"chain": chain})
-    if h is None or h["last_kind"] == AuditKind.sealed:
-        return None
+        if h is None:
+            return None
+        if chain == SYSTEM_CHAIN:
+            roster = roster_text(
+                (int(r["chain"]), int(r["seq"]), str(r["hash"]))
+                for r in tx.all("audit_roster_heads")
+            )
+            last = tx.one("audit_newest_appliance_seal")
+            if h["last_kind"] == AuditKind.sealed and last and last["roster"] == roster:
+                return None
+        elif h["last_kind"] == AuditKind.sealed:
+            return None
     seq, head, tenant = int(h["seq"]), str(h["hash"]), h["tenant"]
+    pub = public_hex(key)
     body = seal_body(
         chain=chain,
         tenant=tenant,
@@ -139,6 +121,7 @@ def _seal_one(
         head=head,
         sealed_at=datetime.now(UTC).isoformat(timespec="seconds"),
         public_key=pub,
+        roster=roster,
     )
     signature = key.sign(body.encode()).hex()
     reply = None
@@ -160,6 +143,7 @@ def _seal_one(
                 "signature": signature,
                 "public_key": pub,
                 "tsa_reply": reply,
+                "roster": roster,
             },
         )
         assert row is not None
@@ -181,15 +165,17 @@ def _seal_one(
 
 
 def problems(
-    seal: Mapping[str, Any], *, tsa_ca_file: Path | None, public_key: str | None
+    seal: Mapping[str, Any], *, tsa_ca_file: Path | None, trusted: set[str] | None
 ) -> list[str]:
     """What is wrong with one stored seal by itself (its body, its signature and whose,
-    its timestamp); whether it still matches its chain is the chain check's question."""
+    its timestamp); whether it still matches its chain is the chain check's question.
+    ``trusted``: the keys the verifier's pinned key vouches for (None: no usable key,
+    which the caller reports once; the signature is still checked for what it says)."""
     found: list[str] = []
-    if public_key is not None and seal["public_key"] != public_key:
+    if trusted is not None and seal["public_key"] not in trusted:
         found.append(
-            f"signed by key {str(seal['public_key'])[:16]}…, not by this appliance's key "
-            f"{public_key[:16]}… (a seal made elsewhere, or forged)"
+            f"signed by key {fingerprint(str(seal['public_key']))}, which the pinned key does "
+            "not vouch for (a seal made elsewhere, or forged)"
         )
     body_text = str(seal["body"])
     try:
@@ -199,10 +185,7 @@ def problems(
     for key in ("chain", "seq", "head", "public_key"):
         if body.get(key) != seal[key]:
             found.append(f"its {key} column differs from what was signed")
-    try:
-        public = Ed25519PublicKey.from_public_bytes(bytes.fromhex(str(seal["public_key"])))
-        public.verify(bytes.fromhex(str(seal["signature"])), body_text.encode())
-    except (ValueError, InvalidSignature):
+    if not verify_signature(str(seal["public_key"]), str(seal["signature"]), body_text):
         found.append("the signature does not verify")
     if seal["tsa_reply"] and tsa_ca_file is not None:
         try:

@@ -11,9 +11,10 @@ from typing import Any
 
 import pytest
 
-from ingestd.archive import seals
+from ingestd.archive import sealkey, seals
 from ingestd.archive.audit import GENESIS, entry_hash
-from ingestd.archive.audit_verify import AuditReport, verify_audit
+from ingestd.archive.audit_verify import Anchor, AuditReport, verify_audit
+from ingestd.archive.export_check import read_public_key
 from ingestd.db.database import Database, DatabaseError
 from ingestd.intake.items import IntakeItem, Outcome
 from ingestd.ops.runtime import make_archive, make_intake
@@ -55,6 +56,12 @@ def _tamper(db: Database, sql: str | list[str], params: dict[str, Any] | None = 
         tx.raw("SET LOCAL session_replication_role = replica")
         for statement in [sql] if isinstance(sql, str) else sql:
             tx.raw(statement, params)
+
+
+def _pinned(env: Env) -> Anchor:
+    """The appliance's public key as the verifier holds it (its .pub file)."""
+    path = sealkey.public_path(env.config.paths.state_dir)
+    return Anchor(path=str(path), key=read_public_key(path))
 
 
 def _where(report: AuditReport) -> set[tuple[str, int | None]]:
@@ -259,15 +266,15 @@ def test_rows_changed_behind_the_trails_back_are_documents_out_of_step(
 
 def test_a_seal_no_longer_matches_a_rewritten_chain(env: Env, db: Database, tenant: str) -> None:
     """Entry 2 rewritten and every later hash recomputed (a consistent forgery, head
-    updated): only the seal sees it, at the sealed position."""
+    updated): only the seals see it, at the sealed positions."""
     _five(env, db, tenant)
     made = seals.seal_all(db, env.config.paths.state_dir, env.config.audit)
     tenant_seal = next(m for m in made if m.tenant == tenant)
     assert tenant_seal.seq == 5
-    key = seals.key_path(env.config.paths.state_dir)
+    key = sealkey.key_path(env.config.paths.state_dir)
     assert stat.S_IMODE(key.stat().st_mode) == 0o600
-    pub = seals.known_public_key(env.config.paths.state_dir)
-    assert verify_audit(db, None, public_key=pub).ok
+    pub = _pinned(env)
+    assert verify_audit(db, None, anchor=pub).ok
     # A second run seals nothing new: each chain ends with its seal.
     assert seals.seal_all(db, env.config.paths.state_dir, env.config.audit) == []
     chain = _chain(db, tenant)
@@ -284,8 +291,9 @@ def test_a_seal_no_longer_matches_a_rewritten_chain(env: Env, db: Database, tena
             )
             prev = h
         tx.raw("UPDATE audit_heads SET hash = %(h)s WHERE chain = %(c)s", {"h": prev, "c": c})
-    report = verify_audit(db, None, public_key=pub)
-    assert _where(report) == {("seal", 5)}, report.problems
+    report = verify_audit(db, None, anchor=pub)
+    # The chain's own seal at 5, and the appliance's roster at 6 (its seal.made entry).
+    assert _where(report) == {("seal", 5), ("seal", 6)}, report.problems
     assert "no longer matches" in report.problems[0].detail
 
 
@@ -293,14 +301,14 @@ def test_a_forged_seal_is_refused(env: Env, db: Database, tenant: str) -> None:
     """A seal whose body was changed does not verify; one signed by another key is named."""
     _five(env, db, tenant)
     seals.seal_all(db, env.config.paths.state_dir, env.config.audit)
-    pub = seals.known_public_key(env.config.paths.state_dir)
+    pub = _pinned(env)
     _tamper(db, "UPDATE audit_seals SET body = replace(body, '\"seq\":5', '\"seq\":4')")
-    report = verify_audit(db, None, public_key=pub)
+    report = verify_audit(db, None, anchor=pub)
     kinds = {str(p.kind) for p in report.problems}
     assert kinds == {"seal"}
     assert any("signature does not verify" in p.detail for p in report.problems)
-    other = verify_audit(db, None, public_key="00" * 32)
-    assert any("not by this appliance's key" in p.detail for p in other.problems)
+    other = verify_audit(db, None, anchor=Anchor(path="other", key="00" * 32))
+    assert any("the pinned key does not vouch for" in p.detail for p in other.problems)
 
 
 def test_audit_verify_on_the_command_line(env: Env, db: Database, tenant: str) -> None:
@@ -341,8 +349,7 @@ def test_an_export_checks_on_its_own_and_shows_tampering(
     lines = out.read_text().splitlines()
     assert json.loads(lines[0])["complete"] is True
     assert sum(1 for line in lines if '"entry"' in line[:10]) == 6  # 5 archived + the seal
-    pub = seals.known_public_key(env.config.paths.state_dir)
-    assert pub is not None
+    pub = str(sealkey.public_path(env.config.paths.state_dir))
     standalone = [sys.executable, "-I", checker.__file__, str(out), "--public-key", pub]
     intact = subprocess.run(standalone, capture_output=True, text=True, timeout=60)
     assert intact.returncode == 0, intact.stdout + intact.stderr
@@ -373,25 +380,28 @@ def test_seals_carry_rfc3161_timestamps_from_a_real_tsa(
         assert made and all(m.timestamped for m in made)
         assert len(authority.replies) == len(made)
         _ingest(env, db, tenant, "later.pdf", pdf_bytes("Nachtrag"))
+        # The grown chain, then the appliance's, whose roster lists the new head.
         assert [
             m.tenant for m in seals.seal_all(db, env.config.paths.state_dir, env.config.audit)
-        ] == [tenant]
-    pub = seals.known_public_key(env.config.paths.state_dir)
+        ] == [tenant, None]
+    pub = _pinned(env)
     ca = env.config.audit.tsa_ca_file
-    assert verify_audit(db, None, tsa_ca_file=ca, public_key=pub).ok
+    assert verify_audit(db, None, tsa_ca_file=ca, anchor=pub).ok
     out = tmp_path / "acme.jsonl"
     assert run_cli(env, "audit", "export", "--tenant", tenant, "-o", str(out)).returncode == 0
     standalone = [sys.executable, "-I", checker.__file__, str(out), "--tsa-ca", str(ca)]
+    standalone += ["--public-key", pub.path]
     intact = subprocess.run(standalone, capture_output=True, text=True, timeout=120)
     assert intact.returncode == 0, intact.stdout + intact.stderr
     chain = int(_chain(db, tenant)[0]["chain"])
     _tamper(
         db,
-        "UPDATE audit_seals SET tsa_reply = (SELECT tsa_reply FROM audit_seals WHERE chain = 0) "
+        "UPDATE audit_seals SET tsa_reply = (SELECT tsa_reply FROM audit_seals WHERE chain = 0 "
+        "ORDER BY id LIMIT 1) "
         "WHERE chain = %(c)s AND seq = 5",
         {"c": chain},
     )
-    report = verify_audit(db, None, tsa_ca_file=ca, public_key=pub)
+    report = verify_audit(db, None, tsa_ca_file=ca, anchor=pub)
     assert _where(report) == {("seal", 5)}, report.problems
     assert "the timestamp does not verify" in report.problems[0].detail
 
@@ -421,7 +431,7 @@ def test_an_export_of_a_date_range_checks_on_its_own(
     lines = [json.loads(line) for line in out.read_text().splitlines()]
     assert lines[0]["complete"] is False and lines[0]["from"] == today
     assert [e["entry"]["seq"] for e in lines if "entry" in e] == [1, 2, 3, 4, 5]
-    assert checker.check(out) == []
+    assert checker.check(out, public_key="00" * 32)[0] == []
     later = tmp_path / "later.jsonl"
     args = ("--tenant", tenant, "--from", "2099-01-01", "-o", str(later))
     assert run_cli(env, "audit", "export", *args).returncode == 0

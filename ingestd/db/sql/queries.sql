@@ -848,8 +848,43 @@ SELECT id, chain, seq, head, body, signature, public_key, tsa_reply, made_at
 FROM audit_seals WHERE chain = %(chain)s ORDER BY id;
 
 -- name: audit_seals_all
+-- Every seal without its roster (a roster per hourly seal adds up; verify reads the
+-- newest one only: audit_newest_appliance_seal).
 SELECT id, chain, seq, head, body, signature, public_key, tsa_reply, made_at
 FROM audit_seals ORDER BY chain, id;
+
+-- name: audit_newest_appliance_seal
+-- The newest seal of the appliance's chain that carries a roster, with it.
+SELECT id, chain, seq, head, body, signature, public_key, tsa_reply, made_at, roster
+FROM audit_seals WHERE chain = 0 AND roster IS NOT NULL ORDER BY seq DESC, id DESC LIMIT 1;
+
+-- name: audit_roster_heads
+-- Every tenant chain's head, for the roster a seal of the appliance's chain signs.
+SELECT chain, seq, hash FROM audit_heads WHERE chain <> 0 AND seq > 0 ORDER BY chain;
+
+-- name: audit_seal_keys
+-- The keys seals were made with (adopting a key made before its entry in chain 0).
+SELECT DISTINCT public_key FROM audit_seals;
+
+-- name: audit_key_entries
+-- The appliance's sealing keys as its own chain records them, oldest first.
+SELECT seq, kind, body FROM audit_events
+WHERE chain = 0 AND kind IN ('key.created', 'key.rotated') ORDER BY seq;
+
+-- name: seal_lock
+-- One seal run at a time, and no verify snapshot in the middle of one (a run seals the
+-- tenant chains, then the appliance's chain that lists them): sealing holds it, verify
+-- takes it shared before its snapshot.
+SELECT pg_advisory_lock(%(k)s);
+
+-- name: seal_lock_shared
+SELECT pg_advisory_lock_shared(%(k)s);
+
+-- name: seal_unlock
+SELECT pg_advisory_unlock(%(k)s);
+
+-- name: seal_unlock_shared
+SELECT pg_advisory_unlock_shared(%(k)s);
 
 -- name: audit_head_for_seal
 -- A chain's head, locked so that nothing is appended between reading it and sealing it;
@@ -862,8 +897,9 @@ WHERE h.chain = %(chain)s
 FOR UPDATE OF h;
 
 -- name: audit_seal_insert
-INSERT INTO audit_seals (chain, seq, head, body, signature, public_key, tsa_reply)
-VALUES (%(chain)s, %(seq)s, %(head)s, %(body)s, %(signature)s, %(public_key)s, %(tsa_reply)s)
+INSERT INTO audit_seals (chain, seq, head, body, signature, public_key, tsa_reply, roster)
+VALUES (%(chain)s, %(seq)s, %(head)s, %(body)s, %(signature)s, %(public_key)s, %(tsa_reply)s,
+        %(roster)s)
 RETURNING id;
 
 -- name: audit_documents
