@@ -308,10 +308,12 @@ def verify_audit(
     rehash: bool = True,
     tsa_ca_file: Path | None = None,
     anchor: Anchor | None = None,
+    witness: Mapping[str, Any] | None = None,
 ) -> AuditReport:
     """The whole check; ``archive=None`` leaves out the files (the chain and rows only).
     ``anchor``: the public key the seals are checked against (None: no key was given,
-    which is a ``key`` problem as soon as the trail has a seal)."""
+    which is a ``key`` problem as soon as the trail has a seal). ``witness``: the
+    appliance's newest seal as the sealing host's ``last-seal.json`` records it."""
     report = AuditReport()
     anchor = anchor or Anchor(path="(none given)", why="no public key was given")
     # The seal runs' lock, shared: the snapshot never falls between a run's tenant seals
@@ -340,6 +342,8 @@ def verify_audit(
             _check_seal(checker, s, tsa_ca_file, trusted)
         _check_seal_entries(checker, sealed)
         _check_roster(checker, newest, why, roster, sealed)
+        if witness is not None:
+            _check_witness(checker, witness, sealed)
         positions = check_documents(checker, tx.stream("audit_documents"), report)
     if archive is not None:
         files = verify_archive(db, archive, rehash=rehash)
@@ -461,6 +465,34 @@ def _check_seal_entries(checker: ChainChecker, sealed: Sequence[Mapping[str, Any
                     f"seal {seal_id} has no seal.made entry in its chain (slipped in)",
                 )
             )
+
+
+def _check_witness(
+    checker: ChainChecker, witness: Mapping[str, Any], sealed: Sequence[Mapping[str, Any]]
+) -> None:
+    """The appliance's seal the last seal run recorded outside the database must still
+    be there, unchanged: cutting the appliance's chain back to an older seal shows."""
+    path = witness.get("path")
+    if "unreadable" in witness:
+        detail = f"{path} cannot be read: {witness['unreadable']}"
+    else:
+        seal_id = witness.get("seal")
+        row = next((s for s in sealed if s["id"] == seal_id and int(s["chain"]) == 0), None)
+        body_sha = hashlib.sha256(str(row["body"]).encode()).hexdigest() if row else None
+        if row is not None and body_sha == witness.get("body_sha256"):
+            return
+        state = "is gone" if row is None else "is not the seal it recorded"
+        detail = (
+            f"the appliance's seal {seal_id} (entry {witness.get('seq')}), recorded in {path} "
+            f"as the newest, {state}: the appliance's chain lost its newest seals, or the "
+            "database was restored from a backup older than the state directory"
+        )
+    seq = witness.get("seq")
+    checker.problems.append(
+        AuditProblem(
+            AuditProblemKind.seal, SYSTEM_CHAIN, None, seq if isinstance(seq, int) else None, detail
+        )
+    )
 
 
 def _check_roster(

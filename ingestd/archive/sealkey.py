@@ -47,6 +47,9 @@ from ingestd.ops import statedir
 KEY_DIR = "audit"
 KEY_FILE = "seal-ed25519.key"
 PUBLIC_FILE = "seal-ed25519.pub"
+# The appliance's newest seal as the last run left it: a witness outside the database
+# (whoever cuts the appliance's chain back to an older seal must also reach this file).
+WITNESS_FILE = "last-seal.json"
 NEXT_SUFFIX = ".next"  # a rotation's new key, until the trail has recorded it
 # pg_advisory_lock key of seal runs (and, shared, of verify snapshots); any constant
 # that no other lock of ingestd uses.
@@ -141,6 +144,33 @@ def _write_public(state_dir: Path, pub: str) -> None:
     statedir.adopt(state_dir, tmp)
     os.replace(tmp, path)
     fsync_dir(path.parent)
+
+
+def write_witness(state_dir: Path, *, seal: int, seq: int, body_sha256: str) -> None:
+    """Record the appliance's newest seal in ``last-seal.json`` (written whole)."""
+    path = state_dir / KEY_DIR / WITNESS_FILE
+    tmp = path.with_name(f".tmp-{os.getpid()}-{path.name}")
+    tmp.unlink(missing_ok=True)
+    data = {"seal": seal, "chain": SYSTEM_CHAIN, "seq": seq, "body_sha256": body_sha256}
+    write_new(tmp, json.dumps(data).encode() + b"\n", 0o644)
+    statedir.adopt(state_dir, tmp)
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+def read_witness(state_dir: Path) -> dict[str, object] | None:
+    """What ``last-seal.json`` says; None when there is none (a host that never sealed).
+    A file that cannot be read is a witness that says so (verify reports it)."""
+    path = state_dir / KEY_DIR / WITNESS_FILE
+    try:
+        data = json.loads(path.read_bytes()[:4096])
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        return {"path": str(path), "unreadable": str(exc)}
+    if not isinstance(data, dict):
+        return {"path": str(path), "unreadable": "not a JSON object"}
+    return {**data, "path": str(path)}
 
 
 def _public_file_says(state_dir: Path) -> str | None:

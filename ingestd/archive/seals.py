@@ -30,7 +30,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from ingestd.archive import audit, tsa
 from ingestd.archive.audit import SYSTEM_CHAIN, AuditKind
 from ingestd.archive.export_check import fingerprint, roster_digest, roster_text, verify_signature
-from ingestd.archive.sealkey import key_for_sealing, public_hex, seal_lock
+from ingestd.archive.sealkey import key_for_sealing, public_hex, seal_lock, write_witness
 from ingestd.config.settings import AuditConfig
 from ingestd.db.database import Database
 
@@ -47,6 +47,7 @@ class SealMade:
     seq: int
     head: str
     timestamped: bool
+    body_sha256: str
 
 
 def seal_body(
@@ -91,6 +92,9 @@ def seal_all(db: Database, state_dir: Path, config: AuditConfig) -> list[SealMad
         appliance = _seal_one(db, key, SYSTEM_CHAIN, config)
         if appliance is not None:
             made.append(appliance)
+            write_witness(
+                state_dir, seal=appliance.id, seq=appliance.seq, body_sha256=appliance.body_sha256
+            )
     return made
 
 
@@ -132,6 +136,7 @@ def _seal_one(
         reply = tsa.stamp(config.tsa_url, digest, timeout=config.tsa_timeout)
         if config.tsa_ca_file is not None:
             tsa.verify(reply, digest, config.tsa_ca_file)
+    body_sha256 = hashlib.sha256(body.encode()).hexdigest()
     with db.transaction() as tx:
         row = tx.one(
             "audit_seal_insert",
@@ -157,11 +162,11 @@ def _seal_one(
                 "seal": seal_id,
                 "seq": seq,
                 "head": head,
-                "body_sha256": hashlib.sha256(body.encode()).hexdigest(),
+                "body_sha256": body_sha256,
                 "timestamped": reply is not None,
             },
         )
-    return SealMade(seal_id, chain, tenant, seq, head, reply is not None)
+    return SealMade(seal_id, chain, tenant, seq, head, reply is not None, body_sha256)
 
 
 def problems(

@@ -51,6 +51,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     from ingestd.archive import audit
     from ingestd.archive.audit import SYSTEM_CHAIN, AuditKind
     from ingestd.archive.audit_verify import verify_audit
+    from ingestd.archive.sealkey import read_witness
     from ingestd.ops.runtime import make_archive, open_database
 
     config = load(args)
@@ -62,6 +63,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
             rehash=not args.no_rehash,
             tsa_ca_file=config.audit.tsa_ca_file,
             anchor=anchor,
+            witness=read_witness(config.paths.state_dir),
         )
         counts = {
             "command": "audit verify",

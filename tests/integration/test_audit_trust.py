@@ -492,3 +492,42 @@ def test_a_key_made_by_the_previous_release_is_adopted_at_the_next_seal(
     assert code == 0, _details(out)
     assert os.path.exists(sealkey.public_path(state))
     assert seals.FORMAT == 2
+
+
+def test_the_appliance_chain_cut_back_to_an_older_seal_shows_against_the_witness(
+    env: Env, db: Database, tenant: str
+) -> None:
+    """beta, made after the appliance's first seal, is listed only by the newest one. The
+    superuser deletes beta whole and cuts the appliance's chain back to its first seal
+    (the newest seal, its entry and beta's chain.opened gone): by the database alone that
+    is a consistent older trail, but the seal run's witness outside the database
+    (<state_dir>/audit/last-seal.json) names the seal that is gone."""
+    _docs(env, db, tenant)
+    _seal(env)
+    first = _rows(db, "SELECT max(seq) AS s FROM audit_events WHERE chain = 0")[0]["s"]
+    with db.transaction() as tx:
+        tx.one("tenant_insert", {"name": "beta", "status": "active"})
+    _docs(env, db, "beta")
+    _seal(env)
+    witness = json.loads((_state(env) / "audit" / "last-seal.json").read_text())
+    beta = _chain_of(db, "beta")
+    _delete_tenant_behind_the_trails_back(db, beta)
+    with db.transaction() as tx:
+        tx.raw("SET LOCAL session_replication_role = replica")
+        for statement in (
+            "DELETE FROM audit_events WHERE chain = %(b)s OR (chain = 0 AND seq > %(f)s)",
+            "DELETE FROM audit_seals WHERE chain = %(b)s OR (chain = 0 AND seq >= %(f)s)",
+            "DELETE FROM audit_heads WHERE chain = %(b)s",
+            "UPDATE audit_heads SET seq = %(f)s, hash = (SELECT hash FROM audit_events "
+            "WHERE chain = 0 AND seq = %(f)s) WHERE chain = 0",
+        ):
+            tx.raw(statement, {"b": beta, "f": first})
+    shutil.rmtree(env.config.paths.archive_dir / "beta")
+    code, out = _verify_cli(env)
+    assert code == 5, _details(out)
+    assert [p["detail"] for p in out["problems"]] == [
+        f"the appliance's seal {witness['seal']} (entry {witness['seq']}), recorded in "
+        f"{_state(env) / 'audit' / 'last-seal.json'} as the newest, is gone: the appliance's "
+        "chain lost its newest seals, or the database was restored from a backup older than "
+        "the state directory"
+    ]
