@@ -20,20 +20,19 @@ from typing import Any, Literal, TextIO
 import structlog
 from structlog.typing import FilteringBoundLogger
 
+from ingestd.textsafe import recordable_text
+
 Format = Literal["auto", "json", "console"]
 
 
 def _safe_text(_: Any, __: str, event_dict: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
-    # File names from scanners may carry undecodable bytes (surrogate escapes) or
-    # newlines; both must be visible in a log line and must never forge a second line.
+    # File names from scanners may carry undecodable bytes (surrogate escapes) or NUL:
+    # written as \xNN by the one rule for untrusted text (ingestd/textsafe.py), so the line
+    # is always written. Line breaks stay in the value: the JSON renderer escapes them, so
+    # they never forge a second line (and a traceback stays readable).
     for key, value in event_dict.items():
         if isinstance(value, str):
-            try:
-                value.encode("utf-8")
-            except UnicodeEncodeError:
-                event_dict[key] = value.encode("utf-8", "surrogateescape").decode(
-                    "utf-8", "backslashreplace"
-                )
+            event_dict[key] = recordable_text(value)
     return event_dict
 
 

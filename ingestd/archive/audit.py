@@ -17,6 +17,9 @@ from dataclasses import dataclass
 
 from ingestd.db.database import Tx, jsonb
 
+# The one rule for untrusted text (ingestd/textsafe.py), re-exported for audit callers.
+from ingestd.textsafe import recordable as recordable
+
 SYSTEM_CHAIN = 0
 GENESIS = "0" * 64
 
@@ -46,22 +49,6 @@ class Appended:
     chain: int
     seq: int
     hash: str
-
-
-def recordable(value: object) -> object:
-    """``value`` as JSONB can hold it: a file name's undecodable bytes (surrogate escapes)
-    and NUL, which Postgres text refuses, are written as backslash escapes, so a hostile
-    name is recorded legibly instead of failing the event's transaction."""
-    if isinstance(value, str):
-        if value.isascii() and "\x00" not in value:
-            return value
-        text = value.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-        return text.replace("\x00", "\\x00")
-    if isinstance(value, Mapping):
-        return {str(recordable(k)): recordable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [recordable(v) for v in value]
-    return value
 
 
 def entry_hash(prev_hash: str, body: str) -> str:

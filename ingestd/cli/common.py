@@ -13,6 +13,7 @@ from ingestd import log
 from ingestd.config.load import load_config
 from ingestd.config.settings import Config
 from ingestd.errors import ExitCode, IngestdError
+from ingestd.textsafe import escaped
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -31,10 +32,7 @@ def print_json(data: Any) -> None:
 
 def shown(text: str) -> str:
     """A path or name as it can be printed: undecodable bytes and controls escaped."""
-    if text.isprintable():
-        return text
-    text = text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode() for c in text)
+    return escaped(text)  # the one rule for untrusted text (ingestd/textsafe.py)
 
 
 def print_table(

@@ -40,12 +40,13 @@ import uuid
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from ingestd import log
 from ingestd.db.database import Database, jsonb
 from ingestd.durable import fsync_dir
 from ingestd.errors import DatabaseError, DatabaseUnavailable
+from ingestd.textsafe import recordable, recordable_text
 
 Severity = Literal["info", "warning", "error"]
 SEVERITIES: tuple[str, ...] = ("info", "warning", "error")
@@ -122,8 +123,12 @@ class EventLog:
             raise ValueError(f"severity {severity!r} must be one of {', '.join(SEVERITIES)}")
         if tenant is not None and not TENANT.match(tenant):
             raise ValueError(f"tenant {tenant!r} is not a tenant name")
-        # Through JSON now: what is inserted is exactly what a buffered file would hold.
-        body = json.loads(json.dumps(dict(detail or {}), default=str, ensure_ascii=False))
+        # Through JSON now: what is inserted is exactly what a buffered file would hold. A
+        # file name's undecodable bytes and NUL are escaped first (ingestd/textsafe.py):
+        # Postgres and a UTF-8 file refuse them, and the event must be recorded anyway.
+        body = cast(
+            dict[str, Any], recordable(json.loads(json.dumps(dict(detail or {}), default=str)))
+        )
         if len(json.dumps(body)) > _MAX_DETAIL:
             body = {"truncated": True, "keys": sorted(body)[:100]}
         event_id = str(uuid.uuid4())
@@ -133,7 +138,7 @@ class EventLog:
             "severity": severity,
             "tenant": tenant,
             "detail": body,
-            "trace_id": trace_id,
+            "trace_id": recordable_text(trace_id) if trace_id is not None else None,
             "created_at": datetime.now(UTC).isoformat(),
         }
         with self._lock:

@@ -10,13 +10,14 @@ from pathlib import Path
 
 from ingestd.durable import fsync_dir, write_new
 from ingestd.intake.fsops import move_entry, same_filesystem
+from ingestd.textsafe import escaped, recordable_text
 
 ERROR_SUFFIX = ".error.txt"
 
 
 def safe_name(name: str) -> str:
     """A file name that is valid UTF-8 and free of control characters, for the failed dir."""
-    name = name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    name = recordable_text(name)
     cleaned = "".join("_" if (ord(c) < 32 or 127 <= ord(c) < 160) else c for c in name)
     # Leave room for ".N" and ".error.txt" within NAME_MAX (255 bytes).
     while len(cleaned.encode()) > 230:
@@ -64,11 +65,13 @@ def quarantine(
         note_extra = "note: the entry was removed (not a regular file, other filesystem)\n"
         target = Path(f"{target}.removed")
     note = Path(f"{target}{ERROR_SUFFIX}")
+    # One line per field whatever the text holds: a name's bytes and controls escaped by
+    # the one rule for untrusted text (ingestd/textsafe.py).
     text = (
-        f"file: {safe_name(name if name else str(path))}\n"
-        f"tenant: {tenant}\n"
-        f"reason: {reason}\n"
-        f"detail: {detail}\n"
+        f"file: {escaped(name if name else str(path))}\n"
+        f"tenant: {escaped(tenant)}\n"
+        f"reason: {escaped(reason)}\n"
+        f"detail: {escaped(detail)}\n"
         f"time: {datetime.now(UTC).isoformat(timespec='seconds')}\n"
         f"{note_extra}"
     )

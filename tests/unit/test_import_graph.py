@@ -18,6 +18,7 @@ LAYERS: list[list[str]] = [
         "ingestd.states",
         "ingestd.errors",
         "ingestd.log",
+        "ingestd.textsafe",
         "ingestd.durable",
         "ingestd.queue.kinds",
         "ingestd.intake.titles",
