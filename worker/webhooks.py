@@ -41,6 +41,7 @@ from typing import Any
 from ingestd import __version__
 from ingestd.config.rules import WebhookConfig
 from ingestd.errors import IngestdError
+from ingestd.textsafe import recordable
 from worker.deadline import Deadline
 
 # Enough of an error response to see what the receiver complained about.
@@ -63,8 +64,10 @@ class WebhookError(IngestdError):
 
 
 def event_body(event: dict[str, Any]) -> bytes:
-    """The exact bytes sent (and signed) for ``event``."""
-    return json.dumps(event, sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode()
+    """The exact bytes sent (and signed) for ``event``: UTF-8 JSON, whatever its text held
+    (a file name's undecodable bytes escaped as ``\\xNN``: ingestd/textsafe.py)."""
+    data = recordable(event)
+    return json.dumps(data, sort_keys=True, ensure_ascii=False, separators=(",", ":")).encode()
 
 
 def sign(secret: bytes, timestamp: str, body: bytes) -> str:

@@ -1,5 +1,10 @@
 """The e-mail for an operator event: a plain-text UTF-8 message, its body laid out for a
-person (prose wrapped, commands on lines of their own, the event's details at the end)."""
+person (prose wrapped, commands on lines of their own, the event's details at the end).
+
+Untrusted text arrives literally: the subject and the tenant header are ``LiteralHeader``s
+(``headers.py``: escaped, and sent as encoded words of their own, so no encoded word or
+line break in a file name is ever decoded into a header), and every detail in the body
+is escaped text (ingestd/textsafe.py); a name is one line whatever it holds."""
 
 from __future__ import annotations
 
@@ -15,10 +20,16 @@ from email.utils import format_datetime
 from typing import Any
 
 from ingestd.config.notify import NotifySink, SmtpConfig, address_of
+from ingestd.textsafe import escaped
 from worker.notify.events import Event, delivery_id
+from worker.notify.headers import LiteralHeader
 from worker.notify.rendering import Rendered
 
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# Detail fields that name something (a file, a folder, an account): one escaped line each;
+# other fields (an error's text) keep their line breaks, each line escaped.
+_NAME_KEYS = frozenset(
+    {"filename", "file", "name", "path", "moved_to", "note", "folder", "source", "username"}
+)
 
 
 @functools.cache
@@ -35,13 +46,16 @@ def _time(value: datetime) -> str:
 def _detail_lines(detail: Mapping[str, Any]) -> list[str]:
     if not detail:
         return ["  (none)"]
-    width = min(max(len(str(k)) for k in detail) + 1, 20)
+    width = min(max(len(escaped(str(k))) for k in detail) + 1, 20)
     out = []
     for key in sorted(detail):
         value = detail[key]
         text = str(value) if not isinstance(value, str) else value
-        lines = _CONTROL.sub(" ", text).splitlines() or [""]
-        out.append(f"  {str(key) + ':':<{width}} {lines[0]}")
+        if key in _NAME_KEYS:
+            lines = [escaped(text)]
+        else:
+            lines = [escaped(line) for line in text.split("\n")] or [""]
+        out.append(f"  {escaped(str(key)) + ':':<{width}} {lines[0]}")
         out.extend(f"  {'':<{width}} {line}" for line in lines[1:40])
         if len(lines) > 40:
             out.append(f"  {'':<{width}} … ({len(lines) - 40} more lines)")
@@ -79,7 +93,7 @@ def email_body(event: Event, rendered: Rendered, sink: NotifySink) -> str:
         f"  type:      {event.type} ({event.severity})",
         f"  tenant:    {event.tenant or '(the appliance itself)'}",
         f"  time:      {_time(event.created_at)}",
-        f"  trace id:  {event.trace_id or '-'}",
+        f"  trace id:  {escaped(event.trace_id or '-')}",
         f"  event id:  {event.event_id}",
         f"  host:      {hostname()}",
         "",
@@ -106,7 +120,7 @@ def build_message(
     """The e-mail for ``event`` to ``sink``'s addresses (UTF-8, plain text)."""
     assert sink.email
     msg = EmailMessage(policy=email.policy.SMTP)
-    msg["Subject"] = rendered.subject
+    msg["Subject"] = LiteralHeader("Subject", rendered.subject)
     msg["From"] = smtp.from_address
     msg["To"] = ", ".join(sink.email)
     msg["Date"] = format_datetime(datetime.now(UTC))
@@ -117,7 +131,7 @@ def build_message(
     msg["X-Ingestd-Event"] = event.type
     msg["X-Ingestd-Severity"] = event.severity
     if event.tenant:
-        msg["X-Ingestd-Tenant"] = event.tenant
+        msg["X-Ingestd-Tenant"] = LiteralHeader("X-Ingestd-Tenant", event.tenant)
     # RFC 3834: no out-of-office replies to the appliance.
     msg["Auto-Submitted"] = "auto-generated"
     msg.set_content(email_body(event, rendered, sink), charset="utf-8")

@@ -1,5 +1,11 @@
 """What a person is told about an operator event: a one-line summary, a paragraph of what
-happened and the steps to take, per event type (unknown types render plainly)."""
+happened and the steps to take, per event type (unknown types render plainly).
+
+Names in an event (a file, a folder, an account, an address) are untrusted text: they are
+shown whole and escaped (``name_of``: ingestd/textsafe.py), an error by its first line
+(``one_line``); and ``render`` passes whatever it made through the same rule once more, so
+no raw line break or control character reaches a subject, a body or a webhook's text
+from any field."""
 
 from __future__ import annotations
 
@@ -9,13 +15,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ingestd.states import TenantStatus
+from ingestd.textsafe import escaped, shown
 from worker.notify.events import Event
 
 SUBJECT_PREFIX = "[ingestd]"
 _SUBJECT_MAX = 180  # characters of the summary in a subject; the body has it all
 LINE_MAX = 300
 _WHITESPACE = re.compile(r"\s+")
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
 @dataclass(frozen=True)
@@ -37,10 +43,16 @@ class Rendered:
 
 
 def one_line(value: Any, limit: int = LINE_MAX) -> str:
-    """The first line of ``value``, control characters and runs of spaces folded."""
+    """The first line of ``value`` (an error, a reason), runs of spaces folded, what is
+    left of control characters escaped."""
     text = str(value).strip().splitlines()[0] if str(value).strip() else ""
-    text = _WHITESPACE.sub(" ", _CONTROL.sub(" ", text)).strip()
-    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+    return shown(_WHITESPACE.sub(" ", text), limit)
+
+
+def name_of(value: Any, limit: int = 200) -> str:
+    """A name (file, folder, account, address) whole on one line: every byte that is not
+    UTF-8 and every control character escaped, never cut at a line break."""
+    return shown(value, limit)
 
 
 def _get(detail: Mapping[str, Any], *keys: str) -> Any:
@@ -185,11 +197,13 @@ def _tenant_event(e: Event) -> Rendered:
 
 def _file_event(e: Event) -> Rendered:
     d, t = e.detail, e.tenant
-    name = one_line(_get(d, "filename", "file", "name", "path") or "a file", 200)
+    name = name_of(_get(d, "filename", "file", "name", "path") or "a file")
     reason = one_line(_get(d, "reason") or "no reason given")
     more = _get(d, "detail", "error", "message")
     source = _get(d, "source")
+    source = name_of(source) if source else None
     where = _get(d, "moved_to", "quarantine_path", "failed_path", "note")
+    where = name_of(where, LINE_MAX) if where else None
     verb = "quarantined" if e.type == "file.quarantined" else "refused"
     what = f"The file {name}" + (f" (from {source})" if source else "")
     what += f" was {verb} and not ingested: {reason}"
@@ -209,7 +223,7 @@ def _file_event(e: Event) -> Rendered:
 
 def _not_removable(e: Event) -> Rendered:
     d, t = e.detail, e.tenant
-    name = one_line(_get(d, "filename", "path") or "a file", 200)
+    name = name_of(_get(d, "filename", "path") or "a file")
     doc = d.get("document_id")
     archived = f" as document {doc}" if doc is not None else ""
     return Rendered(
@@ -226,7 +240,7 @@ def _not_removable(e: Event) -> Rendered:
 
 def _folder_event(e: Event) -> Rendered:
     d, t = e.detail, e.tenant
-    folder = one_line(_get(d, "folder", "path") or "a hot folder", 200)
+    folder = name_of(_get(d, "folder", "path") or "a hot folder")
     if e.type == "folder.back":
         found = d.get("files")
         files = f"; {found} file(s) found in it" if found is not None else ""
@@ -238,8 +252,8 @@ def _folder_event(e: Event) -> Rendered:
     if e.type == "folder.unreadable":
         cannot = d.get("cannot")
         what = ", ".join(str(c) for c in cannot) if isinstance(cannot, list) else "use"
-        owner = one_line(_get(d, "folder_owner") or "unknown", 200)
-        running = one_line(_get(d, "running_as") or "the service user", 200)
+        owner = name_of(_get(d, "folder_owner") or "unknown")
+        running = name_of(_get(d, "running_as") or "the service user")
         return Rendered(
             f"{_prefix(t)}hot folder {folder} cannot be read by ingestd",
             f"The daemon ({running}) cannot {what} the hot folder {folder} (owner and mode: "
@@ -262,7 +276,7 @@ def _folder_event(e: Event) -> Rendered:
 
 def _sftp_banned(e: Event) -> Rendered:
     d = e.detail
-    ip = one_line(_get(d, "remote_ip", "ip", "address") or "an address", 100)
+    ip = name_of(_get(d, "remote_ip", "ip", "address") or "an address", 100)
     length = _duration(_get(d, "seconds", "ban_seconds", "duration"))
     count = d.get("ban_count")
     for_ = f" for {length}" if length else ""
@@ -270,7 +284,7 @@ def _sftp_banned(e: Event) -> Rendered:
     if isinstance(count, int) and count > 1:
         what += f" This is ban number {count} in a row: each repeat lasts twice as long."
     if _get(d, "username"):
-        what += f" The last login tried the user {one_line(d['username'], 100)!r}."
+        what += f" The last login tried the user '{name_of(d['username'], 100)}'."
     return Rendered(
         f"{_prefix(e.tenant)}SFTP: {ip} banned{for_} after failed logins",
         what,
@@ -313,5 +327,11 @@ _RENDERERS: dict[str, Callable[[Event], Rendered]] = {
 
 def render(event: Event) -> Rendered:
     """The summary, explanation and next steps for ``event`` (any type; unknown types and
-    missing detail fields render plainly rather than fail)."""
-    return _RENDERERS.get(event.type, _generic)(event)
+    missing detail fields render plainly rather than fail). Every line of it is escaped
+    text: whatever a field held, a line break in it is one the renderer made."""
+    made = _RENDERERS.get(event.type, _generic)(event)
+    return Rendered(
+        escaped(made.summary),
+        "\n".join(escaped(line) for line in made.what.split("\n")),
+        [escaped(step) for step in made.todo],
+    )
