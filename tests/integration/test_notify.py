@@ -12,6 +12,7 @@ import email.policy
 import http.server
 import ipaddress
 import json
+import os
 import shutil
 import socket
 import ssl
@@ -36,8 +37,10 @@ from ingestd.db.database import Database, jsonb
 from ingestd.intake.items import IntakeItem, Outcome
 from ingestd.ops.events import EventLog
 from ingestd.ops.runtime import make_intake
+from ingestd.sources.hotfolders import HotFolders
 from tests.conftest import Env, read_events, run_cli, wait_until
 from tests.fixtures.drain import drain, run_once
+from tests.fixtures.files import pdf_bytes
 from tests.fixtures.scans import encrypted_pdf
 from worker.jobs import PermanentError, notify
 from worker.notify.smtp import SmtpError, SmtpRefused, send_mail
@@ -939,3 +942,177 @@ def test_event_log_is_bounded_and_its_thread_flushes(
     assert [r["id"] for r in rows] == ids[3:]
     flushed = read_events(worker_log, "events.flushed")
     assert flushed and flushed[-1]["inserted"] == 3
+
+
+# --- untrusted text arrives literally ------------------------------------------------------
+
+# What a mail for an operator event carries, and nothing else (a file name adds no header).
+MAIL_HEADERS = {
+    "Subject",
+    "From",
+    "To",
+    "Date",
+    "Message-ID",
+    "X-Ingestd-Event-Id",
+    "X-Ingestd-Event",
+    "X-Ingestd-Severity",
+    "X-Ingestd-Tenant",
+    "Auto-Submitted",
+    "Content-Type",
+    "Content-Transfer-Encoding",
+    "MIME-Version",
+}
+
+
+def _header_block(raw: bytes) -> list[bytes]:
+    return raw.replace(b"\r\n", b"\n").split(b"\n\n", 1)[0].split(b"\n")
+
+
+def test_file_names_reach_mail_and_webhook_literally(
+    make_env: Any,
+    db: Database,
+    tenant: str,
+    receiver: Receiver,
+    inbox: tuple[Inbox, int],
+    hook_secret: Path,
+) -> None:
+    """Names holding an encoded word that decodes to CR/LF, a harmless encoded word, raw
+    CR/LF, umlauts and 2,000 characters: each mail through a real SMTP server has exactly
+    the expected headers, a subject that decodes to the literal name, its body intact, and
+    the webhook's JSON holds the same literal text."""
+    box, smtp_port = inbox
+    env: Env = make_env(
+        worker=WORKER,
+        deliveries=DELIVERIES,
+        smtp=_smtp(smtp_port),
+        notify=[
+            {"name": "mail", "email": ["ops@example.org"], "events": ["file.*"]},
+            {"name": "hook", "webhook": _hook(receiver, hook_secret), "events": ["file.*"]},
+        ],
+    )
+    names = {
+        "crlf-word": "=?utf-8?q?x=0D=0ABcc:_a@evil.test?=.pdf",
+        "body-word": "=?utf-8?q?x=0D=0A=0D=0Aforged_body?=.pdf",
+        "harmless-word": "=?utf-8?q?Rechnung_bezahlt?=.pdf",
+        "raw-crlf": "bad\r\nBcc: b@evil.test\r\n\r\nforged.pdf",
+        "umlauts": "Grüße aus Köln – Überweisung.pdf",
+        "long": "Ä" + "x" * 1995 + ".pdf",
+    }
+    events = EventLog(db, env.config.paths.state_dir)
+    ids = {
+        key: events.emit(
+            "file.quarantined",
+            "warning",
+            "acme",
+            {"filename": name, "source": "watch:/srv/hot/acme", "reason": "bad_type"},
+        )
+        for key, name in names.items()
+    }
+    _drain(env, db)
+    assert len(box.mails) == len(names) and len(receiver.requests) == len(names)
+    assert {j["status"] for js in _notify_jobs(db).values() for j in js} == {"done"}
+    mails = {m.message["X-Ingestd-Event-Id"].partition(":")[0]: m for m in box.mails}
+    hooks = {json.loads(r["body"].decode("utf-8"))["event_id"]: r for r in receiver.requests}
+    for key, name in names.items():
+        mail = mails[ids[key]]
+        msg = mail.message
+        shown = name.replace("\r", "\\r").replace("\n", "\\n")
+        expected = f"[ingestd] acme: file {shown} quarantined: bad_type"
+        assert sorted(msg.keys()) == sorted(MAIL_HEADERS), (key, msg.keys())  # each once
+        assert mail.rcpt_tos == ["ops@example.org"]
+        subject = str(msg["Subject"])
+        if key == "long":
+            assert subject.endswith("…") and len(subject) < 200, (key, subject)
+            assert expected.startswith(subject[:-1]), (key, subject)
+        else:
+            assert subject == expected, (key, subject)
+        assert "\r" not in subject and "\n" not in subject
+        # Folded on the wire: every header line within 78 characters, plain ASCII.
+        for line in _header_block(mail.raw):
+            assert len(line) <= 78 and line.isascii(), (key, line)
+        # The body: one plain-text part, the summary first, the whole name in the details.
+        assert not msg.is_multipart() and msg.get_content_type() == "text/plain"
+        body = msg.get_content()
+        assert body.startswith(f"acme: file {shown if key != 'long' else shown[:20]}")
+        assert f"filename: {shown}" in body, (key, body[:500])
+        assert "forged body" not in body.splitlines()
+        assert "What to do" in body and "ingestd on " in body
+        # The webhook: the same literal text, valid UTF-8 JSON, the name as it was.
+        payload = json.loads(hooks[ids[key]]["body"].decode("utf-8"))
+        assert payload["detail"]["filename"] == name
+        assert payload["text"] == subject
+
+
+def _count_events(db: Database, type_: str) -> int:
+    row = _one(db, "SELECT count(*) AS n FROM operator_events WHERE type = %(t)s", {"t": type_})
+    return int(row["n"])
+
+
+def test_a_non_utf8_file_name_is_quarantined_recorded_and_notified(
+    make_env: Any,
+    db: Database,
+    tenant: str,
+    tmp_path: Path,
+    receiver: Receiver,
+    inbox: tuple[Inbox, int],
+    hook_secret: Path,
+) -> None:
+    """A file whose name is not UTF-8 dropped into a real hot folder: quarantined with its
+    note, its file.quarantined event in the database, and the webhook and the mail
+    delivered, the name escaped as ``\\xNN`` everywhere."""
+    box, smtp_port = inbox
+    folder, failed = tmp_path / "hot", tmp_path / "failed"
+    folder.mkdir()
+    env: Env = make_env(
+        worker=WORKER,
+        deliveries=DELIVERIES,
+        smtp=_smtp(smtp_port),
+        watch=[{"path": str(folder), "tenant": tenant, "failed": str(failed)}],
+        hotfolders={"stable_seconds": 0.5, "rescan_interval": 60, "poll_interval": 0.3},
+        notify=[
+            {"name": "mail", "email": ["ops@example.org"], "events": ["file.*"]},
+            {"name": "hook", "webhook": _hook(receiver, hook_secret), "events": ["file.*"]},
+        ],
+    )
+    hot_db = Database(env.db_url, max_size=4).open()
+    hot = HotFolders(
+        env.config,
+        make_intake(env.config, hot_db),
+        events=EventLog(hot_db, env.config.paths.state_dir),
+    )
+    hot.start()
+    try:
+        raw_name = b"Scan_\xff\xfe.pdf"
+        with open(os.path.join(os.fsencode(folder), raw_name), "wb") as f:
+            f.write(pdf_bytes(seed=29))
+        escaped_name = "Scan_\\xff\\xfe.pdf"
+        note = failed / f"{escaped_name}.error.txt"
+        wait_until(note.exists, timeout=60)
+        wait_until(lambda: _count_events(db, "file.quarantined") == 1, timeout=60)
+    finally:
+        hot.stop()
+        hot_db.close()
+    text = note.read_text(encoding="utf-8")
+    lines = text.splitlines()
+    assert lines[0].startswith("file: ") and lines[0].endswith(f"/{escaped_name}"), lines
+    assert "reason: bad_filename" in lines
+    assert (failed / escaped_name).read_bytes() == pdf_bytes(seed=29)
+    assert os.listdir(os.fsencode(folder)) == []
+    event = _one(db, "SELECT tenant, detail FROM operator_events WHERE type = 'file.quarantined'")
+    assert event["tenant"] == "acme" and event["detail"]["filename"] == escaped_name
+    assert event["detail"]["reason"] == "bad_filename"
+    assert not (env.config.paths.state_dir / "events").exists() or not any(
+        (env.config.paths.state_dir / "events").iterdir()
+    )
+
+    _drain(env, db)
+    (request,) = receiver.requests
+    payload = json.loads(request["body"].decode("utf-8"))
+    assert payload["event"] == "file.quarantined"
+    assert payload["detail"]["filename"] == escaped_name
+    assert escaped_name in payload["text"]
+    (mail,) = box.mails
+    assert str(mail.message["Subject"]) == (
+        f"[ingestd] acme: file {escaped_name} quarantined: bad_filename"
+    )
+    assert f"filename: {escaped_name}" in mail.message.get_content()
