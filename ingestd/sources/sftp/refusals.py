@@ -42,8 +42,12 @@ def refuse(reason: str, message: str, code: int = SFTP_PERMISSION_DENIED) -> Sft
 
 NO_SPACE = {errno.ENOSPC: "no space left on device", errno.EDQUOT: "disk quota exceeded"}
 # Refusals that are an operator's business, not only the scanner's: wrong content, limits,
-# a full spool. (Bad names, links and paths are refused quietly: attacks and typos.)
-OPERATOR_REASONS = frozenset({"bad_type", "empty", "too_large", "quota_exceeded", "spool_full"})
+# a full spool, a name that is not UTF-8 (a scanner set to another character set loses
+# every upload with an umlaut; the event names it escaped). (Other bad names, links and
+# paths are refused quietly: attacks and typos.)
+OPERATOR_REASONS = frozenset(
+    {"bad_type", "empty", "too_large", "quota_exceeded", "spool_full", "bad_encoding"}
+)
 
 
 def storage_refusal(

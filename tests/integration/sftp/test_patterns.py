@@ -223,6 +223,22 @@ def test_refused_content_fails_the_upload_and_nothing_is_kept(rig: Rig) -> None:
     assert len(rig.operator_events("file.refused")) == 1
 
 
+def test_a_non_utf8_upload_name_is_refused_and_recorded(rig: Rig) -> None:
+    """An upload whose name is not UTF-8 (a scanner on Latin-1) fails at the client with
+    its reason, and its file.refused event is recorded with the name escaped, once per
+    account while the scanner retries."""
+    for _ in range(2):
+        refused = pytest.raises(OSError, match="not valid UTF-8")
+        with refused, rig.paramiko() as sftp, sftp.open(b"Scan_\xff\xfe.pdf", "wb") as fh:
+            fh.write(pdf_bytes(seed=29))
+        wait_until(lambda: rig.operator_events("file.refused"))
+    [event] = rig.operator_events("file.refused")
+    assert (event["tenant"], event["detail"]["reason"]) == ("acme", "bad_encoding")
+    assert event["detail"]["filename"].endswith("Scan_\\xff\\xfe.pdf")
+    assert event["detail"]["source"] == "sftp:scan1"
+    assert rig.documents() == [] and rig.failed_notes() == []
+
+
 def test_spooled_upload_intake_refuses_is_quarantined_with_reason(
     make_rig: object, db: Database
 ) -> None:
