@@ -61,6 +61,7 @@ from ingestd.queue.enqueue import job_body
 from ingestd.queue.kinds import JobKind
 from ingestd.states import TenantStatus
 from ingestd.tenants import lookup
+from ingestd.textsafe import recordable_text
 
 
 class Intake:
@@ -243,7 +244,7 @@ class Intake:
                             "extension": ftype.extension,
                             "original_filename": item.name,
                             "source": item.source,
-                            "source_subdir": item.subdir,
+                            "source_subdir": recordable_text(item.subdir),
                             "archive_path": archived.relpath,
                             "title": info.title,
                             "issued_date": info.issued,

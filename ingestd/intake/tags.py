@@ -10,13 +10,16 @@ from collections.abc import Iterable, Sequence
 from ingestd.db.database import Tx
 from ingestd.intake.items import MAX_TAG_LENGTH
 from ingestd.intake.titles import MONTH_NAMES
+from ingestd.textsafe import escaped
 
 
 def tag_names(names: Iterable[str]) -> list[str]:
-    """The tag names as they are stored: stripped, cut to the column's 100 characters (or
-    a long folder name would fail the CHECK and the file would be retried forever), each
-    once, sorted (so concurrent intakes lock tags alike)."""
-    return sorted({t.strip()[:MAX_TAG_LENGTH] for t in names if t.strip()})
+    """The tag names as they are stored: escaped (a folder name's bytes that are not
+    UTF-8, a barcode's control characters: ingestd/textsafe.py), stripped, cut to the
+    column's 100 characters (or a long folder name would fail the CHECK and the file would
+    be retried forever), each once, sorted (so concurrent intakes lock tags alike)."""
+    cleaned = (escaped(t).strip()[:MAX_TAG_LENGTH] for t in names)
+    return sorted({t for t in cleaned if t})
 
 
 def link_tags(tx: Tx, tenant_id: int, document_id: int, names: Iterable[str], origin: str) -> None:

@@ -24,6 +24,7 @@ from ingestd.db.database import Database, Tx, connect_once
 from ingestd.errors import DatabaseUnavailable, ExitCode, IngestdError
 from ingestd.queue.kinds import JobKind
 from ingestd.queue.pools import EVERYTHING, Scope, lane_application_name
+from ingestd.textsafe import recordable_text
 
 NOTIFY_CHANNEL = "ingestd_jobs"
 # Deliveries retry on their own ladder ([deliveries]): a receiver may be down for hours.
@@ -250,7 +251,9 @@ class Queue:
         params = {
             **self._ids(job),
             **self._retry(job.kind),
-            "error": error[:4000],
+            # An error may quote a file name or document text: its undecodable bytes and
+            # NUL escaped (ingestd/textsafe.py), or the failure itself could not be recorded.
+            "error": recordable_text(error)[:4000],
             "permanent": permanent or attention,
             "attention": attention,
             "failed_event": failed_event,

@@ -300,3 +300,22 @@ def test_a_folders_split_policy_applies_to_its_files_and_follows_a_reload(
         ("Brief.pdf", "analyze-document"),
     ]
     assert jobs[0]["policy"]["max_pages"] == 5
+
+
+def test_a_folder_name_that_is_not_utf8_still_ingests_with_escaped_tags(
+    hot_env: Any, db: Database
+) -> None:
+    """A file below a sub-folder whose name is not UTF-8 (a Latin-1 share): ingested, its
+    source_subdir and sub-folder tag recorded with the byte escaped, never retried forever."""
+    _env, _hot, folder = hot_env(watch={"subfolder_tags": True})
+    sub = os.path.join(os.fsencode(folder), b"Eingang_\xe4")
+    os.mkdir(sub)
+    with open(os.path.join(sub, b"Rechnung.pdf"), "wb") as f:
+        f.write(pdf_bytes(seed=629))
+    wait_until(lambda: _count(db) == 1, timeout=60)
+    (doc,) = _docs(db)
+    assert doc["source_subdir"] == "Eingang_\\xe4"
+    with db.transaction() as tx:
+        tags = [r["name"] for r in tx.all("document_tag_names", {"document_id": doc["id"]})]
+    assert tags == ["Eingang_\\xe4"]
+    wait_until(lambda: os.listdir(sub) == [], timeout=30)
