@@ -262,3 +262,22 @@ def test_worker_id_is_free_again_the_moment_it_is_released(db: Database) -> None
         again = WorkerIdentity(db.conninfo, "w-restart", connect_timeout=10)
         again.acquire()
         again.release()
+
+
+def test_an_error_quoting_a_hostile_name_is_recorded_escaped(db: Database) -> None:
+    """An attention error that quotes a name with undecodable bytes and NUL is recorded
+    (job, document reason and its operator event), the bytes written as escapes."""
+    make_jobs(db, "acme", 1)
+    q = Queue(db, WorkerConfig(), "w1")
+    job = q.claim()
+    assert job is not None
+    name = b"Scan_\xff\x00.pdf".decode("utf-8", "surrogateescape")
+    outcome = q.fail(job, f"cannot read {name}", permanent=True, attention=True)
+    assert outcome is not None and outcome.status == "failed"
+    row = status(db, job.id)
+    assert row["error_message"] == "cannot read Scan_\\xff\\x00.pdf"
+    with db.transaction() as tx:
+        (event,) = tx.raw(
+            "SELECT detail FROM operator_events WHERE type = 'document.needs_attention'"
+        )
+    assert event["detail"]["error"] == "cannot read Scan_\\xff\\x00.pdf"
