@@ -3,26 +3,32 @@ barcodes, document text.
 
 Such text may hold bytes that are not UTF-8 (a file name decoded with ``surrogateescape``
 carries them as lone surrogates), NUL, line breaks, other control characters and
-characters that steer a display (bidi overrides, U+2028). Each is written the same way
-everywhere it is recorded or shown: an undecodable byte as ``\\xNN``, a character that is
-not printable as its Python escape (``\\n``, ``\\r``, ``\\t``, ``\\x00``, ``\\x7f``,
-``\\x85``, ``\\u2028``). A backslash itself stays as it is: the escapes are for people
-and for safety, not a reversible encoding.
+invisible characters that steer a display (bidi overrides, zero-width, U+2028). Each is
+written the same way everywhere it is recorded or shown: an undecodable byte as
+``\\xNN``, a control, format or line/paragraph separator character (Unicode categories
+Cc, Cf, Zl, Zp) as its Python escape (``\\n``, ``\\r``, ``\\t``, ``\\x00``, ``\\x7f``,
+``\\x85``, ``\\u202e``, ``\\u2028``). Spaces of any script stay (a folder name with an
+ideographic space is a name, not an attack). A backslash itself stays as it is: the
+escapes are for people and for safety, not a reversible encoding.
 
 - ``recordable``: what the database (text, JSONB) and a JSON file can hold, changed as
   little as possible: only undecodable bytes and NUL are escaped; line breaks stay (JSON
   escapes them).
-- ``escaped``: every character that is not printable escaped too: for a log line, a
+- ``escaped``: every control and invisible format character escaped too: for a log line, a
   ``.error.txt`` note, a header, a notification's text. Never a raw CR, LF or TAB.
 - ``shown``: ``escaped`` and cut to a length, for one line of a summary.
 """
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Mapping
 from typing import overload
 
 ELLIPSIS = "…"
+# Unicode categories that are escaped: controls, format characters (bidi overrides,
+# zero-width), line and paragraph separators. (Surrogates are bytes, escaped before.)
+_ESCAPED_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp"})
 
 
 def _bytes_escaped(text: str) -> str:
@@ -40,12 +46,15 @@ def _escape_char(char: str) -> str:
 
 def escaped(text: str) -> str:
     """``text`` as it may be shown or put in a header: undecodable bytes as ``\\xNN`` and
-    every character that is not printable (controls, CR/LF/TAB, DEL, C1, U+2028/2029,
-    format characters) as its escape; printable text (umlauts, any script) unchanged."""
+    every control or invisible format character (CR/LF/TAB, NUL, DEL, C1, bidi overrides,
+    zero-width, U+2028/2029) as its escape; text of any script, its spaces included,
+    unchanged."""
     if text.isprintable():
         return text
     text = _bytes_escaped(text)
-    return "".join(c if c.isprintable() else _escape_char(c) for c in text)
+    return "".join(
+        _escape_char(c) if unicodedata.category(c) in _ESCAPED_CATEGORIES else c for c in text
+    )
 
 
 def shown(text: object, limit: int = 300) -> str:

@@ -27,7 +27,14 @@ def test_every_control_and_line_separator_is_escaped_visibly() -> None:
 
 def test_printable_text_of_any_script_is_unchanged() -> None:
     """Umlauts, other scripts, a backslash and an encoded word are text like any other."""
-    for text in ("Grüße aus Köln", "請求書.pdf", "a\\b", "=?utf-8?q?x?=", ""):
+    for text in (
+        "Grüße aus Köln",
+        "請求書\u3000写し.pdf",
+        "Q4\xa0Belege",
+        "a\\b",
+        "=?utf-8?q?x?=",
+        "",
+    ):
         assert escaped(text) == text == recordable_text(text)
 
 
