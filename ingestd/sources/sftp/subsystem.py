@@ -34,6 +34,7 @@ from ingestd.sources.sftp.paths import vpath_of
 from ingestd.sources.sftp.refusals import NO_SPACE, SftpRefusal, refuse, storage_refusal
 from ingestd.sources.sftp.uploads import UploadHandle
 from ingestd.sources.sftp.vfs import InboxSFTP
+from ingestd.textsafe import escaped
 
 _HANDLE_COMMANDS = {CMD_CLOSE, CMD_READ, CMD_WRITE, CMD_FSTAT, CMD_FSETSTAT, CMD_READDIR}
 
@@ -156,9 +157,8 @@ class IngestSFTPServer(paramiko.SFTPServer):
                 fields = [msg.get_string()]
                 if two_paths:
                     fields.append(msg.get_string())  # both ends: either may be the attack
-                path = " -> ".join(
-                    f.decode("utf-8", "backslashreplace").replace("\x00", "\\x00") for f in fields
-                )
+                # Escaped by the one rule for untrusted text (ingestd/textsafe.py).
+                path = " -> ".join(escaped(f.decode("utf-8", "surrogateescape")) for f in fields)
         self.server.refused(op, path, exc)
 
     def _open(self, t: int, request_number: int, msg: paramiko.Message) -> None:
