@@ -32,6 +32,34 @@ def test_quarantined_file_has_its_note_beside_it(tmp_path: Path) -> None:
     assert "tenant: acme" in text and "reason: bad_type" in text
 
 
+def test_a_note_is_one_line_per_field_whatever_the_name_holds(tmp_path: Path) -> None:
+    """A client's name with bytes that are not UTF-8 and a detail with line breaks: the
+    note is valid UTF-8, one line per field, every byte and control escaped."""
+    src = tmp_path / "spool" / "0001.data"
+    src.parent.mkdir(parents=True)
+    src.write_bytes(b"%PDF-1.4")
+    name = b"Scan_\xff\r\nreason: ok.pdf".decode("utf-8", "surrogateescape")
+    note = quarantine(
+        src,
+        tmp_path / "failed",
+        subdir="",
+        tenant="acme",
+        reason="bad_filename",
+        detail="file name is not valid UTF-8\nforged: yes",
+        name=name,
+    )
+    lines = note.read_bytes().decode("utf-8").splitlines()
+    assert [line.partition(":")[0] for line in lines] == [
+        "file",
+        "tenant",
+        "reason",
+        "detail",
+        "time",
+    ]
+    assert lines[0] == "file: Scan_\\xff\\r\\nreason: ok.pdf"
+    assert lines[3] == "detail: file name is not valid UTF-8\\nforged: yes"
+
+
 def test_a_note_that_cannot_be_written_leaves_the_file_where_it_was(tmp_path: Path) -> None:
     """Disk full while writing the note: the file is not moved and no half-note is left,
     so nothing ever sits in failed/ without its reason."""

@@ -12,9 +12,10 @@ one ``[[notify]]`` sink:
   drop duplicates (delivery is at least once). ``text`` is the e-mail's subject, which
   chat webhooks (Mattermost, Rocket.Chat, Slack-compatible ones) show as the message.
 - **email**: one plain-text UTF-8 message (``mail.py``) to all the sink's addresses
-  through the ``[smtp]`` relay (``smtp.py``, stdlib ``smtplib``). Its Message-ID is made
-  of the event id and the sink too, so a mail program can spot a duplicate from a retry
-  after a lost answer.
+  through the ``[smtp]`` relay (``smtp.py``, stdlib ``smtplib``); its subject is a
+  ``LiteralHeader`` (``headers.py``): a file name in it arrives as text, never as
+  headers. Its Message-ID is made of the event id and the sink too, so a mail program
+  can spot a duplicate from a retry after a lost answer.
 
 Failures: ``SmtpError`` / ``WebhookError`` / ``ConfigError`` (a missing secret) are worth
 a retry, and the job retries on the [deliveries] ladder. ``SmtpRefused`` (a
