@@ -489,7 +489,7 @@ class PoolConfig(_Section):
         None
     )
     """Lanes beside `workers` reserved for short jobs (provision-tenant, deliver-webhook,
-    notify, purge-document, split-batch) of its tenants and kinds."""
+    notify, purge-document) of its tenants and kinds."""
     metrics_offset: Annotated[int | None, Field(ge=0, le=1000), Shown(default="10 × position")] = (
         None
     )
@@ -526,7 +526,7 @@ class WorkerConfig(_Section):
     for every host)."""
     short_lanes: Annotated[int, Field(ge=0, le=16)] = 1
     """Lanes of every worker process, beside `concurrency`, reserved for short jobs
-    (provision-tenant, deliver-webhook, notify, purge-document, split-batch): they start
+    (provision-tenant, deliver-webhook, notify, purge-document): they start
     within seconds however long the OCR backlog; 0: none (the other lanes run them too)."""
     pools: list[PoolConfig] = Field(default_factory=list)
     """Pools of workers, each serving its tenants and kinds (`[[worker.pools]]`); a

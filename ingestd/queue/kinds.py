@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
+from types import MappingProxyType
 
 
 class JobKind(enum.StrEnum):
@@ -18,22 +20,45 @@ class JobKind(enum.StrEnum):
     deliver_webhook = "deliver-webhook"
     notify = "notify"
 
+    @property
+    def length(self) -> Length:
+        """How long a job of this kind takes (LENGTHS, below)."""
+        return LENGTHS[self]
 
-# The short lane (issue 21): kinds that take seconds, whatever the file, and that someone
-# waits for (a tenant being set up, a webhook receiver, an operator's notification, a
-# purge an admin asked for, a batch's split planning). Every worker keeps a lane for them
-# ([worker] short_lanes) that OCR cannot occupy, and a tenant's max_running neither counts
-# nor holds them back. Fixed here, not in config: the claim (migration 0014,
-# ingestd_short_kind) must agree with every worker on every host.
-SHORT_KINDS = frozenset(
+
+# How long a job of a kind takes, declared once per kind (issue 29): the one fact the
+# short lane, the claim's cap exemption and the pools read.
+class Length(enum.Enum):
+    # Seconds, whatever the file, and someone waits for it (a tenant being set up, a
+    # webhook receiver, an operator's notification, a purge an admin asked for). Every
+    # worker keeps a lane for these ([worker] short_lanes) that nothing long can occupy,
+    # and a tenant's max_running neither counts nor holds them back.
+    short = "short"
+    # Grows with the file or the tenant: OCR, a batch's split (minutes for a big batch,
+    # up to its timeout), a tenant's deletion. The job lanes only.
+    long = "long"
+
+
+LENGTHS: Mapping[JobKind, Length] = MappingProxyType(
     {
-        JobKind.provision_tenant,
-        JobKind.deliver_webhook,
-        JobKind.notify,
-        JobKind.purge_document,
-        JobKind.split_batch,
+        JobKind.analyze_document: Length.long,
+        JobKind.split_batch: Length.long,
+        JobKind.purge_document: Length.short,
+        JobKind.provision_tenant: Length.short,
+        JobKind.delete_tenant: Length.long,
+        JobKind.deliver_webhook: Length.short,
+        JobKind.notify: Length.short,
     }
 )
+_UNDECLARED = set(JobKind) - set(LENGTHS)
+if _UNDECLARED:  # a new kind must say how long it takes before anything runs it
+    raise RuntimeError(f"job kinds without a Length in LENGTHS: {sorted(_UNDECLARED)}")
+
+
+# The short lane's kinds, derived from LENGTHS. Fixed in code, not in config, and never
+# repeated in SQL: every claim passes them (ingestd_claim's p_short_kinds, migration 0016),
+# so every worker on every host decides alike.
+SHORT_KINDS = frozenset(k for k in JobKind if LENGTHS[k] is Length.short)
 
 # Seed 004: once jobs of their own, now steps inside analyze-document. Refused for new
 # rows (here and by a trigger), and failed without running when an old row is claimed.

@@ -24,6 +24,7 @@ from ingestd.queue.kinds import SHORT_KINDS
 
 METRICS_OFFSET_STEP = 10  # pool i (1-based in the list) serves /metrics at offset 10 x i
 _INSTANCE = re.compile(r"^(?P<pool>.+?)(?:-(?P<n>[0-9]+))?$")
+_SHORT = sorted(str(k) for k in SHORT_KINDS)  # plain text for the driver, not the enum
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,8 +39,10 @@ class Scope:
     short: bool = False  # a short lane (only short kinds)
 
     def params(self) -> dict[str, object]:
-        """The claim's scope parameters (ingestd_claim, migration 0014)."""
+        """The claim's scope parameters (ingestd_claim, migrations 0014 and 0016), with the
+        short kinds a tenant's cap exempts: the same for every scope."""
         return {
+            "short_kinds": _SHORT,
             "pool": self.pool,
             "share": self.share,
             "tenants": list(self.tenants) if self.tenants is not None else None,
@@ -98,8 +101,7 @@ class Pool:
     @property
     def short_scope(self) -> Scope | None:
         """The short lanes' scope: the pool's short kinds; None if it has none."""
-        names = {str(k) for k in SHORT_KINDS}  # plain text for the driver, not the enum
-        short = sorted(names if self.kinds is None else set(self.kinds) & names)
+        short = _SHORT if self.kinds is None else sorted(set(self.kinds) & set(_SHORT))
         if not short:
             return None
         base = self.scope

@@ -1,15 +1,23 @@
 """`ingestd worker` with worker.concurrency lanes: several jobs at once in one process,
-each in a job child of its own; signals, reloads, READY and --drain for all of them."""
+each in a job child of its own; signals, reloads, READY and --drain for all of them; the
+short lane kept for short kinds while batches are being split."""
 
 from __future__ import annotations
 
+import random
 import signal
+from pathlib import Path
 from typing import Any
 
+import pikepdf
+
 from ingestd.db.database import Database
-from tests.conftest import wait_until
+from ingestd.intake.items import IntakeItem, Outcome
+from ingestd.ops.runtime import make_intake
+from tests.conftest import Env, run_cli, wait_until
 from tests.e2e.test_worker import notify_socket, qdb, received, start, workers  # noqa: F401
-from tests.fixtures.queue import REPO, WorkerProc, job_row, make_jobs, runs
+from tests.fixtures.queue import REPO, WorkerProc, count, job_row, make_jobs, runs
+from tests.integration.test_notify import Receiver, hook_secret, receiver  # noqa: F401
 
 # Two job lanes, and the short lane every worker has by default (lane 3).
 LANES = {"poll_interval": 0.2, "lease_seconds": 5, "retry_base": 0.1, "concurrency": 2}
@@ -105,3 +113,87 @@ def test_drain_with_lanes_sends_ready_first_and_exits_0(
     assert all(job_row(qdb, i)["status"] == "done" for i in ids)
     assert got[0].startswith("READY=1") and got[-1].startswith("STOPPING=1"), got
     assert sum(m.startswith("READY=1") for m in got) == 1
+
+
+def drawing_batch(path: Path, pages: int, seed: int) -> Path:
+    """A batch of vector drawings (a plan set): every page is 200,000 strokes that pdfium
+    renders for a second or more, so splitting it takes minutes' worth of a lane in
+    seconds' worth of file (the pages share one content stream: 3 MB)."""
+    rnd = random.Random(seed)
+    strokes = []
+    for _ in range(200_000):
+        x, y = rnd.uniform(0, 590), rnd.uniform(0, 840)
+        strokes.append(f"{x:.1f} {y:.1f} m {x + 3:.1f} {y + 1:.1f} l {x + 1:.1f} {y + 3:.1f} l h f")
+    pdf = pikepdf.new()
+    content = pdf.make_stream(("0.9 g\n" + "\n".join(strokes)).encode())
+    for _ in range(pages):
+        pdf.add_blank_page(page_size=(595, 842))
+        pdf.pages[-1].obj.Contents = content
+    pdf.save(path, compress_streams=True)
+    return path
+
+
+def test_provisioning_and_a_notification_stay_fast_behind_slow_batches(
+    make_env: Any,
+    db: Database,
+    workers: list[WorkerProc],  # noqa: F811
+    receiver: Receiver,  # noqa: F811
+    hook_secret: Path,  # noqa: F811
+) -> None:
+    """Three batches that take half a minute each to split, one job lane and the short
+    lane: a `tenant create` and its notification start within 15 s, before any batch is
+    done, and no split-batch ever runs on the short lane (issue 29)."""
+    env: Env = make_env(
+        worker={**LANES, "concurrency": 1, "lease_seconds": 60, "shutdown_grace": 5},
+        notify=[
+            {
+                "name": "ops-hook",
+                "webhook": {"url": receiver.url, "secret_file": str(hook_secret)},
+                "events": ["tenant.*"],
+                "min_severity": "info",
+            }
+        ],
+    )
+    env.config_path.write_text(env.config_path.read_text() + "\n[split.acme]\nmax_pages = 100\n")
+    env.reload()
+    with db.transaction() as tx:
+        tx.one("tenant_insert", {"name": "acme", "status": "active"})
+    intake = make_intake(env.config, db)
+    for i in range(3):
+        batch = drawing_batch(env.root / f"plans{i}.pdf", pages=20, seed=i)
+        item = IntakeItem(path=batch, tenant="acme", split=env.config.split_policy("acme", None))
+        assert intake.ingest(item).outcome is Outcome.ingested
+    splitting = (
+        "SELECT count(*) AS n FROM processing_jobs WHERE kind = 'split-batch' "
+        "AND status = 'processing'"
+    )
+    w = start(workers, env, "w1")
+    wait_until(lambda: count(db, splitting) >= 1, timeout=120)
+    out = run_cli(env, "tenant", "create", "newco", "--wait", "60")
+    assert out.returncode == 0, out.stdout + out.stderr
+    started = (
+        "SELECT count(*) AS n FROM processing_jobs "
+        "WHERE kind IN ('provision-tenant', 'notify') AND started_at IS NOT NULL"
+    )
+    wait_until(lambda: count(db, started) == 2, timeout=300)
+    with db.transaction() as tx:
+        short = tx.raw(
+            "SELECT kind, started_at, extract(epoch FROM started_at - created_at) AS waited "
+            "FROM processing_jobs WHERE kind IN ('provision-tenant', 'notify')"
+        )
+        (first_split_done,) = tx.raw(
+            "SELECT min(finished_at) AS at FROM processing_jobs WHERE kind = 'split-batch'"
+        )
+    assert sorted(j["kind"] for j in short) == ["notify", "provision-tenant"]
+    for job in short:
+        assert job["waited"] < 15, short
+        # It did not wait for a batch to end: none had when it started.
+        assert first_split_done["at"] is None or first_split_done["at"] > job["started_at"]
+    notified = "SELECT count(*) AS n FROM processing_jobs WHERE kind = 'notify' AND status = 'done'"
+    wait_until(lambda: count(db, notified) == 1, timeout=120)
+    assert len(receiver.requests) == 1
+    lanes = {e["lane"]: e["serves"]["short"] for e in w.events("worker.ready")}
+    assert lanes == {1: False, 2: True}
+    split_lanes = {e["lane"] for e in w.events("job.started") if e["kind"] == "split-batch"}
+    assert split_lanes == {1}
+    assert w.stop(timeout=120) == 0

@@ -61,14 +61,46 @@ def drain(q: Queue, n: int) -> list[Job]:
     return out
 
 
-def test_short_kinds_agree_with_the_database(db: Database) -> None:
-    """ingestd_short_kind (SQL) and SHORT_KINDS (Python) name the same kinds."""
+def test_the_database_keeps_no_list_of_short_kinds(db: Database) -> None:
+    """Which kinds are short is declared in Python only (migration 0016 dropped 0014's
+    second list in SQL, ingestd_short_kind): the claim takes them as a parameter."""
     with db.transaction() as tx:
-        rows = tx.raw(
-            "SELECT k, ingestd_short_kind(k) AS short FROM unnest(%(k)s::text[]) AS k",
-            {"k": [str(k) for k in JobKind]},
-        )
-    assert {r["k"] for r in rows if r["short"]} == {str(k) for k in SHORT_KINDS}
+        rows = tx.raw("SELECT to_regprocedure('ingestd_short_kind(text)') AS fn")
+    assert rows[0]["fn"] is None
+    assert "split-batch" not in {str(k) for k in SHORT_KINDS}
+
+
+def test_the_short_lane_never_claims_a_split_batch(db: Database) -> None:
+    """A queued split-batch (minutes for a big batch) is left to the job lanes: the short
+    lane claims the notification queued after it, and nothing else."""
+    (batch,) = make_jobs(db, "acme", 1, kind=str(JobKind.split_batch))
+    note = tenant_job(db, "acme", JobKind.notify)
+    short_scope = pools.resolve(WorkerConfig()).short_scope
+    assert short_scope is not None
+    lane = Queue(db, WorkerConfig(), "s", scope=short_scope)
+    job = lane.claim()
+    assert job is not None and job.id == note
+    assert lane.claim() is None
+    long = Queue(db, WorkerConfig(), "w", scope=pools.resolve(WorkerConfig()).scope)
+    job = long.claim()
+    assert job is not None and job.id == batch
+
+
+def test_at_its_cap_a_tenant_s_split_batch_waits(db: Database) -> None:
+    """A tenant's cap counts its batches being split and holds back the next one (a long
+    kind), while its provisioning still starts."""
+    first, second = make_jobs(db, "big", 2, kind=str(JobKind.split_batch))
+    limits(db, "big", cap=1)
+    q = Queue(db, WorkerConfig(), "w1")
+    job = q.claim()
+    assert job is not None and job.id == first
+    provision = tenant_job(db, "big", JobKind.provision_tenant)
+    job = q.claim()
+    assert job is not None and job.id == provision
+    assert q.claim() is None  # capped: the second batch waits for the first
+    with db.transaction() as tx:
+        (row,) = tx.raw("SELECT status FROM processing_jobs WHERE id = %(i)s", {"i": second})
+    assert row["status"] == "queued"
 
 
 def test_a_dedicated_pool_serves_only_its_tenants_and_the_default_pool_the_rest(

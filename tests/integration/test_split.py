@@ -613,3 +613,33 @@ def test_a_batch_on_the_s3_archive_splits_into_locked_objects(
     assert not any(f.is_file() for f in env.config.paths.archive_dir.rglob("*"))
     report = verify_audit(db, store)
     assert report.ok and report.files == 3, report.problems
+
+
+def test_a_separator_regex_that_backtracks_needs_attention_naming_it_never_retried(
+    make_env: Any, db: Database, tenant: str, tmp_path: Path
+) -> None:
+    """A separator_regex that passes check-config but backtracks on a scanned barcode
+    ((a|aa)+$ on forty a's and a "!"): through the worker and its job child, the batch ends
+    in attention with the pattern named, after one attempt, and no job.failed event."""
+    env: Env = make_env(worker=WORKER, analysis=ANALYSIS)
+    env.config_path.write_text(
+        env.config_path.read_text() + '\n[split.acme]\nseparator_regex = "(a|aa)+$"\n'
+    )
+    env.reload()
+    check = run_cli(env, "check-config")
+    assert check.returncode == 0, check.stdout + check.stderr
+    sides = [letter(1), separator(code=code("a" * 40 + "!", Symbology.qr)), letter(2)]
+    doc = _ingest(env, db, batch_pdf(tmp_path / "b.pdf", sides))
+    _drain(env, db)
+    status, reason = _status(db, doc)
+    assert status == "attention", reason
+    assert "separator_regex '(a|aa)+$'" in str(reason) and "page 2" in str(reason), reason
+    job = one(
+        db,
+        "SELECT status, retry_count FROM processing_jobs WHERE document_id = %(d)s "
+        "AND kind = 'split-batch'",
+        {"d": doc},
+    )
+    assert job["retry_count"] == 0, job
+    failed = one(db, "SELECT count(*) AS n FROM operator_events WHERE type = 'job.failed'", None)
+    assert failed["n"] == 0

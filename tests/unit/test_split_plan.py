@@ -217,3 +217,33 @@ def test_policy_refuses_what_cannot_work(kw: dict[str, Any], message: str) -> No
     """check-config refuses split policies that cannot work, naming the key."""
     with pytest.raises(Exception, match=message):
         policy(**kw)
+
+
+BACKTRACKS = "a" * 40 + "!"  # (a|aa)+ tries every way to cut the a's before it fails
+
+
+@pytest.mark.parametrize(
+    ("where", "kw", "text"),
+    [
+        ("separator_regex", {"separator_regex": "(a|aa)+$"}, BACKTRACKS),
+        (
+            "tag_barcodes[0].pattern",
+            {"tag_barcodes": [{"pattern": "TAG(a|aa)+", "tag": "x"}]},
+            "TAG" + BACKTRACKS,
+        ),
+        ("change_regex", {"mode": "barcode-change", "change_regex": "(a|aa)+"}, BACKTRACKS),
+    ],
+)
+def test_a_pattern_that_backtracks_is_attention_naming_it(
+    where: str, kw: dict[str, Any], text: str
+) -> None:
+    """A configured pattern that runs past its time limit on a barcode raises
+    PatternTimeout: attention (never retried), naming the pattern, its key and the page."""
+    from ingestd.config.patterns import PatternTimeout
+
+    with pytest.raises(PatternTimeout) as caught:
+        run(pages("", text, ""), **kw)
+    err = caught.value
+    assert err.attention and not err.transient
+    assert where in err.message and err.pattern in err.message
+    assert "page 2" in err.message

@@ -14,7 +14,7 @@ are one name), other accents dropped (é -> e) and whitespace collapsed. A
 the folding (a regex author writes what the paper says), with runs of spaces collapsed
 and line breaks kept; ``^``/``$`` match at line breaks, and the rule's ``case_sensitive``
 decides whether case is ignored. They run on the ``regex`` package with ``re``'s semantics
-(``ingestd.config.rules.compile_user_regex``, which validation uses too), because its
+(``ingestd.config.patterns.UserPattern``, compiled as validation compiles), because its
 searches take a timeout: a pattern that backtracks catastrophically ("(a+)+$" against a
 long run of "a") gives up after ``regex_timeout`` seconds (``analysis.regex_timeout``),
 does not match, and logs ``taxonomy.regex_timeout`` naming the tenant and the rule; the
@@ -48,7 +48,8 @@ from dataclasses import dataclass
 from rapidfuzz import fuzz, process
 
 from ingestd import log
-from ingestd.config.rules import REGEX_TIMEOUT, TaxonomyRule, compile_user_regex
+from ingestd.config.patterns import PatternTimeout, UserPattern, shorten
+from ingestd.config.rules import REGEX_TIMEOUT, TaxonomyRule
 
 
 @dataclass(frozen=True)
@@ -179,13 +180,6 @@ def _whole(term: str) -> str:
     return rf"(?<!\w){re.escape(term)}(?!\w)"
 
 
-_PATTERN_SHOWN = 100  # characters of a regex in a log line
-
-
-def _shorten(pattern: str) -> str:
-    return pattern if len(pattern) <= _PATTERN_SHOWN else pattern[: _PATTERN_SHOWN - 1] + "…"
-
-
 def _compile(rule: TaxonomyRule) -> _Test:
     casefold = not rule.case_sensitive
 
@@ -193,18 +187,23 @@ def _compile(rule: TaxonomyRule) -> _Test:
         return _fold(_prepare(s), casefold=casefold)
 
     if rule.algorithm == "regex":
-        pattern = compile_user_regex(rule.match, case_sensitive=rule.case_sensitive)
+        pattern = UserPattern(
+            f"taxonomy {rule.kind} rule {rule.name!r}", rule.match, rule.case_sensitive
+        )
 
         def search(text: _Text) -> bool:
             try:
-                return pattern.search(text.for_regex(), timeout=text.regex_timeout) is not None
-            except TimeoutError:
+                found = pattern.search(
+                    text.for_regex(), subject="the document's text", timeout=text.regex_timeout
+                )
+                return found is not None
+            except PatternTimeout:  # skipped, not a failure: the other rules still run
                 log.get_logger(component="taxonomy").warning(
                     "taxonomy.regex_timeout",
                     tenant=rule.tenant,
                     kind=rule.kind,
                     rule=rule.name,
-                    pattern=_shorten(rule.match),
+                    pattern=shorten(rule.match),
                     timeout=text.regex_timeout,
                 )
                 return False

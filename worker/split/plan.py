@@ -10,7 +10,9 @@ ASN and tag codes belong to the document whose pages carry them; on a separator 
 they belong to the document that follows it (that is where a person puts the sticker of
 the next letter). What cannot be decided safely is never guessed: two ASNs in one
 document, an ASN used twice, a document longer than ``max_pages`` (a separator was
-missed) or a batch without a single content page end in ``attention`` with the reason.
+missed) or a batch without a single content page end in ``attention`` with the reason,
+and so does a barcode on which a configured pattern backtracks past its time limit
+(``PatternTimeout``, naming the pattern and the page).
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ from dataclasses import dataclass, field
 
 import regex
 
-from ingestd.config.rules import REGEX_TIMEOUT, compile_user_regex
+from ingestd.config.patterns import UserPattern, shorten
+from ingestd.config.rules import REGEX_TIMEOUT
 from ingestd.config.split import ASN_DIGITS, SplitMode, SplitPolicy
 from worker.split.marks import Code, PageScan
 
@@ -71,46 +74,60 @@ class _Reader:
     """The policy's code classes, compiled once."""
 
     policy: SplitPolicy
-    separator: regex.Pattern[str] | None = None
-    change: regex.Pattern[str] | None = None
+    separator: UserPattern | None = None
+    change: UserPattern | None = None
     asn: regex.Pattern[str] | None = None
-    tags: list[tuple[regex.Pattern[str], str]] = field(default_factory=list)
+    tags: list[tuple[UserPattern, str]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         p = self.policy
-        compile_ = compile_user_regex
-        self.separator = (
-            compile_(p.separator_regex, case_sensitive=True) if p.separator_regex else None
-        )
-        self.change = compile_(p.change_regex, case_sensitive=True) if p.change_regex else None
+        where = "split policy's"
+        if p.separator_regex:
+            self.separator = UserPattern(f"{where} separator_regex", p.separator_regex)
+        if p.change_regex:
+            self.change = UserPattern(f"{where} change_regex", p.change_regex)
         if p.asn_prefix is not None:
             self.asn = regex.compile(regex.escape(p.asn_prefix) + rf"0*(\d{{1,{ASN_DIGITS}}})")
-        self.tags = [(compile_(t.pattern, case_sensitive=True), t.tag) for t in p.tag_barcodes]
+        self.tags = [
+            (UserPattern(f"{where} tag_barcodes[{i}].pattern", t.pattern), t.tag)
+            for i, t in enumerate(p.tag_barcodes)
+        ]
 
     def asn_of(self, code: Code) -> int | None:
+        # Our own pattern (a prefix and digits): it cannot backtrack.
         m = self.asn.fullmatch(code.text, timeout=REGEX_TIMEOUT) if self.asn else None
         return int(m.group(1)) if m else None
 
-    def tag_of(self, code: Code) -> str | None:
+    def tag_of(self, page: int, code: Code) -> str | None:
         for pattern, template in self.tags:
-            m = pattern.fullmatch(code.text, timeout=REGEX_TIMEOUT)
+            m = pattern.fullmatch(code.text, subject=_subject(page, code))
             if m:
                 tag = _expand(template, m)
                 tag = tag.strip()[:100]
                 return tag or None
         return None
 
-    def is_separator(self, code: Code) -> bool:
+    def is_separator(self, page: int, code: Code) -> bool:
         if code.text in self.policy.separators:
             return True
-        return bool(self.separator and self.separator.fullmatch(code.text, timeout=REGEX_TIMEOUT))
+        if self.separator is None:
+            return False
+        return self.separator.fullmatch(code.text, subject=_subject(page, code)) is not None
 
-    def change_value(self, code: Code) -> str | None:
-        if self.asn_of(code) is not None or self.tag_of(code) is not None:
+    def change_value(self, page: int, code: Code) -> str | None:
+        if self.asn_of(code) is not None or self.tag_of(page, code) is not None:
             return None
-        if self.change is not None and not self.change.fullmatch(code.text, timeout=REGEX_TIMEOUT):
+        if self.change is not None and not self.change.fullmatch(
+            code.text, subject=_subject(page, code)
+        ):
             return None
         return f"{code.symbology}:{code.text}"
+
+
+def _subject(page: int, code: Code) -> str:
+    """A barcode as a reason names it (its text shortened and quoted, control characters
+    escaped)."""
+    return f"the {code.symbology} barcode {shorten(code.text)!r} on page {page + 1}"
 
 
 @dataclass(slots=True)
@@ -139,9 +156,11 @@ def plan(scans: Sequence[PageScan], policy: SplitPolicy, page_count: int) -> Pla
     for unit in units:
         codes = [(i, c) for i in unit for c in scans[i].codes]
         asns = {a: i for i, c in reversed(codes) if (a := reader.asn_of(c)) is not None}
-        tags = {t for _, c in codes if (t := reader.tag_of(c)) is not None}
+        tags = {t for i, c in codes if (t := reader.tag_of(i, c)) is not None}
         blank = policy.blank_sheets and all(scans[i].ink < policy.blank_threshold for i in unit)
-        coded = policy.mode is SplitMode.separator and any(reader.is_separator(c) for _, c in codes)
+        coded = policy.mode is SplitMode.separator and any(
+            reader.is_separator(i, c) for i, c in codes
+        )
         if coded or blank:
             separators.extend(unit)
             current = None
@@ -158,7 +177,9 @@ def plan(scans: Sequence[PageScan], policy: SplitPolicy, page_count: int) -> Pla
             continue
         value = None
         if policy.mode is SplitMode.barcode_change:
-            value = next((v for _, c in codes if (v := reader.change_value(c)) is not None), None)
+            value = next(
+                (v for i, c in codes if (v := reader.change_value(i, c)) is not None), None
+            )
         if current is not None and value is not None and current.value not in (None, value):
             current = None
         if current is None:

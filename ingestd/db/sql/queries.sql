@@ -129,11 +129,12 @@ LIMIT %(limit)s;
 -- claim (which may wait for its turn): for a tenant created meanwhile it is NULL, and the
 -- caller looks it up with job_tenant. Never an inner join: the claimed job would be lost.
 -- The scope (ingestd.queue.pools.Scope): the pool recorded on the job, the share whose
--- serving order it follows, the tenants (NULL: all but those excluded) and kinds (NULL: all).
+-- serving order it follows, the tenants (NULL: all but those excluded) and kinds (NULL: all);
+-- short_kinds: ingestd.queue.kinds.SHORT_KINDS (migration 0016), never listed in SQL.
 SELECT c.*, t.name AS tenant, t.status AS tenant_status
 FROM ingestd_claim(%(worker)s, make_interval(secs => %(lease)s), %(tenant_cap)s,
                    %(pool)s, %(share)s, %(tenants)s::text[], %(exclude)s::text[],
-                   %(kinds)s::text[]) AS c
+                   %(kinds)s::text[], %(short_kinds)s::text[]) AS c
 LEFT JOIN tenants t ON t.id = c.tenant_id;
 
 -- name: scope_counts
