@@ -12,6 +12,11 @@ the compound candidates: through the trigram index, by reading the tenant's rows
 most of them match, which the planner knows from the patterns), or not at all (the
 exact hits already fill the limit).
 
+A second table puts hostile queries (the most words, negations, operators and stacked
+negations a query may hold, and some over the limits) next to the baseline "Rechnung":
+each is answered, refused at once (a limit, ingestd/search/limits.py) or stopped by the
+statement timeout; the bench fails if any took longer than the two statements' timeouts.
+
     python bench/search.py                 # 5,000 documents, 5 rounds
     python bench/search.py --small         # 300 documents, 1 round (make test)
 """
@@ -37,6 +42,8 @@ from ingestd.db import sql
 from ingestd.db.database import Database, Tx
 from ingestd.db.schema import migrate
 from ingestd.demo.batches import letter_lines
+from ingestd.errors import QueryCanceled
+from ingestd.search import limits, tsquery
 
 # scripts/demo.py's sample scans and hot-folder drops, as their text reads.
 SAMPLES = (
@@ -149,6 +156,62 @@ def measure(tx: Tx, tenant_id: int, query: str, compounds: bool, rounds: int) ->
     return median(times) * 1000
 
 
+# (what it is, the query): the worst a user may type, and beyond.
+_W32 = [f"w{i:02d}" for i in range(32)]
+HOSTILE = (
+    ("32 -negated words", " ".join("-" + w for w in _W32)),
+    ("16 words or-ed", " or ".join(_W32[:16])),
+    ("a 32-word phrase", '"' + " ".join(_W32) + '"'),
+    ("16 common infixes or-ed", " or ".join(["ung", "ein", "ech", "ter", "sch", "ich", "der", "ren",
+                                       "ber", "ach", "und", "gen", "ten", "ier", "den", "hen"])),
+    ("-Rechnung and 31 -infixes", "-Rechnung " + " ".join(
+        "-" + w for w in ["ung", "ein", "ech", "ter", "sch", "ich", "der", "ren", "ber", "ach",
+                          "und", "gen", "ten", "ier", "den", "hen", "ste", "ver", "ert", "nen",
+                          "lic", "ges", "ine", "cht", "eit", "ide", "ind", "nde", "ist", "mer",
+                          "tra"])),
+    ("500 operator characters", ("&|!():*\\'" * 60)[:500]),
+    ("400 stacked negations", "-" * 400 + "Rechnung"),
+    ("5,000 -negated words", " ".join(f"-w{i}" for i in range(5000))),
+    ("10,000 -negated words", " ".join(f"-w{i}" for i in range(10000))),
+    ("33 words", " ".join([*_W32, "w32"])),
+)  # fmt: skip
+
+
+def hostile(db: Database, tenant_id: int, query: str, rounds: int) -> tuple[float, str, int]:
+    """(median ms, outcome, hits) of ``query``, each round in a transaction of its own
+    (a statement the timeout stopped aborts it)."""
+    times, outcome, hits = [], "answered", 0
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        try:
+            with db.transaction() as tx:
+                hits = len(search(tx, tenant_id, query, 20, True))
+        except limits.QueryRefused as exc:
+            outcome = "refused: " + exc.message.split("; ")[-1]
+        except QueryCanceled:
+            outcome = f"stopped at {limits.STATEMENT_TIMEOUT:g} s"
+        times.append(time.perf_counter() - t0)
+    return median(times) * 1000, outcome, hits
+
+
+def hostile_table(db: Database, tenant_id: int, rounds: int) -> None:
+    base, _, base_hits = hostile(db, tenant_id, "Rechnung", rounds)
+    rows: list[list[object]] = [["baseline: Rechnung", 1, 8, base_hits, f"{base:.1f}", "1.00x",
+                                 "answered"]]  # fmt: skip
+    worst = 0.0
+    for what, query in HOSTILE:
+        ms, outcome, hits = hostile(db, tenant_id, query, rounds)
+        worst = max(worst, ms)
+        rows.append([what, len(tsquery.words(query)), len(query), hits, f"{ms:.1f}",
+                     f"{ms / base:.2f}x", outcome])  # fmt: skip
+    print()
+    print_table(["hostile query", "words", "characters", "hits", "ms (median)",
+                 "ratio to baseline", "outcome"], rows)  # fmt: skip
+    bound = 2 * limits.STATEMENT_TIMEOUT * 1000 + 1000  # two statements, and a margin
+    if worst > bound:
+        raise BenchError(f"a hostile query took {worst:.0f} ms, over {bound:.0f} ms")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--docs", type=int, default=5000)
@@ -187,6 +250,7 @@ def main() -> None:
              "ms + compounds", "ratio (time)", "compound tier"],
             rows,
         )  # fmt: skip
+        hostile_table(db, tenant_id, args.rounds)
 
 
 if __name__ == "__main__":

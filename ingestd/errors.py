@@ -100,6 +100,12 @@ class SchemaMissing(DatabaseError):
     exit_code = ExitCode.config_invalid
 
 
+class QueryCanceled(DatabaseError):
+    """A statement PostgreSQL cancelled (SQLSTATE 57014): its statement_timeout ran out
+    (a bounded search, ingestd/search/limits.py) or someone cancelled it. The caller that
+    set the timeout says what it means; elsewhere it is a database error like any other."""
+
+
 class StateUnusable(IngestdError):
     """A directory or file ingestd must use (state dir, host keys, spool) cannot be read
     or written by this user: wrong owner, mode or a read-only mount. Restarting does

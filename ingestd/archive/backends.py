@@ -68,7 +68,9 @@ def credentials(path: Path) -> tuple[str, str]:
     return found["access_key_id"], found["secret_access_key"]
 
 
-def s3_client(s3: S3Config) -> Any:
+def s3_client(s3: S3Config, *, timeout: float | None = None, attempts: int = 3) -> Any:
+    """A boto3 client for the bucket; ``timeout`` (default ``s3.timeout``) and ``attempts``
+    smaller for a probe that must answer soon (bucket_check)."""
     import boto3
     from botocore.config import Config as BotoConfig
 
@@ -82,9 +84,9 @@ def s3_client(s3: S3Config) -> Any:
         region_name=s3.region,
         config=BotoConfig(
             s3={"addressing_style": s3.addressing_style},
-            connect_timeout=s3.timeout,
-            read_timeout=s3.timeout,
-            retries={"max_attempts": 3, "mode": "standard"},
+            connect_timeout=timeout or s3.timeout,
+            read_timeout=timeout or s3.timeout,
+            retries={"max_attempts": attempts, "mode": "standard"},
             # The SHA-256 we send is what the server checks; no second checksum of its own.
             request_checksum_calculation="when_required",
         ),

@@ -6,6 +6,9 @@ configuration ('german' by default) and 'simple' (see content_upsert in
 ingestd/db/sql/queries.sql). Below those exact hits come compound ones: a query word of
 three or more characters inside a longer word ("Rechnung" in "Abschlagsrechnung"),
 unless ``--exact`` (queries search_terms and search, migration 0013).
+
+Bounded (ingestd/search/limits.py): at most 500 characters and 32 words, each statement
+stopped after 5 s; past a limit the command exits 2 with one line naming it.
 """
 
 from __future__ import annotations
@@ -13,20 +16,27 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from ingestd.db.database import Row, Tx
-from ingestd.errors import ExitCode
+from ingestd.errors import ExitCode, QueryCanceled
+from ingestd.search import limits
+from ingestd.search.query import search
 from ingestd.tenants import lookup
 
+__all__ = ["add_parser", "cmd_search", "search"]
 
-def search(
-    tx: Tx, tenant_id: int, query: str, limit: int = 20, compounds: bool = True
-) -> list[Row]:
-    """The tenant's documents matching ``query``: exact hits first, then compound ones
-    (``match`` says which), each with rank and snippet; at most ``limit``."""
-    terms = tx.one("search_terms", {"tenant_id": tenant_id, "query": query})
-    assert terms is not None  # one row always
-    params = {**terms, "tenant_id": tenant_id, "limit": limit, "compounds": compounds}
-    return tx.all("search", params)
+
+# The most hits one command shows (--limit): each is a snippet made from its text.
+MAX_HITS = 1000
+
+
+def _hits(text: str) -> int:
+    """--limit's value: a whole number from 1 to MAX_HITS (else argparse's exit 2)."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if not 1 <= n <= MAX_HITS:
+        raise argparse.ArgumentTypeError(f"{n} is not from 1 to {MAX_HITS}")
+    return n
 
 
 def cmd_search(args: argparse.Namespace) -> int:
@@ -34,9 +44,13 @@ def cmd_search(args: argparse.Namespace) -> int:
     from ingestd.ops.runtime import open_database
 
     config = load(args)
-    with open_database(config) as db, db.transaction() as tx:
-        tenant = lookup.by_name(tx, args.tenant)
-        rows = search(tx, tenant["id"], args.query, args.limit, compounds=not args.exact)
+    query = limits.checked(args.query)  # before the database: a refusal needs none
+    try:
+        with open_database(config) as db, db.transaction() as tx:
+            tenant = lookup.by_name(tx, args.tenant)
+            rows = search(tx, tenant["id"], query, args.limit, compounds=not args.exact)
+    except QueryCanceled:
+        raise limits.SearchTooSlow() from None
     if args.json:
         print_json(rows)
         return ExitCode.ok
@@ -58,12 +72,20 @@ def add_parser(sub: Any, common: argparse.ArgumentParser, jsonopt: argparse.Argu
     s = sub.add_parser("search", parents=[common, jsonopt], help="search in one tenant's documents")
     s.add_argument("--tenant", required=True, help="the tenant whose documents to search")
     s.add_argument(
-        "--limit", type=int, default=20, metavar="N", help="at most N hits (default %(default)s)"
+        "--limit",
+        type=_hits,
+        default=20,
+        metavar="N",
+        help=f"at most N hits, 1 to {MAX_HITS} (default %(default)s)",
     )
     s.add_argument(
         "--exact",
         action="store_true",
         help="whole words (and their inflections) only: no matches inside compound words",
     )
-    s.add_argument("query", help='web-search syntax: words, "a phrase", or, -word')
+    s.add_argument(
+        "query",
+        help=f'web-search syntax: words, "a phrase", or, -word (at most '
+        f"{limits.MAX_QUERY_CHARS} characters, {limits.MAX_TERMS} words)",
+    )
     s.set_defaults(func=cmd_search)

@@ -11,6 +11,7 @@ from typing import Any
 from ingestd.cli.common import load, print_json, print_table, shown
 from ingestd.config.load import default_config_path, load_config
 from ingestd.errors import ConfigError, ExitCode, IngestdError
+from ingestd.ops import config_warnings, preflight
 from ingestd.ops import machine as checks
 from ingestd.states import JobStatus
 
@@ -22,20 +23,36 @@ def cmd_check_config(args: argparse.Namespace) -> int:
     files: list[Path] = args.files or [args.config or default_config_path()]
     results: list[dict[str, Any]] = []
     for f in files:
+        warnings: list[str] = []
         try:
             # What the runtime would find on this machine too: OCR languages, secrets.
-            problems = checks.machine_problems(load_config(f), available_languages)
+            config = load_config(f)
+            problems = checks.machine_problems(config, available_languages)
+            # What serves nothing (warnings, not refusals); --online: the bucket, tenants.
+            warnings += config_warnings.offline_warnings(config)
+            if args.online:
+                found, more = preflight.online(config)
+                problems += found
+                warnings += more
             if problems:
                 raise ConfigError(f"{f}: {len(problems)} problem(s)", problems)
-            results.append({"file": str(f), "ok": True, "problems": []})
+            results.append({"file": str(f), "ok": True, "problems": [], "warnings": warnings})
         except ConfigError as exc:
             results.append(
-                {"file": str(f), "ok": False, "error": exc.message, "problems": exc.problems}
+                {
+                    "file": str(f),
+                    "ok": False,
+                    "error": exc.message,
+                    "problems": exc.problems,
+                    "warnings": warnings,
+                }
             )
     if args.json:
         print_json(results)
     else:
         for r in results:
+            for warning in r["warnings"]:
+                print(f"{r['file']}: warning: {warning}")
             if r["ok"]:
                 print(f"{r['file']}: OK")
                 continue
@@ -299,6 +316,12 @@ def add_parsers(
     """check-config, config-reference and migrate."""
     s = sub.add_parser("check-config", parents=[common, jsonopt], help="validate config files")
     s.add_argument("files", nargs="*", type=Path, help="files to check (default: --config)")
+    s.add_argument(
+        "--online",
+        action="store_true",
+        help="also ask the S3 archive (bucket, Object Lock, endpoint) and the database "
+        "(tenants the config names)",
+    )
     s.set_defaults(func=cmd_check_config)
 
     from ingestd.cli import reference

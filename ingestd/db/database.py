@@ -28,7 +28,13 @@ from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
 
 from ingestd.db import sql
-from ingestd.errors import DatabaseError, DatabaseRefused, DatabaseUnavailable, SchemaMissing
+from ingestd.errors import (
+    DatabaseError,
+    DatabaseRefused,
+    DatabaseUnavailable,
+    QueryCanceled,
+    SchemaMissing,
+)
 
 Row = dict[str, Any]
 
@@ -207,6 +213,8 @@ def _map_error(exc: BaseException) -> DatabaseError:
         state = exc.sqlstate or ""
         if state in ("42P01", "3F000"):  # undefined_table, invalid_schema_name
             return _schema_missing(exc)
+        if state == "57014":  # query_canceled: a statement_timeout, or a cancel
+            return QueryCanceled(f"database error [{state}]: {exc}".strip())
         if isinstance(exc, psycopg.OperationalError) and (
             not state or state.startswith(_TRANSIENT_PREFIXES)
         ):

@@ -18,6 +18,7 @@ import select
 import signal
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -30,7 +31,7 @@ from ingestd.db.database import Database
 from ingestd.db.schema import migrate
 from ingestd.errors import ConfigError, DatabaseError, DatabaseUnavailable, StateUnusable
 from ingestd.log import Logger
-from ingestd.ops import health, statedir
+from ingestd.ops import health, preflight, statedir
 from ingestd.ops.daemon_state import DaemonState
 from ingestd.ops.events import EventLog
 from ingestd.ops.metrics_server import (
@@ -110,9 +111,11 @@ class _SchemaWhenReachable(threading.Thread):
     migration meanwhile, so a database that returns empty gets its schema.
     """
 
-    def __init__(self, db: Database, stop: threading.Event) -> None:
+    def __init__(
+        self, db: Database, stop: threading.Event, then: Callable[[], None] | None = None
+    ) -> None:
         super().__init__(name="schema", daemon=True)
-        self.db, self.stop = db, stop
+        self.db, self.stop, self.then = db, stop, then
         self.log = log.get_logger(component="daemon")
 
     def run(self) -> None:
@@ -120,6 +123,8 @@ class _SchemaWhenReachable(threading.Thread):
         while not self.stop.is_set():
             try:
                 migrate(self.db)
+                if self.then is not None:  # what needs the database answering
+                    self.then()
                 return
             except DatabaseUnavailable as exc:
                 self.log.warning("daemon.database_unavailable", detail=exc.message, retry_in=delay)
@@ -238,13 +243,18 @@ def serve(config: Config, config_path: Path | None, notifier: Notifier | None = 
     # Before anything starts: a state directory this user cannot use (root-owned host
     # keys, a read-only mount) needs an operator, not a restart loop (exit 10).
     check_state(config)
+    # An S3 archive that cannot work (no bucket, no Object Lock) refuses the start (exit
+    # 3); missing hot folders and kinds no pool serves are logged (config.warning).
+    preflight.at_start(config, logger)
     notifier = notifier or Notifier()
     flags = Flags()
     flags.install()
     # A database that refuses us (no such role or database) ends the start (exit 3); one
     # that is down does not: uploads are spooled until it answers.
     with open_database(config, migrate_schema=False, require_server=False) as db:
-        schema = _SchemaWhenReachable(db, flags.stop)
+        schema = _SchemaWhenReachable(
+            db, flags.stop, lambda: preflight.after_migrate(config, db, logger)
+        )
         schema.start()
         intake = make_intake(config, db)
         # Operator events decided here (quarantines, refused uploads, bans); buffered on

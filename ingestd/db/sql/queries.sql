@@ -462,6 +462,12 @@ RETURNING id, trashed_at;
 DELETE FROM documents WHERE id = %(id)s AND tenant_id = %(tenant_id)s
   AND trashed_at IS NOT NULL;
 
+-- name: search_timeout_set
+-- The statement timeout of one search (ingestd/search/query.py), for the rest of this
+-- transaction; returns the one it replaces, which the search sets back when done.
+SELECT current_setting('statement_timeout') AS was,
+       set_config('statement_timeout', %(timeout)s, true) AS now;
+
 -- name: search_terms
 -- What query `search` looks for (ingestd/cli/search.py runs both): the web-search query
 -- (words ANDed, "a phrase", or, -word) in the tenant's configuration (tenant_search,
