@@ -29,6 +29,10 @@ class ExitCode(enum.IntEnum):
     # The audit seals cannot be checked or made: the public key to check them against is
     # missing or unusable, or the sealing key is not the one the trail names.
     key_unusable = 11
+    # ``ingestd serve``: another daemon holds the state directory's or the spool's lock.
+    already_running = 12
+    # ``ingestd serve``: an address to listen on (sftp.listen) is taken by another process.
+    address_in_use = 13
     internal = 15
 
 
@@ -112,6 +116,20 @@ class StateUnusable(IngestdError):
     not help (systemd: RestartPreventExitStatus); a file met meanwhile is kept."""
 
     exit_code = ExitCode.state_unusable
+    transient = True
+
+
+class AlreadyRunning(IngestdError):
+    """Another ``ingestd serve`` holds the state directory or the spool (exit 12): this
+    one starts nothing. Not transient: a restart meets the same daemon."""
+
+    exit_code = ExitCode.already_running
+
+
+class AddressInUse(IngestdError):
+    """An address the daemon must listen on is taken by another process (exit 13)."""
+
+    exit_code = ExitCode.address_in_use
     transient = True
 
 

@@ -7,6 +7,7 @@ import os
 import signal
 import socket
 import sys
+import traceback
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ from ingestd.cli import search as search_cli
 from ingestd.cli import tenants as tenant_cli
 from ingestd.cli.common import Handler, load
 from ingestd.config.settings import DEFAULT_POOL, Config
-from ingestd.errors import ConfigError, IngestdError, UsageError
+from ingestd.errors import ConfigError, ExitCode, IngestdError, UsageError
 from ingestd.queue.pools import Pool
 
 
@@ -202,6 +203,25 @@ def _report(exc: IngestdError) -> int:
     return int(exc.exit_code)
 
 
+def _internal(exc: Exception) -> int:
+    """An exception nothing expected (a bug, or a failure no code path names): one line
+    on stderr, a ``cli.error`` JSON line when logs are JSON, and ``ExitCode.internal``
+    (15), never 1, which means "some files were refused". The traceback only with
+    INGESTD_DEBUG=1 (OCRmyPDF's "other error")."""
+    detail = " ".join(f"{type(exc).__name__}: {exc}".split())
+    debug = os.environ.get("INGESTD_DEBUG") == "1"
+    if debug:
+        traceback.print_exception(exc, file=sys.stderr)
+    hint = "" if debug else " (INGESTD_DEBUG=1 shows the traceback)"
+    if log.json_output():
+        log.get_logger().error(
+            "cli.error", error=f"internal error: {detail}", exit_code=int(ExitCode.internal)
+        )
+    else:
+        print(f"ingestd: internal error: {detail}{hint}", file=sys.stderr)
+    return int(ExitCode.internal)
+
+
 def _stdout_closed() -> int:
     """`ingestd jobs list | head -1`: the reader left. End quietly, as a tool killed by
     SIGPIPE would (the Python docs' recipe: stdout to /dev/null, so the interpreter's
@@ -226,6 +246,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _report(exc)
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:  # the last resort: one line and exit 15, not a traceback and 1
+        return _internal(exc)
 
 
 if __name__ == "__main__":

@@ -29,9 +29,15 @@ from ingestd.config.load import load_config
 from ingestd.config.settings import Config
 from ingestd.db.database import Database
 from ingestd.db.schema import migrate
-from ingestd.errors import ConfigError, DatabaseError, DatabaseUnavailable, StateUnusable
+from ingestd.errors import (
+    AddressInUse,
+    ConfigError,
+    DatabaseError,
+    DatabaseUnavailable,
+    StateUnusable,
+)
 from ingestd.log import Logger
-from ingestd.ops import health, preflight, statedir
+from ingestd.ops import daemonlock, health, preflight, statedir
 from ingestd.ops.daemon_state import DaemonState
 from ingestd.ops.events import EventLog
 from ingestd.ops.metrics_server import (
@@ -239,6 +245,13 @@ def check_state(config: Config) -> None:
 
 
 def serve(config: Config, config_path: Path | None, notifier: Notifier | None = None) -> int:
+    """Run the daemon until SIGTERM; one per state directory and spool: a second one ends
+    at once with AlreadyRunning (exit 12), whatever its ports (ingestd/ops/daemonlock.py)."""
+    with daemonlock.held(config.paths.state_dir, config.paths.spool):
+        return _serve(config, config_path, notifier)
+
+
+def _serve(config: Config, config_path: Path | None, notifier: Notifier | None) -> int:
     logger = log.get_logger(component="daemon")
     # Before anything starts: a state directory this user cannot use (root-owned host
     # keys, a read-only mount) needs an operator, not a restart loop (exit 10).
@@ -276,8 +289,8 @@ def serve(config: Config, config_path: Path | None, notifier: Notifier | None = 
         try:
             sftp.start()
             hot.start()
-        except OSError as exc:  # what the check at start could not foresee (a race)
-            problem = statedir.unusable(exc)
+        except (OSError, AddressInUse) as exc:  # what the check at start could not foresee
+            problem = exc if isinstance(exc, AddressInUse) else statedir.unusable(exc)
             if problem is None:
                 raise
             hot.stop()

@@ -38,18 +38,28 @@ def _free_port() -> int:
 
 
 class Serve:
+    """`ingestd serve` as a child process; every run appends to one log file."""
+
     def __init__(self, root: Path, config: Path) -> None:
         self.root, self.config = root, config
         self.log_path = root / "serve.log"
 
     def start(self) -> None:
+        """Start the daemon and return once THIS run reported daemon.ready (its listener
+        bound). The log is appended to across restarts: a daemon.ready of an earlier run
+        does not count, or a restart would return before the new daemon listens."""
+        before = len(self.events("daemon.ready")) if self.log_path.exists() else 0
         self.log = open(self.log_path, "ab")  # noqa: SIM115 - closed in wait()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "ingestd.cli", "serve", "--config", str(self.config)],
             stdout=self.log,
             stderr=subprocess.STDOUT,
         )
-        wait_until(lambda: self.events("daemon.ready"), timeout=60)
+        wait_until(
+            lambda: len(self.events("daemon.ready")) > before or self.proc.poll() is not None,
+            timeout=60,
+        )
+        assert self.proc.poll() is None, self.log_path.read_text(errors="replace")[-2000:]
 
     def events(self, name: str) -> list[dict[str, Any]]:
         return read_events(self.log_path, name)

@@ -5,7 +5,8 @@ A login whose credentials are right is still refused while the account's tenant 
 active (``sftp.auth_refused``; not a failure: it never counts towards a ban). The client
 is told why: SSH authentication succeeds, and the one session channel it may then open
 carries the reason on stderr ("tenant acme is suspended; uploads are refused", which
-OpenSSH's sftp, lftp and curl print) and closes; no SFTP request is ever served. An
+OpenSSH's sftp prints) and as the status message of the SFTP requests it answers
+(lftp shows that), then closes; no SFTP request is ever served (``refusal_channel``). An
 authentication failure instead would show the scanner's admin "Permission denied" for a
 password that is right. The status comes from ``TenantStatusCache``, never from the
 database directly; when the cache cannot tell (database down), the login goes ahead and
@@ -14,7 +15,6 @@ the uploads wait in the spool.
 
 from __future__ import annotations
 
-import contextlib
 import threading
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +22,7 @@ import paramiko
 
 from ingestd.ops import metrics
 from ingestd.sources.handoff import tenant_reason, tenant_refusal_text
+from ingestd.sources.sftp import refusal_channel
 from ingestd.sources.sftp.accounts import Verdict
 from ingestd.sources.sftp.connections import Connection
 from ingestd.sources.sftp.session import Session
@@ -260,26 +261,20 @@ class ServerPolicy(paramiko.ServerInterface):
 
     def tell_refusal(self, channel: paramiko.Channel) -> bool:
         """On the channel of a refused login: confirm the request, then the reason on
-        stderr, exit status 1 and close; True if this login is refused.
+        stderr and, to an SFTP client, as the status message of its first requests
+        (``refusal_channel``), exit status 1 and close; True if this login is refused.
 
-        In that order on the wire, so every client prints the reason: OpenSSH exits at
-        once on a failed subsystem request, dropping stderr it has not written yet. The
-        reason goes out once the client sent its first bytes (an SFTP client's INIT comes
-        right after paramiko's confirmation, which is sent after this returns), or after
-        a moment for a client that sends nothing."""
+        Confirmed first, so every client reads the reason: OpenSSH exits at once on a
+        failed subsystem request, dropping stderr it has not written yet. The reason goes
+        out once the client sent its first bytes (an SFTP client's INIT comes right after
+        paramiko's confirmation, which is sent after this returns), or after a moment for
+        a client that sends nothing."""
         text = self.refusal_text
         if text is None or self.session is not None:
             return False
 
         def say() -> None:
-            # A client that left first was refused all the same.
-            with contextlib.suppress(OSError, EOFError, paramiko.SSHException):
-                channel.settimeout(REFUSAL_WAIT)
-                with contextlib.suppress(TimeoutError):
-                    channel.recv(1)
-                channel.send_stderr(f"ingestd: {text}\r\n".encode())
-                channel.send_exit_status(1)
-                channel.close()
+            refusal_channel.tell(channel, text, REFUSAL_WAIT)
             self.told.set()
 
         threading.Thread(target=say, name=f"sftp-refusal-{self.conn.id}", daemon=True).start()

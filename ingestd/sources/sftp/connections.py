@@ -7,8 +7,9 @@ pool (``max_unauthenticated``/``_per_ip``) full for it -> if the address logged 
 ``EVICTABLE_AFTER``; of this address if its share is full, else of the address holding
 the most) is closed in its favour; otherwise the socket waits, without a thread or a
 banner, in a waiting room as large as the pool (a burst of scanners behind one NAT gets
-in a few milliseconds later instead of failing) for at most ``handshake_timeout``; with
-the waiting room full too -> close. A login moves the connection to the session pool (if
+in a few milliseconds later instead of failing; an address may have as many waiting as
+``max_connections_per_ip``) for at most ``handshake_timeout``; with the waiting room full
+too -> close. A login moves the connection to the session pool (if
 that is full by then, it is closed).
 
 Why eviction by age: before a login nothing tells a scanner from an attacker behind the
@@ -246,11 +247,11 @@ class Admission:
                 return "accepted", victim, {"reason": details["pool"]}
             details["known_good"] = True
         waiting_ip = sum(1 for w in self.waiting if w.remote_ip == ip)
-        # A known-good address may have as many waiting as it may have sessions: a NAT
-        # with a burst of scanners, while every pool slot is too young to evict.
-        may_wait = cfg.max_unauthenticated_per_ip
-        if details.get("known_good"):
-            may_wait = max(may_wait, cfg.max_connections_per_ip)
+        # Any address may have as many waiting as it may have sessions: a scan relay or a
+        # NAT opens a burst of 20 at once, known or not, and each of them is to get in a
+        # few milliseconds later, not be refused. (The waiting room as a whole stays as
+        # large as the pool; a known-good address may displace an unknown waiter.)
+        may_wait = max(cfg.max_unauthenticated_per_ip, cfg.max_connections_per_ip)
         if waiting_ip < may_wait:
             if len(self.waiting) < cfg.max_unauthenticated:
                 return "queued", None, {}

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import paramiko
 
 from ingestd.config.settings import Config, SftpConfig
+from ingestd.errors import AddressInUse
 from ingestd.log import get_logger
 from ingestd.ops import health, metrics
 from ingestd.ops.logflood import FloodGate
@@ -399,13 +400,21 @@ class SftpServer:
         quiet_paramiko()
         host, port = self.cfg.address
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        sock = socket.create_server(
-            (host, port),
-            family=family,
-            backlog=128,
-            reuse_port=False,
-            dualstack_ipv6=(host == "::"),
-        )
+        try:
+            sock = socket.create_server(
+                (host, port),
+                family=family,
+                backlog=128,
+                reuse_port=False,
+                dualstack_ipv6=(host == "::"),
+            )
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE:
+                raise
+            shown = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+            raise AddressInUse(
+                f"cannot listen on {shown} (sftp.listen): address already in use by another process"
+            ) from None
         sock.settimeout(0.5)
         self._sock = sock
         self.address = sock.getsockname()[:2]

@@ -296,6 +296,32 @@ def test_a_burst_from_one_address_waits_instead_of_failing(make_rig: Callable[..
     assert len(rig.wait_documents(12)) == 12
 
 
+def test_a_burst_of_20_from_one_address_all_get_in_with_the_defaults(
+    make_rig: Callable[..., Rig],
+) -> None:
+    """20 scanners behind 127.0.0.1 (a scan relay, a NAT; never logged in before) connect at
+    once with the default limits (5 unauthenticated per address): the 15 beyond wait
+    for a slot instead of being refused, and all 20 upload."""
+    rig = make_rig()
+    before = connections("limit_unauthenticated_per_ip")
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(20, timeout=60)
+
+    def scanner(i: int) -> None:
+        try:
+            barrier.wait()  # all 20 connect together
+            upload(rig, "scan1", f"Relay_{i:02d}.pdf", 70 + i, NAT)
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
+
+    with ThreadPoolExecutor(max_workers=20) as pool:
+        list(pool.map(scanner, range(20)))
+    assert errors == []
+    assert len(rig.wait_documents(20)) == 20
+    assert connections("limit_unauthenticated_per_ip") == before
+    assert rig.logs("sftp.connection_limit") == []
+
+
 def test_handshake_deadline_closes_tricklers_and_long_banners(make_rig: Callable[..., Rig]) -> None:
     """A socket trickling a byte a second is closed at handshake_timeout (10 s; paramiko's
     own timeout restarts with every byte); a 1 MiB "banner" without a newline is cut

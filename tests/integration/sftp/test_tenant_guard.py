@@ -10,7 +10,10 @@ is a real stopped cluster.
 from __future__ import annotations
 
 import contextlib
+import errno
 import socket
+import struct
+import subprocess
 from collections.abc import Callable, Iterator
 
 import paramiko
@@ -22,7 +25,7 @@ from ingestd.ops.runtime import make_intake
 from ingestd.sources.sftp.service import SftpService
 from ingestd.sources.sftp.tenant_status import MISSING, TenantStatusCache
 from tests.conftest import private_cluster, wait_until
-from tests.integration.sftp.conftest import PASSWORDS, Rig
+from tests.integration.sftp.conftest import PASSWORDS, SSH_OPTS, Rig
 
 # What serve runs by default: sessions on SFTP processes.
 pytestmark = pytest.mark.sftp_processes(2)
@@ -69,18 +72,38 @@ def connect(rig: Rig, source_ip: str) -> Iterator[paramiko.Transport]:
         transport.close()
 
 
+def _packet(channel: paramiko.Channel) -> bytes:
+    """One SFTP packet the server sent on ``channel`` (its type byte first)."""
+    data = b""
+    while len(data) < 4 or len(data) < 4 + struct.unpack(">I", data[:4])[0]:
+        chunk = channel.recv(4096)
+        assert chunk, f"channel closed after {data!r}"
+        data += chunk
+    return data[4:]
+
+
 def told(transport: paramiko.Transport) -> str:
-    """What the server says on the one channel a refused login may open (stderr), after
-    the SFTP subsystem request; no SFTP request gets an answer."""
+    """What the server says on the one channel a refused login may open: the reason on
+    stderr, and to an SFTP client a version 3 handshake and, for its request, a
+    permission-denied status with the same reason (what lftp shows); then the channel
+    closes with exit status 1. Returns the stderr text."""
     channel = transport.open_session(timeout=30)
     channel.settimeout(30)
     channel.invoke_subsystem("sftp")
     channel.sendall(b"\0\0\0\5\1\0\0\0\3")  # SSH_FXP_INIT, as a client sends it
+    assert _packet(channel) == b"\2\0\0\0\3"  # SSH_FXP_VERSION 3
+    # SSH_FXP_OPEN id 7 of "x.pdf" for writing: answered, never served.
+    name = b"x.pdf"
+    payload = b"\3" + struct.pack(">II", 7, len(name)) + name + struct.pack(">II", 0x1A, 0)
+    channel.sendall(struct.pack(">I", len(payload)) + payload)
+    status = _packet(channel)
     said = b""
     while chunk := channel.recv_stderr(1024):
         said += chunk
     assert channel.recv_exit_status() == 1
-    assert channel.recv(1024) == b""  # no SFTP answer, only the closed channel
+    assert status[0] == 101 and struct.unpack(">II", status[1:9]) == (7, 3)  # permission denied
+    (length,) = struct.unpack(">I", status[9:13])
+    assert status[13 : 13 + length].decode() + "\r\n" == said.decode()
     return said.decode()
 
 
@@ -172,11 +195,18 @@ def test_key_login_refused_after_the_signature(make_rig: Callable[..., Rig]) -> 
     result = rig.sftp_batch("scan1", ["ls"])  # OpenSSH with the key
     assert result.returncode != 0
     assert "tenant acme is being deleted; uploads are refused" in result.stderr, result.stderr
-    # An SFTP client gets no answer from a refused login, only the closed channel.
+    # paramiko's SFTP client: the handshake succeeds, its first request fails with the
+    # reason as a permission error, and nothing is stored.
     with connect(rig, "127.0.0.7") as transport:
         transport.auth_publickey("scan1", key)
-        with pytest.raises(DROPPED):
-            paramiko.SFTPClient.from_transport(transport)
+        client = paramiko.SFTPClient.from_transport(transport)
+        assert client is not None
+        with pytest.raises(PermissionError) as refused_put:
+            client.put(str(rig.write_pdf("refused.pdf", 9)), "refused.pdf")
+        assert refused_put.value.errno == errno.EACCES
+        assert refused_put.value.strerror == (
+            "ingestd: tenant acme is being deleted; uploads are refused"
+        )
     refused = rig.logs("sftp.auth_refused")
     assert [(r["method"], r["reason"], r["tenant_status"]) for r in refused] == [
         ("publickey", "tenant_deleting", "deleting")
@@ -273,3 +303,63 @@ def test_open_session_starts_no_upload_once_the_tenant_is_not_active(
         ("open", f"tenant_{status}", "acme", "scan1")
     ]
     assert [r["path"] for r in rig.logs("sftp.upload_complete")] == ["/before.pdf"]
+
+
+def test_each_client_shows_the_refusal_as_the_readme_says(make_rig: Callable[..., Rig]) -> None:
+    """A suspended tenant, with the real clients: OpenSSH's sftp and lftp (with its default
+    retries: it must not retry) print the reason, curl its fixed "Access denied" (libssh2
+    shows no server text), paramiko raises PermissionError with the reason: the README's
+    table of what each client shows."""
+    rig = fast_refresh(make_rig())
+    set_status(rig.db, "acme", "suspended")
+    wait_until(lambda: cache(rig).status("acme") == "suspended")
+    reason = "ingestd: tenant acme is suspended; uploads are refused"
+    src = rig.write_pdf("in.pdf", 3)
+
+    result = rig.sftp_batch("scan1", ["put in.pdf"], cwd=src.parent)  # OpenSSH, its key
+    assert result.returncode == 255
+    assert result.stderr.splitlines()[0] == reason, result.stderr
+
+    ssh = "ssh -a -x " + " ".join(SSH_OPTS)
+    lftp = subprocess.run(
+        [
+            "lftp",
+            "-u",
+            f"scan1,{PASSWORDS['scan1']}",
+            f"sftp://127.0.0.1:{rig.port}",
+            "-e",
+            f"set sftp:connect-program '{ssh}'; set net:timeout 20; put {src} -o up.pdf; bye",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=90,
+        stdin=subprocess.DEVNULL,
+    )
+    assert lftp.returncode == 1
+    assert lftp.stderr == f"put: {src}: Access failed: {reason} (up.pdf)\n", lftp.stderr
+
+    curl = subprocess.run(
+        [
+            "curl",
+            "-sS",
+            "--insecure",
+            "--max-time",
+            "60",
+            "-u",
+            f"scan1:{PASSWORDS['scan1']}",
+            "-T",
+            str(src),
+            f"sftp://127.0.0.1:{rig.port}/up.pdf",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+    assert (curl.returncode, curl.stderr) == (9, "curl: (9) Access denied to remote resource\n")
+
+    with rig.paramiko("scan1") as client, pytest.raises(PermissionError) as refused:
+        client.put(str(src), "up.pdf")
+    assert refused.value.strerror == reason
+    assert len(rig.logs("sftp.auth_refused")) == 4
+    assert rig.documents() == [] and rig.partials() == []
+    assert list(rig.spool.queue_dir.iterdir()) == []
