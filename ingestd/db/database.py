@@ -16,7 +16,11 @@ A failover (README "High availability") is ``DatabaseUnavailable`` as well: the 
 shut down under us (57P01..57P03), the connection broke (08xxx), or the server we are on
 has become read-only (25006: a standby, a fenced old primary). Each drains the pool, so
 the next connection goes through the multi-host ``database.url`` with
-``target_session_attrs=read-write`` to whichever server is the primary now.
+``target_session_attrs=read-write`` to whichever server is the primary now. With such a
+URL a pooled connection is also checked before use: one whose server has said it is
+read-only (ParameterStatus ``in_hot_standby``, ``default_transaction_read_only``: no
+round trip) is closed; ``verify_writable`` asks the server each time (one round trip),
+for a process whose reads must not come from a fenced old primary (the job child).
 """
 
 from __future__ import annotations
@@ -339,6 +343,7 @@ class Database:
         connect_timeout: float = 5.0,
         name: str = "ingestd",
         standby_wait: float = 0.0,
+        verify_writable: bool = False,
     ) -> None:
         self.conninfo = conninfo
         self._timeout = connect_timeout
@@ -346,6 +351,9 @@ class Database:
         self.standby_wait = standby_wait
         self._drained_at = 0.0
         self._drain_lock = threading.Lock()
+        self._verify_writable = verify_writable
+        params, _ = _parse_conninfo(conninfo)
+        wants_primary = (params or {}).get("target_session_attrs") in ("read-write", "primary")
         self._pool: psycopg_pool.ConnectionPool[psycopg.Connection[Row]] = (
             psycopg_pool.ConnectionPool(
                 conninfo,
@@ -363,6 +371,7 @@ class Database:
                 # must come up and spool uploads even when Postgres does not.
                 reconnect_timeout=0,
                 name=name,
+                check=self._check_writable if wants_primary else None,
             )
         )
 
@@ -397,6 +406,24 @@ class Database:
             f"database busy: no free connection within {self._timeout:g} s "
             f"(all {self._max_size} of the pool in use; database.pool_max_size)"
         )
+
+    def _check_writable(self, conn: psycopg.Connection[Row]) -> None:
+        """The pool's check before it hands out a connection (a multi-host URL asking for
+        the primary): a connection to a server that is read-only now is closed, so the
+        pool opens another one, which libpq takes to the primary."""
+        status = conn.info.parameter_status
+        read_only = "on" in (status("in_hot_standby"), status("default_transaction_read_only"))
+        if not read_only and self._verify_writable:
+            autocommit = conn.autocommit
+            conn.autocommit = True
+            try:
+                row = conn.execute("SHOW transaction_read_only").fetchone()
+            finally:
+                conn.autocommit = autocommit
+            read_only = row is not None and row["transaction_read_only"] == "on"
+        if read_only:
+            conn.close()  # not back into the pool: it leads to the wrong server
+            raise psycopg.OperationalError("the server is read-only now (not the primary)")
 
     def _drain(self) -> None:
         """Replace every pooled connection (those in use are closed when returned): they

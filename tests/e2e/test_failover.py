@@ -5,6 +5,7 @@ lost or archived twice, the worker finishes every job and the audit trail is int
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import signal
 import subprocess
@@ -180,15 +181,17 @@ class Burst:
             assert not uploader.is_alive()
             new = self.pair.replica.conninfo
             assert not self.pair.replica.in_recovery()
-            acked = set(uploader.acked)
-            assert len(acked) >= UPLOADS // 2, uploader.errors
-            expected = acked | {hashlib.sha256(d).hexdigest() for _, d in self.drops}
+            assert len(uploader.acked) >= UPLOADS // 2, uploader.errors
+            names = {hashlib.sha256(d).hexdigest(): n for n, d in self.uploads + self.drops}
+            expected = set(uploader.acked) | {hashlib.sha256(d).hexdigest() for _, d in self.drops}
 
             def archived() -> set[str]:
                 return {r["sha256"] for r in _rows(new, "SELECT sha256 FROM documents")}
 
             # Every acknowledged upload and every drop, on the new primary.
-            wait_until(lambda: expected <= archived(), timeout=180, interval=1)
+            with contextlib.suppress(AssertionError):
+                wait_until(lambda: expected <= archived(), timeout=180, interval=1)
+            assert sorted(names[h] for h in expected - archived()) == []
             wait_until(lambda: not any(self.hot.iterdir()), timeout=60, interval=0.5)
             twice = "SELECT sha256 FROM documents GROUP BY sha256 HAVING count(*) > 1"
             assert _rows(new, twice) == [], "a file was archived twice"
@@ -249,11 +252,28 @@ def test_old_primary_fenced_read_only(pair: Pair, tmp_path: Path) -> None:
     (default_transaction_read_only), and promotes the replica: the daemon and the worker
     leave their connections to the read-only server and continue on the new primary."""
 
+    def caught_up() -> bool:
+        """No transaction open on the old primary, and all of its WAL replayed."""
+        with connect_once(pair.primary.conninfo) as conn:
+            row = conn.execute(
+                "SELECT pg_current_wal_insert_lsn()::text AS lsn, count(a.pid) AS open "
+                "FROM pg_stat_activity a RIGHT JOIN (SELECT 1) one ON a.pid <> pg_backend_pid() "
+                "AND a.backend_type = 'client backend' AND a.xact_start IS NOT NULL"
+            ).fetchone()
+        if row is None or row["open"]:
+            return False
+        with connect_once(pair.replica.conninfo) as conn:
+            done = conn.execute(
+                "SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn AS ok", (row["lsn"],)
+            ).fetchone()
+        return bool(done and done["ok"])
+
     def failover(burst: Burst) -> None:
+        # A switchover as Patroni makes one: fence, let the replica catch up, promote.
         with connect_once(pair.primary.conninfo) as conn:
             conn.execute("ALTER SYSTEM SET default_transaction_read_only = on")
             conn.execute("SELECT pg_reload_conf()")
-        wait_until(pair.streaming, timeout=30)
+        wait_until(caught_up, timeout=60, interval=0.1)
         pair.replica.promote()
 
     Burst(pair, tmp_path).run(failover)
