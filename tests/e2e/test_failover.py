@@ -152,7 +152,14 @@ class Burst:
                 ],
                 "hotfolders": {"stable_seconds": 0.5, "retry_max_delay": 2, "workers": 2},
                 "watch": [{"path": str(self.hot), "tenant": "acme"}],
-                "worker": {"poll_interval": 0.5, "concurrency": 1, "retry_base": 0.5},
+                # A job claimed on the old primary, whose outcome the new one lacks, is
+                # rescued when its lease runs out: a short lease keeps the test short.
+                "worker": {
+                    "poll_interval": 0.5,
+                    "concurrency": 1,
+                    "retry_base": 0.5,
+                    "lease_seconds": 4,
+                },
             },
         )
         self.uploads = [
