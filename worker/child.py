@@ -284,6 +284,9 @@ def child_main(
         max_size=2,
         connect_timeout=config.database.connect_timeout,
         name="ingestd-job",
+        # A job reads what the intake wrote: never from a fenced old primary (a document
+        # "not found" there would end the job in attention).
+        verify_writable=True,
     ).open()
     try:
         conn.send(Ready(os.getpid()))

@@ -52,6 +52,10 @@ class DatabaseConfig(_Section):
     """Connections each process opens at most (one intake needs one at a time)."""
     connect_timeout: Annotated[float, Field(gt=0, le=300), SECONDS] = 5.0
     """Seconds to wait for a connection before the database counts as down."""
+    standby_wait: Annotated[float, Field(ge=0, le=300), SECONDS] = 10.0
+    """After each intake COMMIT, seconds to wait at most for every streaming standby to
+    have the WAL before the source is dropped, so a failover keeps it (README "High
+    availability"); 0: do not wait. No standby: no wait."""
 
     @model_validator(mode="before")
     @classmethod

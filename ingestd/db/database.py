@@ -11,6 +11,16 @@ only: ``connection failed: connection to server on socket "..." failed: FATAL:  
 "root" does not exist``), so they are classified by the server's and libpq's English
 messages; a text we do not recognise (another lc_messages) stays "unavailable",
 today's behaviour, never a false "refused".
+
+A failover (README "High availability") is ``DatabaseUnavailable`` as well: the server
+shut down under us (57P01..57P03), the connection broke (08xxx), or the server we are on
+has become read-only (25006: a standby, a fenced old primary). Each drains the pool, so
+the next connection goes through the multi-host ``database.url`` with
+``target_session_attrs=read-write`` to whichever server is the primary now. With such a
+URL a pooled connection is also checked before use: one whose server has said it is
+read-only (ParameterStatus ``in_hot_standby``, ``default_transaction_read_only``: no
+round trip) is closed; ``verify_writable`` asks the server each time (one round trip),
+for a process whose reads must not come from a fenced old primary (the job child).
 """
 
 from __future__ import annotations
@@ -19,6 +29,8 @@ import contextlib
 import os
 import pwd
 import re
+import threading
+import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -42,6 +54,11 @@ Row = dict[str, Any]
 # 08 connection exception, 57P0x operator intervention (shutdown, cannot connect now),
 # 53 insufficient resources, 40 serialization failure / deadlock.
 _TRANSIENT_PREFIXES = ("08", "57P", "53", "40")
+# The server we are connected to is not the primary (any more): after a failover, or
+# the old primary fenced read-only. Every pooled connection to it is useless for writes.
+_READ_ONLY = "25006"  # read_only_sql_transaction
+# This server is gone or going: admin/crash shutdown, cannot connect now, connection lost.
+_SERVER_GONE = ("57P01", "57P02", "57P03", "08")
 
 
 # -- database.url ------------------------------------------------------------------------
@@ -215,6 +232,11 @@ def _map_error(exc: BaseException) -> DatabaseError:
             return _schema_missing(exc)
         if state == "57014":  # query_canceled: a statement_timeout, or a cancel
             return QueryCanceled(f"database error [{state}]: {exc}".strip())
+        if state == _READ_ONLY:
+            return DatabaseUnavailable(
+                f"database read-only: {_cause(exc)} (a standby, or the old primary after a "
+                "failover: the next connection goes to the primary)"
+            )
         if isinstance(exc, psycopg.OperationalError) and (
             not state or state.startswith(_TRANSIENT_PREFIXES)
         ):
@@ -293,6 +315,8 @@ class Batch:
     def __init__(self, conn: psycopg.Connection[Row]) -> None:
         self._conn = conn
         self.committed: Committed | None = None
+        # Streaming standbys without this transaction when its block ended (replicated).
+        self.standbys_behind = 0
 
     def one(self, name: str, params: Mapping[str, Any] | None = None) -> Row | None:
         """Run a named query and wait for its first row: one round trip, which also
@@ -326,10 +350,19 @@ class Database:
         max_size: int = 4,
         connect_timeout: float = 5.0,
         name: str = "ingestd",
+        standby_wait: float = 0.0,
+        verify_writable: bool = False,
     ) -> None:
         self.conninfo = conninfo
         self._timeout = connect_timeout
         self._max_size = max_size
+        self.standby_wait = standby_wait
+        self._drained_at = 0.0
+        self._drain_lock = threading.Lock()
+        self._verify_writable = verify_writable
+        self._no_standby_until = 0.0  # monotonic; see _wait_for_standbys
+        params, _ = _parse_conninfo(conninfo)
+        wants_primary = (params or {}).get("target_session_attrs") in ("read-write", "primary")
         self._pool: psycopg_pool.ConnectionPool[psycopg.Connection[Row]] = (
             psycopg_pool.ConnectionPool(
                 conninfo,
@@ -347,6 +380,7 @@ class Database:
                 # must come up and spool uploads even when Postgres does not.
                 reconnect_timeout=0,
                 name=name,
+                check=self._check_writable if wants_primary else None,
             )
         )
 
@@ -365,6 +399,11 @@ class Database:
 
     def _error(self, exc: psycopg.Error | psycopg_pool.PoolTimeout) -> DatabaseError:
         if not isinstance(exc, psycopg_pool.PoolTimeout):
+            if (exc.sqlstate or "") == _READ_ONLY or (
+                isinstance(exc, psycopg.OperationalError)
+                and (exc.sqlstate or "08").startswith(_SERVER_GONE)
+            ):
+                self._drain()
             return _map_error(exc)
         # The pool says only "couldn't get a connection after 5.00 sec"; its connection
         # errors went to its log. One direct attempt tells down from refused from busy.
@@ -377,6 +416,59 @@ class Database:
             f"(all {self._max_size} of the pool in use; database.pool_max_size)"
         )
 
+    def _check_writable(self, conn: psycopg.Connection[Row]) -> None:
+        """The pool's check before it hands out a connection (a multi-host URL asking for
+        the primary): a connection to a server that is read-only now is closed, so the
+        pool opens another one, which libpq takes to the primary."""
+        status = conn.info.parameter_status
+        read_only = "on" in (status("in_hot_standby"), status("default_transaction_read_only"))
+        if not read_only and self._verify_writable:
+            autocommit = conn.autocommit
+            conn.autocommit = True
+            try:
+                row = conn.execute("SHOW transaction_read_only").fetchone()
+            finally:
+                conn.autocommit = autocommit
+            read_only = row is not None and row["transaction_read_only"] == "on"
+        if read_only:
+            conn.close()  # not back into the pool: it leads to the wrong server
+            raise psycopg.OperationalError("the server is read-only now (not the primary)")
+
+    def _drain(self) -> None:
+        """Replace every pooled connection (those in use are closed when returned): they
+        lead to a server that is gone or read-only. At most once a second, however many
+        threads saw the same failover."""
+        with self._drain_lock:
+            now = time.monotonic()
+            if now - self._drained_at < 1.0:
+                return
+            self._drained_at = now
+        with contextlib.suppress(psycopg_pool.PoolClosed):
+            self._pool.drain()
+
+    def _wait_for_standbys(self, conn: psycopg.Connection[Row]) -> int:
+        """On the connection that just committed (never another server after a failover):
+        wait at most ``standby_wait`` seconds until every streaming standby has written
+        the WAL up to here. How many are still behind (0: none, no standby, or the wait is
+        off; only standbys whose positions this role may see count: pg_read_all_stats)."""
+        if self.standby_wait <= 0 or time.monotonic() < self._no_standby_until:
+            return 0
+        deadline = time.monotonic() + self.standby_wait
+        lsn: str | None = None
+        delay = 0.005
+        while True:
+            row = conn.execute(sql.query("standbys_behind"), {"lsn": lsn}).fetchone()
+            if row is not None and not row["standbys"]:
+                # Without a standby, a second without this round trip after each COMMIT.
+                self._no_standby_until = time.monotonic() + 1.0
+            if row is None or not row["behind"]:
+                return 0
+            lsn = str(row["lsn"])
+            if time.monotonic() >= deadline:
+                return int(row["behind"])
+            time.sleep(delay)
+            delay = min(delay * 2, 0.2)
+
     @contextlib.contextmanager
     def transaction(self) -> Iterator[Tx]:
         """Yield a Tx; COMMIT on normal exit, ROLLBACK on exception. Errors are mapped."""
@@ -387,10 +479,15 @@ class Database:
             raise self._error(exc) from exc
 
     @contextlib.contextmanager
-    def pipelined(self) -> Iterator[Batch]:
+    def pipelined(self, *, replicated: bool = False) -> Iterator[Batch]:
         """Yield a Batch: a transaction in as few round trips as its reads allow (see
         ``Batch``). It commits only through ``Batch.commit_with``; a block that ends
-        without it, or with an exception, rolls back. Errors are mapped."""
+        without it, or with an exception, rolls back. Errors are mapped.
+
+        ``replicated``: once committed, wait (``standby_wait``) on the same connection
+        until the streaming standbys have it, so a failover to one keeps it; the block
+        raises if the server is lost meanwhile (the caller keeps its source and tries
+        again). ``Batch.standbys_behind`` says how many had not caught up in time."""
         try:
             with self._pool.connection(timeout=self._timeout) as conn:
                 # BEGIN and COMMIT are sent by us, queued with the statements: psycopg's
@@ -405,6 +502,8 @@ class Database:
                             conn.execute(b"ROLLBACK")
                     if batch.committed is not None:
                         batch.committed._resolve()
+                        if replicated:
+                            batch.standbys_behind = self._wait_for_standbys(conn)
                 except BaseException:
                     # An error (a failed statement, the body's own) leaves the transaction
                     # open or aborted: end it here, not in the pool's return path.

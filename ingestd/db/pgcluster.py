@@ -3,6 +3,8 @@
 Used when ``database.url`` is not configured, by ``make demo`` and by the test suite.
 The server listens on a Unix socket only, in a directory that only its owner (and
 root) can enter, so ``trust`` authentication on that socket admits nobody else.
+A cluster can also be copied into a streaming replica (``replica``) that is later
+promoted (``promote``): the failover tests and a demo of the HA recipe use that.
 When ingestd runs as root the server runs as an unprivileged user, because
 PostgreSQL refuses to run as root and should not be given root anyway.
 """
@@ -277,6 +279,61 @@ class EmbeddedPostgres:
         except DatabaseError:
             return False
         return bool(row and row["n"])
+
+    # -- streaming replication (failover tests, the HA demo) ---------------------------
+    def replica(self, datadir: Path, *, port: int, via: Path | None = None) -> EmbeddedPostgres:
+        """A streaming replica of this running cluster in ``datadir`` (not started).
+
+        ``pg_basebackup -R`` copies the cluster over the replication protocol and writes
+        standby.signal and primary_conninfo; a physical replication slot keeps on the
+        primary every WAL segment the replica has not received yet. The copy's own port
+        and socket directory are set after the primary's settings, so they win. ``via``:
+        another socket directory that leads to this server (a relay), which the replica
+        then streams through."""
+        standby = EmbeddedPostgres(datadir, durable=self.durable, port=port, dbname=self.dbname)
+        if standby.initialized():
+            return standby
+        standby._check_reachable()
+        standby._own(standby.datadir, 0o700)
+        slot = f"ingestd_{port}"
+        self._run(
+            str(self.bindir / "pg_basebackup"),
+            "-D",
+            str(standby.datadir),
+            "-h",
+            str(via or self.socket_dir),
+            "-p",
+            str(self.port),
+            "-U",
+            SUPERUSER,
+            "-X",
+            "stream",
+            "-c",
+            "fast",
+            "-R",
+            "-C",
+            "-S",
+            slot,
+        )
+        conf = standby.datadir / "postgresql.conf"
+        with conf.open("a", encoding="utf-8") as fh:
+            fh.write("\n# --- set by ingestd (streaming replica) ---\n")
+            fh.write(f"port = {port}\n")
+            fh.write(f"unix_socket_directories = '{standby.socket_dir}'\n")
+        return standby
+
+    def in_recovery(self) -> bool:
+        """True while this server is a standby (replaying WAL, read-only)."""
+        from ingestd.db.database import connect_once
+
+        with connect_once(self.conninfo_for("postgres")) as conn:
+            row = conn.execute("SELECT pg_is_in_recovery() AS r").fetchone()
+        return bool(row and row["r"])
+
+    def promote(self) -> None:
+        """Make this standby a primary that accepts writes; returns once it does."""
+        self._run(str(self.bindir / "pg_ctl"), "-D", str(self.datadir), "-w", "-t", "60", "promote")
+        self._owned = True
 
     def __enter__(self) -> EmbeddedPostgres:
         self.start()

@@ -16,7 +16,8 @@ Order of operations (each step is what makes the next one safe):
    ``document.archived`` audit entry in one statement sent with the COMMIT
    (``intake_record``, migration 0012). A suspend or delete-tenant waits for the lock,
    so no file is linked for a tenant that is being wiped;
-6. only after COMMIT dispose of the source.
+6. only after COMMIT (and once the streaming standbys have it, ``database.standby_wait``)
+   dispose of the source.
 
 Duplicates and refusals are audit entries as well, committed before the source is
 dropped or quarantined.
@@ -195,7 +196,7 @@ class Intake:
         try:
             # Two round trips: the lock with the duplicate check, then every row with the
             # COMMIT (Database.pipelined).
-            with self.db.pipelined() as tx:
+            with self.db.pipelined(replicated=True) as tx:
                 try:
                     row = lookup.found(
                         tx.one("intake_lock", {"name": item.tenant, "sha256": staged.sha256}),
@@ -284,6 +285,8 @@ class Intake:
                 self.archive.discard(staged, prune_dirs=gone)
             raise
         crashpoint("after_commit")
+        if tx.standbys_behind:  # not in time (database.standby_wait): told, then dropped
+            log.warning("intake.standby_behind", standbys=tx.standbys_behind)
         if existing is not None:
             return self._duplicate(item, disposal, log, staged.sha256, existing)
         assert archived is not None and recorded is not None

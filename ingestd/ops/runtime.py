@@ -51,6 +51,7 @@ def open_database(
             max_size=config.database.pool_max_size,
             connect_timeout=config.database.connect_timeout,
             name=name,
+            standby_wait=config.database.standby_wait,
         ).open()
         try:
             if migrate_schema:

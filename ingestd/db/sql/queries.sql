@@ -1036,3 +1036,14 @@ GROUP BY p.pool;
 SELECT t.name AS tenant, coalesce(q.weight, 1) AS weight, q.max_running
 FROM tenants t LEFT JOIN queue_tenants q ON q.tenant_id = t.id
 WHERE t.name = ANY(%(tenants)s::text[]);
+
+-- name: standbys_behind
+-- The WAL position to wait for (NULL: the insert position, just after a COMMIT: its
+-- record is in, even with synchronous_commit off) and how many streaming standbys have
+-- not written it yet (Database.wait_for_standbys). write_lsn is NULL to a role without
+-- pg_read_all_stats: such standbys are not waited for.
+SELECT w.lsn::text AS lsn, count(r.pid) FILTER (WHERE r.write_lsn < w.lsn) AS behind,
+       count(r.pid) AS standbys
+FROM (SELECT coalesce(%(lsn)s::pg_lsn, pg_current_wal_insert_lsn()) AS lsn) w
+LEFT JOIN pg_stat_replication r ON r.state = 'streaming'
+GROUP BY w.lsn;
