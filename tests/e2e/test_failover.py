@@ -24,6 +24,7 @@ from ingestd.sources.sftp.accounts import hash_password
 from tests.conftest import Env, read_events, run_cli, wait_until, write_config
 from tests.fixtures.files import pdf_bytes, write
 from tests.fixtures.replication import Pair, streaming_pair
+from tests.fixtures.sftp import sftp_upload
 
 pytestmark = pytest.mark.slow
 
@@ -104,16 +105,7 @@ class Uploader(threading.Thread):
     def run(self) -> None:
         for name, data in self.files:
             try:
-                transport = paramiko.Transport(("127.0.0.1", self.port))
-                try:
-                    transport.connect(username="scan1", password="pw-1")
-                    sftp = paramiko.SFTPClient.from_transport(transport)
-                    assert sftp is not None
-                    with sftp.open(name, "wb") as f:
-                        f.write(data)
-                    sftp.close()
-                finally:
-                    transport.close()
+                sftp_upload(self.port, "scan1", "pw-1", name, data)
             except (OSError, paramiko.SSHException) as exc:
                 self.errors.append(f"{name}: {exc}")  # not acknowledged: not promised
                 continue
