@@ -342,6 +342,11 @@ class SftpProcesses:
             return self.admission.conns.get(str(conn_id))
 
     # -- deaths and replacements ---------------------------------------------------------
+    def pushed(self) -> tuple[float, float]:
+        """(read_at, max_age) of the statuses last sent to every process: a connection
+        dispatched after this went out is judged by them (one ordered channel a process)."""
+        return self._pushed
+
     def push_tenants(self) -> None:
         """The cache's listener: every process gets the statuses just read (and, from the
         supervisor's loop, a max_age changed meanwhile)."""

@@ -45,6 +45,14 @@ def fast_refresh(rig: Rig) -> Rig:
     return rig
 
 
+def copies_hold_max_age(rig: Rig, max_age: float) -> bool:
+    """Every SFTP process was sent the cache's statuses with this max_age (or there are
+    no separate processes: the server asks the cache itself)."""
+    assert rig.service.server is not None
+    processes = rig.service.server.processes
+    return processes is None or processes.pushed()[1] == max_age
+
+
 def cache(rig: Rig) -> TenantStatusCache:
     assert rig.service.tenant_status is not None
     return rig.service.tenant_status
@@ -265,6 +273,9 @@ def test_outage_keeps_last_known_statuses_then_lets_logins_in(make_rig: Callable
         password_refused(rig, "scan1", "127.0.0.10")  # last known: still suspended
         cache(rig).max_age = 1.0
         wait_until(lambda: cache(rig).status("acme") is None)
+        # The SFTP processes judge logins by their copy: wait until it carries max_age 1 s
+        # (pushed by the supervisor's loop; under load a login could overtake it).
+        wait_until(lambda: copies_hold_max_age(rig, 1.0))
         upload(rig, "scan1", "outage.pdf", 5, "127.0.0.10")  # unknown now: let in, spooled
         wait_until(lambda: rig.spool.snapshot()["pending"] == 1)  # indexed once reported
         assert len(rig.logs("sftp.tenant_status_unavailable")) == 1
