@@ -16,6 +16,8 @@ import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ingestd.intake.scanner_names import AUTO_NAME_PREFIXES, VENDOR_PATTERNS, WORD_SEP
+
 MAX_TITLE_LENGTH = 200
 # Shown when a name has no usable character at all (".pdf", "___.pdf").
 EMPTY_TITLE = "Untitled"
@@ -32,47 +34,14 @@ class FilenameInfo:
 
 # --- placeholder patterns --------------------------------------------------------------
 
-# Words of an app/device name may be joined by space, underscore or hyphen depending on
-# the device and on whatever the upload client did to spaces.
-_WORD_SEP = r"[ _-]*"
-
-# Names that apps and devices put in front of a counter or a timestamp, or use alone.
-_AUTO_NAME_PREFIXES = (
-    "scan",  # Canon/HP/iOS: SCAN0001, scan_0001, Scan 2, Scan_20261103_141522
-    "scanned document",  # iOS Files / Notes
-    "scanned image",
-    "gescanntes dokument",  # iOS in German
-    "xerox scan",  # Xerox: Xerox Scan_11032026141522
-    "adobe scan",
-    "camscanner",
-    "genius scan",
-    "office lens",
-    "microsoft lens",
-    "img",  # Canon/phones: IMG_0001, IMG_20261103_141522; Epson: img20261103_14152201
-    "image",
-    "dsc[nf]?",  # cameras: DSC01234, DSCN0001, DSCF0001
-    "pxl",  # Google Pixel: PXL_20261103_141522123
-    "epson",  # EPSON001
-    "doc",  # Kyocera doc00123420261103141522, Xerox DOC031126-03112026141522
-    "document",
-    "dokument",
-    "new document",
-    "neues dokument",
-    "untitled",
-    "untitled document",
-    "unbenannt",
-    "screenshot",
-    "bildschirmfoto",
-    "whatsapp image",
-)
-
 # Month names appear in iOS/Adobe auto-names ("Scan 3 Nov 2026 at 14.15").
 MONTH_NAMES = (
     r"(?:jan(?:uary|uar)?|feb(?:ruary|ruar)?|mar(?:ch)?|märz|maerz|apr(?:il)?|ma[iy]"
     r"|jun[ei]?|jul[iy]?|aug(?:ust)?|sept?(?:ember)?|o[ck]t(?:ober)?|nov(?:ember)?"
     r"|de[cz](?:ember)?)"
 )
-_TAIL_TOKEN = rf"(?:\d+|{MONTH_NAMES}|at|um)"
+# A number may carry Sharp's "AM"/"PM" (SCAN_12032026_021522PM).
+_TAIL_TOKEN = rf"(?:\d+(?:[ap]m)?|{MONTH_NAMES}|at|um)"
 # What follows an auto-name prefix: counters, dates, times. Tokens and separators share
 # no character, so a name splits into tokens one way only and the regex cannot backtrack
 # exponentially on long hostile names. (That is why "Nov." is token "Nov" + separator
@@ -85,17 +54,16 @@ _OPAQUE_ID = (
 )
 
 _BUILTIN_PLACEHOLDER_PATTERNS: tuple[str, ...] = (
-    # Brother: BRN/BRW + the device's 12-hex-digit MAC + optional page counter.
-    r"br[nw][0-9a-f]{12}(?:_\d+)?",
-    # Konica Minolta bizhub: SKM_C25826110314150, KM_C..., older SKMBT_C...
-    r"(?:s?km|skmbt)_[a-z]?\d+",
+    # Device names before a timestamp, MAC addresses, sequence codes (scanner_names.py).
+    *(pattern for _vendor, pattern in VENDOR_PATTERNS),
     # App and device names, alone or followed by counters/timestamps.
     "(?:"
-    + "|".join(_WORD_SEP.join(p.split(" ")) for p in _AUTO_NAME_PREFIXES)
+    + "|".join(WORD_SEP.join(p.split(" ")) for p in AUTO_NAME_PREFIXES)
     + rf"){_AUTO_NAME_TAIL}",
     # Only digits and separators: counters (0001), bare dates and timestamps (Ricoh,
     # Fujitsu ScanSnap: 20261103141522, 2026_11_03_14_15_22, 2026-11-03_14-15-22).
-    r"\d+(?:[ ._-]+\d+)*",
+    # Canon imageRUNNER: _20261203_141522 (the name field left empty before the date).
+    r"[ _-]*\d+(?:[ ._-]+\d+)*",
     # UUIDs and digests that upload tools use as names.
     _OPAQUE_ID,
 )

@@ -22,6 +22,7 @@ LAYERS: list[list[str]] = [
         "ingestd.durable",
         "ingestd.queue.kinds",
         "ingestd.intake.titles",
+        "ingestd.intake.scanner_names",
     ],
     ["ingestd.db"],  # the pool, the schema, the embedded cluster, the SQL files
     ["ingestd.config"],  # the config schema (checks conninfo with db's parser)
