@@ -47,6 +47,9 @@ _MONTH_FOLDER = re.compile(
 )
 # Below a month: its day.
 _DAY_FOLDER = re.compile(r"0?[1-9]|[12]\d|3[01]")
+# A folder named for a year and what it holds ("Rechnungen 2026", "2026_Steuer"): a tag
+# itself, but a month below it is that year's month ("Rechnungen 2026/12").
+_NAMED_YEAR = re.compile(rf"(?:.*[ _.-])?{_YEAR}|{_YEAR}[ _.-].*")
 
 
 def _kind(name: str, above: str | None) -> str | None:
@@ -71,12 +74,16 @@ def _kind(name: str, above: str | None) -> str | None:
 
 def date_folder_flags(parts: Sequence[str]) -> list[bool]:
     """For each folder name of a path (``parts``, top first): whether it only says when -
-    a year (``2026``), a month below a year (``2026/11``, ``2026/Nov``), a day below a
+    a year (``2026``), a month below a year (``2026/11``, ``2026/Nov``) or below a folder
+    named for a year (``Rechnungen 2026/12``: the month only), a day below a
     month (``2026/11/30``), a whole date (``2026-11-30``, ``20261130``, ``30.11.2026``)
     or a year's month (``2026-11``). Not ``2026-report``, ``Q4``, or ``11`` on its own."""
     flags = []
     above: str | None = None
     for part in parts:
-        above = _kind(unicodedata.normalize("NFC", part).strip(), above)
-        flags.append(above is not None)
+        name = unicodedata.normalize("NFC", part).strip()
+        kind = _kind(name, above)
+        flags.append(kind is not None)
+        # A year named with words keeps its name as a tag but dates the folder below it.
+        above = kind if kind is not None else "year" if _NAMED_YEAR.fullmatch(name) else None
     return flags

@@ -47,6 +47,15 @@ CASES = [
     pytest.param("202611", [False], id="six-digits"),
     pytest.param("Buchhaltung", [False], id="name"),
     pytest.param("Rechnungen 2026", [False], id="name-and-year"),
+    # A folder named for a year dates the month below it (the name itself stays a tag).
+    pytest.param("Rechnungen 2026/12", [False, True], id="month-below-a-named-year"),
+    pytest.param("Rechnungen_2026/Dezember", [False, True], id="month-name-below-a-named-year"),
+    pytest.param("2026 Steuer/03/15", [False, True, True], id="day-below-a-named-year"),
+    pytest.param("Kunden/2026-Projekte/7", [False, False, True], id="deeper-named-year"),
+    pytest.param("Rechnungen 2026/13", [False, False], id="no-month-13-below-a-named-year"),
+    pytest.param("Rechnungen 4711/12", [False, False], id="not-a-year-below-a-name"),
+    pytest.param("Rechnung-2026-001/12", [False, False], id="year-inside-a-number"),
+    pytest.param("Rechnungen 2026/Telekom/12", [False, False, False], id="not-directly-below"),
 ]
 
 
@@ -70,6 +79,19 @@ def test_date_folders_do_not_become_tags_by_default() -> None:
     assert subfolder_tags(["Eingang"], "2026-11-30", enabled=True) == ("Eingang",)
     assert subfolder_tags(["Eingang"], sub, enabled=False, date_folders=True) == ("Eingang",)
     assert subfolder_tags([], "", enabled=True) == ()
+
+
+def test_month_below_a_named_year_is_no_tag() -> None:
+    """Rechnungen 2026/12/ tags the file "Rechnungen 2026", not "12" (issue #30)."""
+    assert subfolder_tags(["Eingang"], "Rechnungen 2026/12", enabled=True) == (
+        "Eingang",
+        "Rechnungen 2026",
+    )
+    assert subfolder_tags(["Eingang"], "Buchhaltung/12", enabled=True) == (
+        "Eingang",
+        "Buchhaltung",
+        "12",
+    )
 
 
 def test_date_folder_tags_and_date_source_default_per_source() -> None:
