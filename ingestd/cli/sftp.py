@@ -45,21 +45,22 @@ def cmd_hostkeys(args: argparse.Namespace) -> int:
 def cmd_hash_password(args: argparse.Namespace) -> int:
     import getpass
 
-    from ingestd.sources.sftp.accounts import hash_password
+    from ingestd.sources.sftp.accounts import hash_password, new_password_problem
 
     if sys.stdin.isatty():
         password = getpass.getpass("Password: ")
-        if getpass.getpass("Again: ") != password:
-            print("ingestd: the passwords differ", file=sys.stderr)
-            return ExitCode.usage
+        # Said at once, before the second prompt.
+        problem = new_password_problem(password)
+        if problem is None and getpass.getpass("Again: ") != password:
+            problem = "the passwords differ"
     else:
         # One line from stdin, for scripts: `printf %s "$pw" | ingestd account hash-password`
         password = sys.stdin.readline().rstrip("\n")
-    try:
-        print(hash_password(password, args.rounds))
-    except ValueError as exc:
-        print(f"ingestd: {exc}", file=sys.stderr)
+        problem = new_password_problem(password)
+    if problem is not None:
+        print(f"ingestd: {problem}; no hash made", file=sys.stderr)
         return ExitCode.usage
+    print(hash_password(password, args.rounds))
     return ExitCode.ok
 
 

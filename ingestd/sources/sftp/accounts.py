@@ -22,6 +22,9 @@ from ingestd.config.settings import SftpAccountConfig
 # bcrypt only looks at the first 72 bytes; hash-password refuses longer passwords.
 BCRYPT_MAX_BYTES = 72
 DEFAULT_ROUNDS = 12
+# `account hash-password` refuses shorter ones: a scanner stores its password, so a long
+# one costs nobody anything, and the SFTP port may face a whole network.
+MIN_PASSWORD_LENGTH = 8
 
 
 class Verdict(enum.StrEnum):
@@ -30,6 +33,22 @@ class Verdict(enum.StrEnum):
     wrong_password = "wrong_password"  # noqa: S105 (a verdict name, not a secret)
     wrong_key = "wrong_key"
     source_not_allowed = "source_not_allowed"
+
+
+def new_password_problem(password: str) -> str | None:
+    """Why ``password`` may not become an account's password (empty, shorter than
+    MIN_PASSWORD_LENGTH characters, longer than bcrypt reads), else None."""
+    if not password:
+        return "the password is empty"
+    if len(password) < MIN_PASSWORD_LENGTH:
+        return (
+            f"the password is too short ({len(password)} characters; "
+            f"at least {MIN_PASSWORD_LENGTH})"
+        )
+    size = len(password.encode("utf-8"))
+    if size > BCRYPT_MAX_BYTES:
+        return f"the password is {size} bytes; bcrypt uses at most {BCRYPT_MAX_BYTES}"
+    return None
 
 
 def hash_password(password: str, rounds: int = DEFAULT_ROUNDS) -> str:
