@@ -117,7 +117,7 @@ def load_config(path: Path | str | None = None) -> Config:
     base = cfg_path.resolve().parent
     _resolve_relative(data, base)
     _merge_rules_files(data, str(cfg_path))
-    config = parse_config(data, source=str(cfg_path))
+    config = parse_config(data, source=str(cfg_path)).read_from(cfg_path)
     # Symlinks, '..' and bind mounts as they are on this machine now: at check-config,
     # at start and at every reload (a reload that fails keeps the running config).
     problems = pathcheck.filesystem_problems(config)

@@ -13,7 +13,7 @@ from ipaddress import IPv4Network, IPv6Network, ip_address
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, ByteSize, Field, field_validator, model_validator
+from pydantic import AfterValidator, ByteSize, Field, PrivateAttr, field_validator, model_validator
 
 from ingestd.config import pathcheck
 from ingestd.config.notify import NotifySink, SmtpConfig, check_notify
@@ -886,6 +886,21 @@ class Config(_Section):
     split: dict[TenantName, SplitPolicy] = Field(default_factory=dict)
     """A tenant's default split policy for batch scans from its hot folders and SFTP
     accounts without a `split` of their own."""
+
+    # --- #30 (names): the file this config was read from ---------------------------------
+    # Not a key: load_config sets it (None for a config built in memory). Notifications
+    # print `ingestd --config PATH ...` when it is not the default file.
+    _source_path: Path | None = PrivateAttr(default=None)
+
+    @property
+    def source_path(self) -> Path | None:
+        """The absolute path of the file this config was read from (None: in memory)."""
+        return self._source_path
+
+    def read_from(self, path: Path) -> Config:
+        """This config, remembering that it was read from ``path`` (made absolute)."""
+        self._source_path = path.absolute()
+        return self
 
     def split_policy(self, tenant: str, source: SourceSplit) -> SplitPolicy | None:
         """The split policy for a file of ``tenant`` from a source set to ``source``."""

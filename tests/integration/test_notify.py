@@ -572,6 +572,31 @@ def test_encrypted_pdf_tells_the_operator_what_to_do(
         assert part in text, (part, text)
 
 
+def test_mail_commands_name_the_config_file_the_worker_runs_with(
+    make_env: Any, db: Database, tenant: str, inbox: tuple[Inbox, int]
+) -> None:
+    """A worker started with --config PATH (not the default file) mails commands an admin
+    can paste as they are: ``ingestd --config PATH ...``, no ``runuser`` (issue #30)."""
+    box, smtp_port = inbox
+    env: Env = make_env(
+        worker=WORKER,
+        deliveries=DELIVERIES,
+        smtp=_smtp(smtp_port),
+        notify=[{"name": "ops", "email": ["ops@example.org"]}],
+    )
+    proc = run_cli(env, "tenant", "suspend", "acme")
+    assert proc.returncode == 0, proc.stderr
+    deadline = time.monotonic() + 120
+    while not box.mails and time.monotonic() < deadline:
+        worker = run_cli(env, "worker", "--drain")  # a real worker process, --config PATH
+        assert worker.returncode == 0, worker.stderr
+    (mail,) = box.mails
+    text = mail.message.get_content()
+    assert f"      ingestd --config {env.config_path} tenant activate acme\n" in text, text
+    assert f"      ingestd --config {env.config_path} tenant list\n" in text, text
+    assert "runuser" not in text
+
+
 def test_a_receiver_that_is_down_delays_only_its_own_notification(
     make_env: Any, db: Database, receiver: Receiver, inbox: tuple[Inbox, int], hook_secret: Path
 ) -> None:

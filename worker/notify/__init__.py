@@ -38,7 +38,7 @@ from ingestd.errors import ConfigError, IngestdError
 from worker.jobs import PermanentError
 from worker.notify.events import Event, delivery_id
 from worker.notify.mail import build_message
-from worker.notify.rendering import Rendered, render
+from worker.notify.rendering import Rendered, admin_cli, render
 from worker.notify.smtp import SmtpRefused, send_mail
 from worker.webhooks import deliver_webhook
 
@@ -83,7 +83,7 @@ class NotifyError(IngestdError):
 def deliver(config: Config, sink: NotifySink, event: Event) -> dict[str, Any]:
     """Send ``event`` to ``sink``; what to note in the job's result. Raises NotifyError
     (retry) or PermanentError (do not), both naming the sink."""
-    rendered = render(event)
+    rendered = render(event, admin_cli(config.source_path))
     try:
         if sink.webhook is not None:
             status = deliver_webhook(

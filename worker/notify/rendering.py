@@ -10,10 +10,13 @@ from any field."""
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from ingestd.config.load import DEFAULT_CONFIG_PATH
 from ingestd.states import TenantStatus
 from ingestd.textsafe import escaped, shown
 from worker.notify.events import Event
@@ -325,13 +328,29 @@ _RENDERERS: dict[str, Callable[[Event], Rendered]] = {
 }
 
 
-def render(event: Event) -> Rendered:
+def admin_cli(config_path: Path | None) -> str:
+    """How an admin's shell runs ingestd against the config the worker runs with: plain
+    ``ingestd`` for the default file (or a config built in memory), else with
+    ``--config PATH`` (a path from ``--config`` or $INGESTD_CONFIG that the admin's shell
+    would not know). Never ``runuser``: run as root, ingestd switches user by itself."""
+    if config_path is None or config_path == DEFAULT_CONFIG_PATH:
+        return "ingestd"
+    return f"ingestd --config {shlex.quote(str(config_path))}"
+
+
+def _with_cli(step: str, cli: str) -> str:
+    advice, sep, command = step.partition(": ingestd ")
+    return f"{advice}: {cli} {command}" if sep else step
+
+
+def render(event: Event, cli: str = "ingestd") -> Rendered:
     """The summary, explanation and next steps for ``event`` (any type; unknown types and
-    missing detail fields render plainly rather than fail). Every line of it is escaped
-    text: whatever a field held, a line break in it is one the renderer made."""
+    missing detail fields render plainly rather than fail); each step's command starts
+    with ``cli`` (``admin_cli``). Every line of it is escaped text: whatever a field
+    held, a line break in it is one the renderer made."""
     made = _RENDERERS.get(event.type, _generic)(event)
     return Rendered(
         escaped(made.summary),
         "\n".join(escaped(line) for line in made.what.split("\n")),
-        [escaped(step) for step in made.todo],
+        [escaped(_with_cli(step, cli)) for step in made.todo],
     )
