@@ -100,7 +100,7 @@ def test_walkthrough_blocks_are_found() -> None:
     text = "\n".join(s.text for s in steps)
     assert len(steps) >= 10
     for needed in (
-        "apt-get install",
+        "apt-get install -y ./dist/ingestd_",  # where `make deb` writes it (issue #30)
         "createuser ingestd",
         "systemctl enable --now",
         "tenant create acme",
@@ -351,7 +351,9 @@ def test_getting_started_runs_as_written(
     work.chmod(0o755)
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    shutil.copy(built_deb, work)
+    # Where `make deb` leaves it, relative to the checkout the reader stands in.
+    (work / "dist").mkdir()
+    shutil.copy(built_deb, work / "dist")
     _standins(bin_dir)
     _hook_script(bin_dir, walkthrough_machine)
     port = free_port()
