@@ -140,6 +140,8 @@ install -d "$STAGE/usr/bin" "$STAGE/usr/share/doc/ingestd"
 ln -s "$PREFIX/bin/ingestd" "$STAGE/usr/bin/ingestd"
 install -m 0644 "$REPO/README.md" "$REPO/config/ingestd.example.toml" "$REPO/docs/configuration.md" "$STAGE/usr/share/doc/ingestd/"
 install -m 0644 "$REPO/packaging/grafana/ingestd-dashboard.json" "$STAGE/usr/share/doc/ingestd/"
+install -d "$STAGE/usr/share/doc/ingestd/docs"
+install -m 0644 "$REPO"/docs/*.md "$STAGE/usr/share/doc/ingestd/docs/"
 install -d "$STAGE/usr/share/doc/ingestd/fail2ban"
 cp -r "$REPO/config/fail2ban/." "$STAGE/usr/share/doc/ingestd/fail2ban/"
 

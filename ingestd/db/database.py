@@ -12,7 +12,7 @@ only: ``connection failed: connection to server on socket "..." failed: FATAL:  
 messages; a text we do not recognise (another lc_messages) stays "unavailable",
 today's behaviour, never a false "refused".
 
-A failover (README "High availability") is ``DatabaseUnavailable`` as well: the server
+A failover (docs/high-availability.md) is ``DatabaseUnavailable`` as well: the server
 shut down under us (57P01..57P03), the connection broke (08xxx), or the server we are on
 has become read-only (25006: a standby, a fenced old primary). Each drains the pool, so
 the next connection goes through the multi-host ``database.url`` with

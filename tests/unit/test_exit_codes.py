@@ -13,9 +13,9 @@ SIGNAL_CODES = {130, 141}
 
 
 def _documented() -> dict[int, str]:
-    """code -> meaning, from the table under "### Errors and exit codes"."""
+    """code -> meaning, from the table under "## Exit codes"."""
     text = README.read_text()
-    section = text.split("### Errors and exit codes", 1)[1].split("\n#", 1)[0]
+    section = text.split("\n## Exit codes\n", 1)[1].split("\n#", 1)[0]
     rows = re.findall(r"^\| (\d+) \| (.+?) \|", section, flags=re.MULTILINE)
     codes = [int(code) for code, _ in rows]
     assert len(codes) == len(set(codes)), f"a code listed twice: {codes}"

@@ -23,7 +23,7 @@ from worker.notify.rendering import render
 SMTP = {"host": "mail.example.org", "from_address": "ingestd <ingestd@example.org>"}
 HOOK = {"url": "https://hooks.example.org/ingestd", "secret_env": "HOOK_SECRET"}
 
-# The example of the README's [smtp] / [[notify]] reference, verbatim.
+# docs/notifications.md's [smtp] / [[notify]] example, with a webhook sink added.
 README_EXAMPLE = """
 [smtp]
 host = "mail.example.org"
@@ -80,11 +80,20 @@ def _event(
 
 
 def test_readme_example_is_valid() -> None:
-    """The README's example parses into the sinks it describes."""
+    """The documented example, with a webhook sink, parses into the sinks it describes."""
     cfg = parse_config(tomllib.loads(README_EXAMPLE))
     assert cfg.smtp is not None and (cfg.smtp.port, cfg.smtp.security) == (587, "starttls")
     assert [s.name for s in cfg.notify] == ["ops-mail", "ops-chat", "acme-admins"]
     assert cfg.notify[0].min_severity == "warning" and cfg.notify[0].events == ["*"]
+
+
+def test_docs_example_is_valid() -> None:
+    """The ``toml`` block of docs/notifications.md parses, its sinks as the text names them."""
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "notifications.md").read_text()
+    block = doc.split("```toml\n", 1)[1].split("```", 1)[0]
+    cfg = parse_config(tomllib.loads(block))
+    assert cfg.smtp is not None and cfg.smtp.password_file is not None
+    assert [s.name for s in cfg.notify] == ["ops-mail", "acme-admins"]
 
 
 def test_security_and_port_defaults() -> None:
