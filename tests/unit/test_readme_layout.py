@@ -94,7 +94,6 @@ def test_links_between_readme_and_docs_resolve(path: Path) -> None:
             continue  # http(s), mailto: not ours to check
         file_part, _, anchor = target.partition("#")
         dest = (path.parent / file_part).resolve() if file_part else path
-        missing_heading = anchor and dest.suffix == ".md" and anchor not in _anchors(dest)
-        if not dest.exists() or missing_heading:
+        if not dest.exists() or (anchor and dest.suffix == ".md" and anchor not in _anchors(dest)):
             broken.append(target)
     assert not broken, f"{path.name}: links that lead nowhere: {broken}"
