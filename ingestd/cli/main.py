@@ -232,11 +232,37 @@ def _stdout_closed() -> int:
     return 128 + signal.SIGPIPE
 
 
+def _as_service_user(args: argparse.Namespace) -> None:
+    """Run as root: become the service user before anything is read or written
+    (ingestd/ops/service_user.py). A command may prepare what only root can first
+    (``before_switch``: the backup's target directory) or switch by itself (restore)."""
+    from ingestd.config.load import default_config_path
+    from ingestd.ops import service_user
+
+    if args.config is not None:
+        args.config = args.config.absolute()  # the cwd may be closed to the user
+    if getattr(args, "switches_itself", False):
+        return
+    parts = [str(args.command)]
+    parts += [v for k, v in sorted(vars(args).items()) if k.endswith("_cmd") and isinstance(v, str)]
+    command = " ".join(parts)
+    if command in service_user.STAY_ROOT or os.geteuid() != 0:
+        return
+    to = service_user.target(service_user.peek_state_dir(args.config or default_config_path()))
+    if to is None:
+        return
+    prepare = getattr(args, "before_switch", None)
+    if prepare is not None:
+        prepare(args, to.user)
+    service_user.become(to)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     log.configure()
     args = build_parser().parse_args(argv)
     func: Handler = args.func
     try:
+        _as_service_user(args)
         code = int(func(args))
         sys.stdout.flush()  # a closed pipe shows here, inside the try, not at exit
         return code
