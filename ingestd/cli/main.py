@@ -14,6 +14,7 @@ from typing import Any
 
 from ingestd import __version__, log
 from ingestd.cli import audit as audit_cli
+from ingestd.cli import backup as backup_cli
 from ingestd.cli import documents, sftp, system
 from ingestd.cli import jobs as jobs_cli
 from ingestd.cli import retention as retention_cli
@@ -168,6 +169,7 @@ def build_parser() -> argparse.ArgumentParser:
     audit_cli.add_parser(sub, common, jsonopt)
     retention_cli.add_parsers(sub, common, jsonopt)
     samples_cli.add_parser(sub)
+    backup_cli.add_parsers(sub, common, jsonopt)  # issue 30: backup, restore
 
     return p
 

@@ -1,0 +1,172 @@
+"""`ingestd backup DIR` / `ingestd restore DIR`, run as root on an appliance that belongs
+to a service user: the dump, the archive, the state (sealing key included) and the config
+(drop-ins included) with a manifest; a restore onto an empty machine puts all of it back
+for that user and reports success only after `verify` and `audit verify` passed; a
+damaged backup and a non-empty target are refused."""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from ingestd.archive import sealkey
+from ingestd.db.database import Database
+from ingestd.db.pgcluster import SUPERUSER, find_bindir
+from tests.fixtures.files import pdf_bytes
+from tests.fixtures.service_user import ServiceInstall, as_root_prefix
+
+
+def _cli(inst: ServiceInstall, *args: str) -> subprocess.CompletedProcess[str]:
+    """``ingestd ARGS`` as root, as an admin would type it (no runuser)."""
+    cli = [sys.executable, "-m", "ingestd.cli", "--config", str(inst.config_path)]
+    return subprocess.run(
+        [*as_root_prefix(inst.root), *cli, *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=inst.root,
+        env={k: v for k, v in os.environ.items() if k != "INGESTD_USER"},
+        check=False,
+    )
+
+
+def _pg_ctl(inst: ServiceInstall, *args: str) -> None:
+    """The embedded cluster started or stopped as its owner, the service user: kept
+    running between the commands (which then leave it running)."""
+    pgdata = inst.state_dir / "pgdata"
+    subprocess.run(
+        [str(find_bindir() / "pg_ctl"), "-D", str(pgdata), "-l", f"{pgdata}.log", "-w", *args],
+        check=True,
+        capture_output=True,
+        user=inst.user.pw_uid,
+        group=inst.user.pw_gid,
+        cwd="/",
+        timeout=120,
+    )
+
+
+def _db(inst: ServiceInstall) -> Database:
+    conninfo = f"host={inst.state_dir / 'pgrun'} port=5432 user={SUPERUSER} dbname=ingestd"
+    return Database(conninfo, min_size=1, max_size=1).open()
+
+
+def _owners(root: Path) -> set[str]:
+    names = {pwd.getpwuid(root.stat().st_uid).pw_name}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in [*dirnames, *filenames]:
+            names.add(pwd.getpwuid(os.lstat(os.path.join(dirpath, name)).st_uid).pw_name)
+    return names
+
+
+def _appliance(inst: ServiceInstall) -> dict[str, Any]:
+    """An appliance with two archived documents and a seal; what a restore must bring back."""
+    inst.write({})
+    dropins = inst.config_path.parent / "conf.d"
+    dropins.mkdir()
+    (dropins / "10-accounts.toml").write_text("# scanner accounts live here\n")
+    migrated = _cli(inst, "migrate")
+    assert migrated.returncode == 0, migrated.stderr
+    _pg_ctl(inst, "start")
+    with _db(inst) as db, db.transaction() as tx:
+        tx.one("tenant_insert", {"name": "acme", "status": "active"})
+    inbox = inst.root / "in"
+    inbox.mkdir(mode=0o755)
+    for i in range(2):
+        (inbox / f"Rechnung {i}.pdf").write_bytes(pdf_bytes(f"Rechnung {i} von Anna"))
+        (inbox / f"Rechnung {i}.pdf").chmod(0o644)
+    files = sorted(str(p) for p in inbox.iterdir())
+    ingested = _cli(inst, "ingest", "--tenant", "acme", "--keep-source", *files)
+    assert ingested.returncode == 0, ingested.stdout + ingested.stderr
+    sealed = _cli(inst, "audit", "seal")
+    assert sealed.returncode == 0, sealed.stdout + sealed.stderr
+    with _db(inst) as db, db.transaction() as tx:
+        docs = tx.raw("SELECT archive_path, sha256 FROM documents ORDER BY id")
+    return {
+        "docs": {str(r["archive_path"]): str(r["sha256"]) for r in docs},
+        "key": sealkey.key_path(inst.state_dir).read_bytes(),
+        "pub": sealkey.public_path(inst.state_dir).read_bytes(),
+    }
+
+
+def _wipe_machine(inst: ServiceInstall) -> None:
+    """The new, empty machine: no cluster, no state directory, no archive, no config."""
+    _pg_ctl(inst, "-m", "fast", "stop")
+    for p in (
+        inst.state_dir,
+        inst.archive,
+        inst.root / "derived",
+        inst.config_path.parent / "conf.d",
+    ):
+        shutil.rmtree(p)
+    inst.config_path.unlink()
+
+
+def test_backup_then_restore_onto_an_empty_machine(service_install: ServiceInstall) -> None:
+    """Backup as root (into a directory the service user can reach; one it cannot is
+    refused up front) holds dump, archive files (with their SHA-256), sealing key and .pub,
+    config and drop-in; restore onto an empty machine brings back the documents, the
+    same key, the drop-in, all owned by the service user, and passes both checks."""
+    inst = service_install
+    before = _appliance(inst)
+    closed = inst.root / "root-only"
+    closed.mkdir(mode=0o700)
+    unreachable = _cli(inst, "backup", str(closed / "backup-1"))
+    assert unreachable.returncode == 2 and "cannot enter" in unreachable.stderr
+    target = inst.root / "backups" / "backup-1"
+    done = _cli(inst, "backup", str(target), "--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    manifest = json.loads((target / "manifest.json").read_text())
+    files = manifest["files"]
+    assert "database.dump" in files
+    assert "state/audit/seal-ed25519.key" in files and "state/audit/seal-ed25519.pub" in files
+    assert not any(f.startswith("state/pgdata") for f in files)
+    assert {"config/ingestd.toml", "config/conf.d/10-accounts.toml"} <= set(files)
+    for rel, sha in before["docs"].items():
+        assert files[f"archive/{rel}"]["sha256"] == sha
+    assert manifest["state_owner"] == inst.user.pw_name
+
+    _wipe_machine(inst)
+    restored = _cli(inst, "restore", str(target), "--json")
+    assert restored.returncode == 0, restored.stdout + restored.stderr
+    out = json.loads(restored.stdout)
+    assert out["checks"] == {"verify": 0, "audit verify": 0}
+    assert out["user"] == inst.user.pw_name
+    assert sealkey.key_path(inst.state_dir).read_bytes() == before["key"]
+    assert sealkey.public_path(inst.state_dir).read_bytes() == before["pub"]
+    assert (inst.config_path.parent / "conf.d" / "10-accounts.toml").exists()
+    assert _owners(inst.state_dir) == {inst.user.pw_name}
+    assert _owners(inst.archive) == {inst.user.pw_name}
+    listed = _cli(inst, "documents", "list", "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert len(json.loads(listed.stdout)) == 2
+    # The restored appliance seals on with the restored key.
+    assert _cli(inst, "audit", "seal").returncode == 0
+
+
+def test_restore_refuses_a_damaged_backup_and_a_machine_in_use(
+    service_install: ServiceInstall,
+) -> None:
+    """A file that differs from the manifest refuses the restore (exit 5, naming it) and
+    writes nothing; a state directory in use refuses it (exit 2) without --force."""
+    inst = service_install
+    _appliance(inst)
+    target = inst.root / "backup-2"
+    assert _cli(inst, "backup", str(target)).returncode == 0
+    # In use: the appliance is still there.
+    busy = _cli(inst, "restore", str(target))
+    assert busy.returncode == 2, busy.stdout + busy.stderr
+    assert "is not empty" in busy.stderr and "--force" in busy.stderr
+    _wipe_machine(inst)
+    copy = target / "config" / "ingestd.toml"
+    good = copy.read_bytes()
+    copy.write_bytes(good + b"\n# edited\n")
+    damaged = _cli(inst, "restore", str(target))
+    assert damaged.returncode == 5, damaged.stdout + damaged.stderr
+    assert "config/ingestd.toml: altered" in damaged.stderr
+    assert not inst.config_path.exists() and not inst.state_dir.exists()
