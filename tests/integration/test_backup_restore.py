@@ -18,7 +18,11 @@ from typing import Any
 from ingestd.archive import sealkey
 from ingestd.db.database import Database
 from ingestd.db.pgcluster import SUPERUSER, find_bindir
+from ingestd.intake.items import IntakeItem, Outcome
+from ingestd.ops.runtime import make_intake
+from tests.conftest import run_cli
 from tests.fixtures.files import pdf_bytes
+from tests.fixtures.s3 import S3Endpoint, archive_section
 from tests.fixtures.service_user import ServiceInstall, as_root_prefix
 
 
@@ -170,3 +174,33 @@ def test_restore_refuses_a_damaged_backup_and_a_machine_in_use(
     assert damaged.returncode == 5, damaged.stdout + damaged.stderr
     assert "config/ingestd.toml: altered" in damaged.stderr
     assert not inst.config_path.exists() and not inst.state_dir.exists()
+
+
+def test_an_s3_archive_is_backed_up_as_a_listing_and_restored_in_place(
+    s3_endpoint: S3Endpoint, make_env: Any, db: Database, tenant: str, tmp_path: Path
+) -> None:
+    """With the archive on S3 the backup holds every object version with its checksum and
+    COMPLIANCE retention (not the objects); a restore into an emptied configured
+    database leaves the bucket alone and passes verify, which finds every object."""
+    env = make_env(archive=archive_section(s3_endpoint, tmp_path))
+    src = env.root / "in" / "Scan_0815.pdf"
+    src.parent.mkdir()
+    src.write_bytes(pdf_bytes("Anna Lieferschein"))
+    intake = make_intake(env.config, db)
+    assert intake.ingest(IntakeItem(path=src, tenant=tenant)).outcome is Outcome.ingested
+    target = env.root / "backup"
+    done = run_cli(env, "backup", str(target), "--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert not (target / "archive").exists()
+    listing = json.loads((target / "archive-listing.json").read_text())
+    (obj,) = listing["versions"]
+    assert obj["key"].startswith("ingestd/acme/") and obj["version"]
+    assert obj["lock_mode"] == "COMPLIANCE" and obj["retain_until"] and obj["checksum_sha256"]
+    with db.transaction() as tx:
+        tx.raw("DROP SCHEMA public CASCADE; CREATE SCHEMA public")
+    shutil.rmtree(env.config.paths.state_dir)
+    restored = run_cli(env, "restore", str(target), "--json")
+    assert restored.returncode == 0, restored.stdout + restored.stderr
+    assert json.loads(restored.stdout)["checks"] == {"verify": 0, "audit verify": 0}
+    with db.transaction() as tx:
+        assert tx.raw("SELECT count(*) AS n FROM documents")[0]["n"] == 1
