@@ -5,11 +5,15 @@ trail expects one (the #29 rule)."""
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
+from typing import Any
 
 from ingestd.archive import sealkey
 from ingestd.archive.export_check import fingerprint, read_public_key
 from ingestd.db.database import Database
-from tests.conftest import Env, run_cli
+from tests.conftest import Env, read_events, run_cli, wait_until
 
 
 def _created(db: Database) -> list[dict[str, object]]:
@@ -54,3 +58,25 @@ def test_migrate_never_makes_a_key_where_one_is_expected(env: Env, db: Database)
     assert len(_created(db)) == 1
     seal = run_cli(env, "audit", "seal")
     assert seal.returncode == 11 and expected in seal.stderr, seal.stderr
+
+
+def test_the_daemons_start_makes_the_sealing_key(make_env: Any, db: Database) -> None:
+    """`ingestd serve` on an appliance without a key makes it once the database answers
+    (logged as daemon.seal_key_made, recorded as key.created), before any seal."""
+    env: Env = make_env(metrics={"enabled": False})
+    state = env.config.paths.state_dir
+    log_path = env.root / "serve.log"
+    with log_path.open("w") as out:
+        daemon = subprocess.Popen(
+            [sys.executable, "-m", "ingestd.cli", "serve", "--config", str(env.config_path)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            wait_until(lambda: read_events(log_path, "daemon.seal_key_made"), timeout=90)
+        finally:
+            daemon.send_signal(signal.SIGTERM)
+            assert daemon.wait(timeout=60) == 0
+    pub = read_public_key(sealkey.public_path(state))
+    assert [d["public_key"] for d in _created(db)] == [pub]
+    assert read_events(log_path, "daemon.seal_key_made")[0]["fingerprint"] == fingerprint(pub)
