@@ -209,7 +209,10 @@ def make_backup(config: Config, config_path: Path, db: Database, target: Path) -
             }
         )
     report.config_files = len(configs)
-    st = paths.state_dir.stat()
+    try:
+        state_owner = user_of(paths.state_dir.stat().st_uid)
+    except FileNotFoundError:  # nothing made it yet (no key, no host keys)
+        state_owner = None
     manifest = {
         "format": FORMAT,
         "ingestd": __version__,
@@ -221,7 +224,7 @@ def make_backup(config: Config, config_path: Path, db: Database, target: Path) -
             "dump": DUMP,
         },
         "state_dir": str(paths.state_dir),
-        "state_owner": user_of(st.st_uid),
+        "state_owner": state_owner,
         "archive": archive,
         "config": configs,
         "files": {

@@ -204,3 +204,65 @@ def test_an_s3_archive_is_backed_up_as_a_listing_and_restored_in_place(
     assert json.loads(restored.stdout)["checks"] == {"verify": 0, "audit verify": 0}
     with db.transaction() as tx:
         assert tx.raw("SELECT count(*) AS n FROM documents")[0]["n"] == 1
+
+
+def _rewrite_manifest(target: Path, *, drop: str | None = None, add: str | None = None) -> None:
+    """A backup changed with its manifest changed to match: consistent, but not what
+    was backed up (an archive file added, or one taken away)."""
+    from ingestd.ops.backup import sha256_file
+
+    manifest = json.loads((target / "manifest.json").read_text())
+    if drop:
+        (target / drop).unlink()
+        del manifest["files"][drop]
+    if add:
+        manifest["files"][add] = {
+            "sha256": sha256_file(target / add),
+            "size": (target / add).stat().st_size,
+        }
+    (target / "manifest.json").write_text(json.dumps(manifest))
+
+
+def _empty_machine(env: Any, db: Database) -> None:
+    with db.transaction() as tx:
+        tx.raw("DROP SCHEMA public CASCADE; CREATE SCHEMA public")
+    for p in (env.config.paths.state_dir, env.config.paths.archive_dir):
+        shutil.rmtree(p, ignore_errors=True)
+
+
+def test_restore_sets_aside_files_after_the_dump_and_fails_on_a_failed_check(
+    env: Any, db: Database, tenant: str
+) -> None:
+    """An archive file no dumped row names (archived after the dump) is kept under
+    restored-after-dump/ and the checks pass; a backup missing a document's file passes
+    its manifest but fails `ingestd verify`, and the restore exits 5 naming that check."""
+    src = env.root / "in" / "Scan_0815.pdf"
+    src.parent.mkdir()
+    src.write_bytes(pdf_bytes("Anna Lieferschein"))
+    intake = make_intake(env.config, db)
+    assert intake.ingest(IntakeItem(path=src, tenant=tenant)).outcome is Outcome.ingested
+    with db.transaction() as tx:
+        (rel,) = [str(r["archive_path"]) for r in tx.raw("SELECT archive_path FROM documents")]
+    target = env.root / "backup"
+    assert run_cli(env, "backup", str(target)).returncode == 0
+
+    later = env.root / "later"
+    shutil.copytree(target, later)
+    late = f"archive/{tenant}/2026/01/{'ab' * 32}.pdf"
+    (later / late).parent.mkdir(parents=True, exist_ok=True)
+    (later / late).write_bytes(pdf_bytes("after the dump"))
+    _rewrite_manifest(later, add=late)
+    _empty_machine(env, db)
+    done = run_cli(env, "restore", str(later), "--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert json.loads(done.stdout)["after_dump"] == [late.removeprefix("archive/")]
+    state = env.config.paths.state_dir
+    assert (state / "restored-after-dump" / late.removeprefix("archive/")).is_file()
+
+    broken = env.root / "broken"
+    shutil.copytree(target, broken)
+    _rewrite_manifest(broken, drop=f"archive/{rel}")
+    _empty_machine(env, db)
+    failed = run_cli(env, "restore", str(broken))
+    assert failed.returncode == 5, failed.stdout + failed.stderr
+    assert "`ingestd verify` failed" in failed.stderr and "file is gone" in failed.stderr
