@@ -65,18 +65,28 @@ def cmd_check_config(args: argparse.Namespace) -> int:
 
 # -- migrate ----------------------------------------------------------------------------
 def cmd_migrate(args: argparse.Namespace) -> int:
+    from ingestd.archive import sealkey
+    from ingestd.archive.export_check import fingerprint
     from ingestd.db.schema import migrate
     from ingestd.ops.runtime import open_database
 
     config = load(args)
     with open_database(config, migrate_schema=False) as db:
         report = migrate(db)
+        # The sealing key exists before the first backup: made here when none ever was.
+        made = sealkey.ensure_key(db, config.paths.state_dir)
+    key = fingerprint(made) if made else None
     if args.json:
-        print_json({"applied": report.applied, "version": report.current_version})
-    elif report.applied:
-        print(f"applied {', '.join(report.applied)}; schema version {report.current_version}")
+        print_json(
+            {"applied": report.applied, "version": report.current_version, "seal_key_made": key}
+        )
     else:
-        print(f"schema is up to date (version {report.current_version})")
+        if report.applied:
+            print(f"applied {', '.join(report.applied)}; schema version {report.current_version}")
+        else:
+            print(f"schema is up to date (version {report.current_version})")
+        if key:
+            print(f"made the sealing key {key} ({sealkey.public_path(config.paths.state_dir)})")
     return ExitCode.ok
 
 

@@ -24,6 +24,8 @@ from types import FrameType
 from typing import Any
 
 from ingestd import log
+from ingestd.archive import sealkey
+from ingestd.archive.export_check import fingerprint
 from ingestd.archive.verify import LAST_RUN_DIR
 from ingestd.config.load import load_config
 from ingestd.config.settings import Config
@@ -34,6 +36,7 @@ from ingestd.errors import (
     ConfigError,
     DatabaseError,
     DatabaseUnavailable,
+    IngestdError,
     StateUnusable,
 )
 from ingestd.log import Logger
@@ -138,6 +141,19 @@ class _SchemaWhenReachable(threading.Thread):
                 self.log.error("daemon.migrate_failed", detail=exc.message, retry_in=delay)
             self.stop.wait(delay)
             delay = min(delay * 2, 30.0)
+
+
+def _after_migrate(config: Config, db: Database, logger: Logger) -> None:
+    """Once the database answers: the config's tenants checked, and the sealing key made
+    if none was ever made (so the first backup holds it; ``sealkey.ensure_key``)."""
+    preflight.after_migrate(config, db, logger)
+    try:
+        made = sealkey.ensure_key(db, config.paths.state_dir)
+    except IngestdError as exc:  # a key file it cannot write: the first seal says so again
+        logger.warning("daemon.seal_key_not_made", detail=exc.message)
+        return
+    if made is not None:
+        logger.info("daemon.seal_key_made", fingerprint=fingerprint(made))
 
 
 def _status(config: Config, sftp: SftpService) -> str:
@@ -265,9 +281,7 @@ def _serve(config: Config, config_path: Path | None, notifier: Notifier | None) 
     # A database that refuses us (no such role or database) ends the start (exit 3); one
     # that is down does not: uploads are spooled until it answers.
     with open_database(config, migrate_schema=False, require_server=False) as db:
-        schema = _SchemaWhenReachable(
-            db, flags.stop, lambda: preflight.after_migrate(config, db, logger)
-        )
+        schema = _SchemaWhenReachable(db, flags.stop, lambda: _after_migrate(config, db, logger))
         schema.start()
         intake = make_intake(config, db)
         # Operator events decided here (quarantines, refused uploads, bans); buffered on

@@ -1047,3 +1047,13 @@ SELECT w.lsn::text AS lsn, count(r.pid) FILTER (WHERE r.write_lsn < w.lsn) AS be
 FROM (SELECT coalesce(%(lsn)s::pg_lsn, pg_current_wal_insert_lsn()) AS lsn) w
 LEFT JOIN pg_stat_replication r ON r.state = 'streaming'
 GROUP BY w.lsn;
+
+-- ---- backup and restore (issue 30, point 5) ----------------------------------------------
+-- name: restore_tables_in_use
+-- Tables a database already holds: restore refuses such a database without --force.
+SELECT count(*) AS n FROM pg_catalog.pg_tables
+WHERE schemaname NOT IN ('pg_catalog', 'information_schema');
+
+-- name: backup_archive_paths
+-- The archive files the (restored) database knows.
+SELECT archive_path FROM documents;
