@@ -135,3 +135,31 @@ class Unblocker:
                 "sub-folders that could not be listed are scanned",
             )
         return len(made_due)
+
+    def tenants_waiting(self) -> set[str]:
+        """Tenants with files left in place because the tenant was not active."""
+        with self.table.lock:
+            return {
+                c.folder.cfg.tenant
+                for c in self.table.pending.values()
+                if c.attempts > 0 and c.waiting_cause == "tenant_inactive"
+            }
+
+    def tenants_active(self, active: set[str]) -> int:
+        """Make the files waiting for a tenant in ``active`` (activated since) due now."""
+        now = time.monotonic()
+        t = self.table
+        made_due = 0
+        with t.lock:
+            for path, pending in list(t.pending.items()):
+                if (
+                    pending.attempts > 0
+                    and pending.waiting_cause == "tenant_inactive"
+                    and pending.folder.cfg.tenant in active
+                ):
+                    pending.attempts = 0
+                    t.schedule_pending(path, pending, now)
+                    made_due += 1
+        if made_due:
+            self.log.info("watch.tenant_active_again", tenants=sorted(active), files=made_due)
+        return made_due

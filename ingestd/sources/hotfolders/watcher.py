@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ingestd.config.settings import Config
-from ingestd.errors import TenantError
+from ingestd.errors import DatabaseError, TenantError
 from ingestd.intake.fsops import why_not_removable
 from ingestd.intake.ingest import Intake
 from ingestd.intake.items import Disposal, IntakeItem, IntakeResult
@@ -42,6 +42,7 @@ from ingestd.sources.hotfolders.pending import Settler
 from ingestd.sources.hotfolders.stuck import StuckFiles, done_dir
 from ingestd.sources.hotfolders.table import FileTable, PendingFile, StuckAction
 from ingestd.sources.hotfolders.unblock import Unblocker
+from ingestd.states import TenantStatus
 
 # A file waiting for its tenant to become active is reported again after this many seconds.
 TENANT_REPORT_INTERVAL = 3600.0
@@ -127,7 +128,19 @@ class HotFolders:
             )
 
     def _unblock(self) -> None:
-        if self.unblocker.check():
+        """After each folder check: files whose cause was fixed go now (unblock.py)."""
+        due = self.unblocker.check()
+        tenants = self.unblocker.tenants_waiting()
+        if tenants:
+            try:
+                with self.intake.db.transaction() as tx:
+                    statuses = {r["name"]: r["status"] for r in tx.all("tenant_statuses")}
+            except DatabaseError:
+                statuses = {}  # their own retry takes them once it is back
+            active = {t for t in tenants if statuses.get(t) == TenantStatus.active}
+            if active:
+                due += self.unblocker.tenants_active(active)
+        if due:
             self.settler.wake.set()
 
     def check_folders_soon(self) -> None:
