@@ -49,7 +49,10 @@ def _config(root: Path, url: str, hot: Path) -> Path:
                 "rescan_interval": LONG,
                 "retry_max_delay": LONG,
             },
-            "watch": [{"path": str(hot), "tenant": "acme"}],
+            "watch": [
+                {"path": str(hot), "tenant": "acme"},
+                {"path": str(root / "read-only"), "tenant": "acme"},
+            ],
         },
     )
     return cfg
@@ -115,7 +118,8 @@ def _attempts(log_path: Path, filename: str) -> int:
 def test_files_blocked_by_modes_are_named_with_the_fix_and_taken_at_once_when_fixed(
     tmp_path: Path, db_url: str, db: Database, tenant: str
 ) -> None:
-    """A sub-folder of mode 0000 and a file of mode 0000: `status` names each with the
+    """A hot folder of mode 0500, a sub-folder of mode 0000 and a file of mode 0000:
+    `status` names each with the
     errno text, the owner and mode and the chmod that fixes it (also while the database is
     down); after the chmod both are archived within seconds, though the file's backoff was
     at 32 s and the next rescan a day away; `status` then shows neither."""
@@ -123,6 +127,8 @@ def test_files_blocked_by_modes_are_named_with_the_fix_and_taken_at_once_when_fi
     locked = hot / "locked"
     write(locked / "Brief.pdf", pdf_bytes(seed=3001))
     private = write(hot / "Privat.pdf", pdf_bytes(seed=3002))
+    read_only = tmp_path / "read-only"
+    read_only.mkdir(mode=0o500)
     locked.chmod(0o000)
     private.chmod(0o000)
     log_path = tmp_path / "serve.log"
@@ -140,7 +146,17 @@ def test_files_blocked_by_modes_are_named_with_the_fix_and_taken_at_once_when_fi
                 waiting["blocked_by"] == str(private) and waiting["fix"] == f"chmod u+r {private}"
             )
             assert "Permission denied" in waiting["detail"]
+            [folder] = why["folders"]
+            assert (folder["folder"], folder["cannot"], folder["error"]) == (
+                str(read_only),
+                ["remove files from"],
+                "Permission denied",
+            )
+            assert folder["folder_owner"] == "root:root dr-x------"
+            assert folder["fix"] == f"chmod u+rwx {read_only}"
             plain = _status(cfg).stdout
+            assert f"FOLDER {read_only} [acme]: the daemon cannot remove files from it" in plain
+            assert f"    fix: chmod u+rwx {read_only}" in plain
             assert f"SUB-FOLDER {locked} [acme]: the daemon cannot list it" in plain
             assert f"    fix: chmod u+rx {locked}" in plain
             assert f"RETRYING {private} [acme]: source" in plain
@@ -160,12 +176,16 @@ def test_files_blocked_by_modes_are_named_with_the_fix_and_taken_at_once_when_fi
             assert _documents(db) == []
             locked.chmod(0o755)
             private.chmod(0o644)
+            read_only.chmod(0o755)
             fixed_at = time.monotonic()
             wait_until(lambda: _documents(db) == ["Brief.pdf", "Privat.pdf"], timeout=20)
             assert time.monotonic() - fixed_at < 25
             assert read_events(log_path, "watch.access_changed")
             wait_until(
-                lambda: (w := _why(cfg))["unlistable"] == [] and w["waiting"]["total"] == 0,
+                lambda: (
+                    (w := _why(cfg))["unlistable"] == w["folders"] == []
+                    and w["waiting"]["total"] == 0
+                ),
                 timeout=30,
             )
             assert "RETRYING" not in _status(cfg).stdout

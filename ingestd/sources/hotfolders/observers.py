@@ -197,6 +197,12 @@ class FolderObservers:
                 if ident == armed and not deaf:
                     with self.table.lock:
                         self.table.folders[key] = folder  # tags/tenant/done/failed may change
+                    # Asked again each check, so `status` shows a fixed mode as fixed.
+                    problem = access_problem(folder.cfg.path)
+                    if problem is not None:
+                        problems[key[0]] = folder_report(folder, problem)
+                    elif self._unreadable.pop(key[0], None) is not None:
+                        self.log.info("watch.folder_writable", folder=key[0])
                     continue
                 # Deleted (and maybe recreated), unmounted or mounted over: the observer
                 # watches an inode that is no longer the folder. Files still in flight
