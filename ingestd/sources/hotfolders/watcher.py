@@ -318,8 +318,9 @@ class HotFolders:
 
         stuck, total = self.stuck.status()
         with self.files.lock:
-            waiting = waiting_files(self.files.pending)
+            pending = [(p, c) for p, c in self.files.pending.items() if c.attempts > 0]
             unlistable = dict(self.files.unlistable)
+        waiting = waiting_files(pending)
         return {
             **self.snapshot(),
             "stuck": stuck,

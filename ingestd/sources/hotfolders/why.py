@@ -97,10 +97,11 @@ def _why(path: Path, pending: PendingFile) -> dict[str, Any]:
     return entry
 
 
-def waiting_files(pending: dict[Path, PendingFile]) -> dict[str, Any]:
-    """Files left in place after a failed attempt (``table.lock`` held): the first
-    ``WAITING_SHOWN`` with cause and fix, the total, and counts by tenant and cause."""
-    waiting = sorted(((p, c) for p, c in pending.items() if c.attempts > 0), key=lambda pc: pc[0])
+def waiting_files(pending: list[tuple[Path, PendingFile]]) -> dict[str, Any]:
+    """Files left in place after a failed attempt (taken from the table under its lock;
+    asked here without it, a share not answering must not stall the settle thread): the
+    first ``WAITING_SHOWN`` with cause and fix, the total, and counts by tenant and cause."""
+    waiting = sorted(((p, c) for p, c in pending if c.attempts > 0), key=lambda pc: pc[0])
     counts: dict[str, dict[str, int]] = {}
     for _path, c in waiting:
         by_cause = counts.setdefault(c.folder.cfg.tenant, {})
