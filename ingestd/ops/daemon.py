@@ -55,6 +55,7 @@ from ingestd.ops.sdnotify import Notifier
 from ingestd.sources.hotfolders import HotFolders
 from ingestd.sources.sftp import hostkeys
 from ingestd.sources.sftp.bans import UNBAN_DIR
+from ingestd.sources.sftp.in_progress import uploads_in_progress
 from ingestd.sources.sftp.service import SftpService
 from ingestd.sources.sftp.spool import Spool
 from ingestd.sources.sftp.tenant_status import TenantStatusCache
@@ -322,6 +323,7 @@ def _serve(config: Config, config_path: Path | None, notifier: Notifier | None) 
                 "hotfolders": hot.status_snapshot,
                 "spool": sftp.spool.snapshot,
                 "sftp": sftp.snapshot,
+                "uploads": lambda: uploads_in_progress(config.paths.spool, config.sftp.temp_names),
                 "loops": lambda: _state_turned(turn),
             },
         )

@@ -72,9 +72,18 @@ FROM documents d JOIN tenants t ON t.id = d.tenant_id
 GROUP BY t.name, d.processing_status ORDER BY 1, 2;
 
 -- name: status_jobs
-SELECT t.name AS tenant, j.kind, j.status, count(*) AS n
+-- A failed job that left its document in 'attention' (an encrypted PDF: job_fail wrote the
+-- same text as the job's error and the document's reason) is counted as 'attention', not
+-- failed; also once an operator marked the document done (document_mark_done's prefix).
+SELECT t.name AS tenant, j.kind,
+       CASE WHEN j.status = 'failed' AND d.attention_reason IN (
+                     left(j.error_message, 2000),
+                     'marked done without text by an operator: ' || left(j.error_message, 2000))
+            THEN 'attention' ELSE j.status END AS status,
+       count(*) AS n
 FROM processing_jobs j JOIN tenants t ON t.id = j.tenant_id
-GROUP BY t.name, j.kind, j.status ORDER BY 1, 2, 3;
+LEFT JOIN documents d ON d.id = j.document_id
+GROUP BY 1, 2, 3 ORDER BY 1, 2, 3;
 
 -- name: verify_documents
 SELECT d.id, t.name AS tenant, d.sha256, d.size_bytes, d.archive_path
@@ -611,9 +620,15 @@ SELECT t.name AS tenant,
        extract(epoch FROM now() - min(j.created_at)
                FILTER (WHERE j.status = 'queued' AND j.next_attempt_at <= now()))::bigint
            AS oldest_ready_seconds,
-       count(*) FILTER (WHERE j.status = 'failed' AND j.finished_at > now() - interval '1 hour')
+       count(*) FILTER (WHERE j.status = 'failed' AND j.finished_at > now() - interval '1 hour'
+                          -- a document in attention is not a failed job (status_jobs)
+                          AND NOT coalesce(d.attention_reason IN (
+                              left(j.error_message, 2000),
+                              'marked done without text by an operator: '
+                                  || left(j.error_message, 2000)), false))
            AS failed_last_hour
 FROM tenants t JOIN processing_jobs j ON j.tenant_id = t.id
+LEFT JOIN documents d ON d.id = j.document_id AND j.status = 'failed'
 WHERE j.status IN ('queued', 'processing')
    OR (j.status = 'failed' AND j.finished_at > now() - interval '1 hour')
 GROUP BY t.name ORDER BY t.name;
@@ -1057,3 +1072,23 @@ WHERE schemaname NOT IN ('pg_catalog', 'information_schema');
 -- name: backup_archive_paths
 -- The archive files the (restored) database knows.
 SELECT archive_path FROM documents;
+
+-- ===================================================================== status says why (#30)
+-- name: status_refusals
+-- Files refused (SFTP: one event per account and reason in a few minutes, so at least
+-- this many) and quarantined (each one) in the last %(hours)s hours, by tenant and reason,
+-- from the operator events.
+SELECT coalesce(tenant, '') AS tenant,
+       CASE type WHEN 'file.quarantined' THEN 'quarantined' ELSE 'refused' END AS outcome,
+       coalesce(detail->>'reason', '') AS reason, count(*) AS n, max(created_at) AS last_at
+FROM operator_events
+WHERE type IN ('file.quarantined', 'file.refused')
+  AND created_at > now() - make_interval(hours => %(hours)s)
+GROUP BY 1, 2, 3 ORDER BY 1, 2, 3;
+
+-- name: status_attention_documents
+-- Documents that need an operator (ingestd_documents_attention, `status`), by tenant.
+SELECT t.name AS tenant, count(*) AS n
+FROM documents d JOIN tenants t ON t.id = d.tenant_id
+WHERE d.processing_status = 'attention'
+GROUP BY t.name ORDER BY t.name;
