@@ -66,6 +66,13 @@ class DestinationTaken(IngestdError):
     exit_code = ExitCode.refused
 
 
+class DestinationUnusable(IngestdError):
+    """The destination cannot take the copy (no write permission, disk full): nothing was
+    left there."""
+
+    exit_code = ExitCode.refused
+
+
 @dataclass(frozen=True, slots=True)
 class HandedOut:
     document_id: int
@@ -221,7 +228,8 @@ def hand_out(
     dest: Destination,
 ) -> HandedOut:
     """Write one document's original (or searchable PDF) to ``dest``, verified and
-    recorded; raises NoSuchDocument, NoSearchablePdf, HandoutMismatch, DestinationTaken."""
+    recorded; raises NoSuchDocument, NoSearchablePdf, HandoutMismatch, DestinationTaken,
+    DestinationUnusable."""
     with db.transaction() as tx:
         doc = tx.one("document_handout", {"id": document_id, "tenant": tenant})
     if doc is None:
@@ -328,6 +336,10 @@ def _source(
                     f"document {doc['id']}: its archived file {doc['archive_path']} is "
                     "missing; run `ingestd verify`"
                 ) from None
+            except OSError as exc:  # e.g. not run as the archive's owner
+                raise ArchiveError(
+                    f"document {doc['id']}: cannot read {doc['archive_path']}: {exc.strerror}"
+                ) from None
             yield original
         return
     path = searchable_path(derived_root, doc)
@@ -386,7 +398,10 @@ def _temp(dest: Destination) -> Iterator[tuple[IO[bytes], Path | None]]:
         with tempfile.TemporaryFile() as f:
             yield f, None
         return
-    fd, name = tempfile.mkstemp(prefix=TEMP_PREFIX, dir=dest.where)
+    try:
+        fd, name = tempfile.mkstemp(prefix=TEMP_PREFIX, dir=dest.where)
+    except OSError as exc:
+        raise DestinationUnusable(f"cannot write into {dest.where}: {exc.strerror}") from None
     path = Path(name)
     try:
         with os.fdopen(fd, "w+b") as f:
@@ -397,13 +412,23 @@ def _temp(dest: Destination) -> Iterator[tuple[IO[bytes], Path | None]]:
 
 
 def _copy(src: BinaryIO, out: IO[bytes]) -> tuple[str, int]:
+    """Copy ``src`` to ``out``; its SHA-256 and size. A read error is the archive's
+    (ArchiveError), a write error the destination's (DestinationUnusable)."""
     digest = hashlib.sha256()
     size = 0
-    while chunk := src.read(CHUNK):
+    while True:
+        try:
+            chunk = src.read(CHUNK)
+        except OSError as exc:
+            raise ArchiveError(f"cannot read the stored file: {exc.strerror}") from None
+        if not chunk:
+            return digest.hexdigest(), size
         digest.update(chunk)
         size += len(chunk)
-        out.write(chunk)
-    return digest.hexdigest(), size
+        try:
+            out.write(chunk)
+        except OSError as exc:
+            raise DestinationUnusable(f"cannot write the copy: {exc.strerror}") from None
 
 
 def _umask() -> int:
