@@ -120,8 +120,12 @@ WHERE dt.document_id = %(document_id)s ORDER BY t.name;
 
 -- name: documents_list
 -- parts: how many children a split batch has; part_of/position: a child's parent.
+-- Filters (each NULL: not applied): name, a LIKE pattern matched case-insensitively on
+-- the original file name (`--name GLOB`, translated by the CLI); source, a whole source
+-- ("sftp:scanner1"), its kind ("sftp", "watch") or its account or folder ("scanner1");
+-- since/until, the arrival time (created_at), since inclusive, until exclusive.
 SELECT d.id, t.name AS tenant, d.title, d.issued_date, d.original_filename, d.source,
-       d.processing_status, d.size_bytes, d.created_at, d.asn,
+       d.source_subdir, d.processing_status, d.size_bytes, d.created_at, d.asn, d.trace_id,
        coalesce((SELECT array_agg(g.name ORDER BY g.name) FROM document_tags dt
                  JOIN tags g ON g.id = dt.tag_id WHERE dt.document_id = d.id), '{}') AS tags,
        (SELECT count(*) FROM document_parts p WHERE p.parent_id = d.id) AS parts,
@@ -129,6 +133,13 @@ SELECT d.id, t.name AS tenant, d.title, d.issued_date, d.original_filename, d.so
        (SELECT min(p.position) FROM document_parts p WHERE p.child_id = d.id) AS position
 FROM documents d JOIN tenants t ON t.id = d.tenant_id
 WHERE (%(tenant)s::text IS NULL OR t.name = %(tenant)s)
+  AND (%(name)s::text IS NULL OR d.original_filename ILIKE %(name)s::text)
+  AND (%(source)s::text IS NULL OR d.source = %(source)s::text
+       OR split_part(d.source, ':', 1) = %(source)s::text
+       OR (strpos(d.source, ':') > 0
+           AND substr(d.source, strpos(d.source, ':') + 1) = %(source)s::text))
+  AND (%(since)s::timestamptz IS NULL OR d.created_at >= %(since)s::timestamptz)
+  AND (%(until)s::timestamptz IS NULL OR d.created_at < %(until)s::timestamptz)
 ORDER BY d.id DESC
 LIMIT %(limit)s;
 
@@ -497,7 +508,7 @@ SELECT q.config::text AS config, q.query::text AS tsquery,
 FROM q;
 
 -- name: search
--- Tenant-scoped search in two tiers, every exact hit ranked above every compound one.
+-- Tenant-scoped search in three tiers: name hits, then exact ones, then compound ones.
 -- exact: the full-text query (search_terms) matches the document's vector; ts_rank_cd.
 -- compound (unless compounds is false): a query word of 3+ characters, not only digits,
 -- occurs inside a longer word - 'rechnung' in "Abschlagsrechnung", the stem 'kundig' in
@@ -507,8 +518,20 @@ FROM q;
 -- word too), a phrase's words must still be whole words in a row (only those have
 -- positions). Searched only while the exact tier leaves room below the limit (else no
 -- compound hit would be shown). Snippets mark the words the query was found in.
+-- name (issue 30): the query as typed occurs in the original file name (%(name_pattern)s,
+-- a case-insensitive LIKE pattern, NULL for a query under 3 characters; read from the
+-- tenant's documents under the search's statement timeout): `Scan_0815` finds the scan
+-- whose title became its sender's name, analysed or not. Ranked above the others (a file
+-- name is what the user remembers); a document is listed once, in its best tier.
 WITH q AS (
     SELECT %(config)s::regconfig AS config, %(tsquery)s::tsquery AS query
+), named AS MATERIALIZED (
+    SELECT d.id AS document_id, 1::real AS rank
+    FROM documents d
+    WHERE %(name_pattern)s::text IS NOT NULL AND d.tenant_id = %(tenant_id)s
+      AND d.original_filename ILIKE %(name_pattern)s::text
+    ORDER BY d.id DESC
+    LIMIT %(limit)s
 ), exact AS MATERIALIZED (
     SELECT c.document_id, ts_rank_cd(c.search, %(tsquery)s::tsquery) AS rank
     FROM document_content c
@@ -525,28 +548,35 @@ WITH q AS (
       AND c.search_words LIKE ANY (%(anchors)s::text[])
       AND NOT c.search @@ %(tsquery)s::tsquery
       AND c.search || x.found @@ %(tsquery)s::tsquery
+), best AS (
+    SELECT DISTINCT ON (document_id) document_id, tier, rank
+    FROM (SELECT document_id, 0 AS tier, rank FROM named
+          UNION ALL
+          SELECT document_id, 1, rank FROM exact
+          UNION ALL
+          SELECT document_id, 2, rank FROM compound) h
+    ORDER BY document_id, tier, rank DESC
 ), top AS (
-    SELECT document_id, 1 AS tier, rank FROM exact
-    UNION ALL
-    SELECT document_id, 2, rank FROM compound
+    SELECT document_id, tier, rank FROM best
     ORDER BY tier, rank DESC, document_id DESC
     LIMIT %(limit)s
 )
 SELECT d.id, d.title, d.issued_date, d.original_filename, c.page_count,
-       CASE t.tier WHEN 1 THEN 'exact' ELSE 'compound' END AS match, t.rank,
-       ts_headline(
-           CASE t.tier WHEN 1 THEN q.config ELSE 'simple'::regconfig END,
+       CASE t.tier WHEN 0 THEN 'name' WHEN 1 THEN 'exact' ELSE 'compound' END AS match,
+       t.rank,
+       CASE WHEN c.document_id IS NOT NULL THEN ts_headline(
+           CASE t.tier WHEN 2 THEN 'simple'::regconfig ELSE q.config END,
            left(c.content, 100000),
-           CASE t.tier WHEN 1 THEN q.query ELSE coalesce(q.query || (
+           CASE t.tier WHEN 2 THEN coalesce(q.query || (
                SELECT string_agg('''' || replace(replace(w, '\', '\\'), '''', '''''') || '''',
                                  ' | ')::tsquery
                FROM unnest(tsvector_to_array(c.search)) AS w
                WHERE EXISTS (SELECT FROM unnest(%(infixes)s::text[]) AS l
-                             WHERE strpos(w, l) > 0)), q.query) END,
-           'MaxFragments=2, MaxWords=18, MinWords=6, StartSel=«, StopSel=»') AS snippet
+                             WHERE strpos(w, l) > 0)), q.query) ELSE q.query END,
+           'MaxFragments=2, MaxWords=18, MinWords=6, StartSel=«, StopSel=»') END AS snippet
 FROM top t
 JOIN documents d ON d.id = t.document_id
-JOIN document_content c ON c.document_id = t.document_id
+LEFT JOIN document_content c ON c.document_id = t.document_id
 CROSS JOIN q
 ORDER BY t.tier, t.rank DESC, d.id DESC;
 
@@ -1092,3 +1122,14 @@ SELECT t.name AS tenant, count(*) AS n
 FROM documents d JOIN tenants t ON t.id = d.tenant_id
 WHERE d.processing_status = 'attention'
 GROUP BY t.name ORDER BY t.name;
+
+-- ===================================================================== hand-out (issue 30)
+-- name: document_handout
+-- `documents get` (ingestd/archive/handout.py): what handing a document out needs, its
+-- searchable PDF (relative to paths.derived) if analysis made one.
+SELECT d.id, t.name AS tenant, d.original_filename, d.extension, d.sha256, d.size_bytes,
+       d.archive_path, d.mime_type, d.processing_status, d.attention_reason,
+       c.searchable_pdf, c.document_id IS NOT NULL AS has_content
+FROM documents d JOIN tenants t ON t.id = d.tenant_id
+LEFT JOIN document_content c ON c.document_id = d.id
+WHERE d.id = %(id)s AND (%(tenant)s::text IS NULL OR t.name = %(tenant)s);
