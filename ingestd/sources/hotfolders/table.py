@@ -41,6 +41,8 @@ class PendingFile:
     tenant_reported: tuple[str, float] | None = None
     # The file's correlation id, made when it is first taken (kept across retries).
     trace: str = field(default_factory=new_trace_id)
+    # When it was first noticed (wall clock): the arrival time of its arrival row.
+    first_seen: datetime = field(default_factory=lambda: datetime.now(UTC))
 
 
 class StuckAction(enum.StrEnum):
