@@ -1061,7 +1061,7 @@ SELECT arrival_upsert(%(trace_id)s, %(tenant)s, %(source)s, %(origin)s, %(subdir
 -- document holding these bytes is this file's (archived) or an earlier one's (duplicate).
 SELECT arrival_upsert(%(trace_id)s, %(tenant)s, %(source)s, %(origin)s, %(subdir)s,
                       %(original_name)s, %(size_bytes)s, %(sha256)s, %(arrived_at)s,
-                      clock_timestamp(),
+                      now(),  -- the transaction's time, as the document's and its job's
                       CASE WHEN d.trace_id IS NOT DISTINCT FROM %(trace_id)s
                                 AND d.created_at >= now()
                            THEN 'archived' ELSE 'duplicate' END,
