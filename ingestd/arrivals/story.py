@@ -21,6 +21,15 @@ from ingestd.db.database import Database, Tx
 from ingestd.errors import UsageError
 
 MAX_FOUND = 10_000  # --limit's ceiling
+# What an audit entry of the document means, for the helpdesk.
+AUDIT_SAID = {
+    "document.archived": " (recorded in the archive's trail)",
+    "document.duplicate": " (the same content arrived again, as another file)",
+    "document.split": " (a batch cut into its documents)",
+    "document.purged": " (removed after its retention)",
+    "hold.set": " (a legal hold)",
+    "hold.released": " (the legal hold lifted)",
+}
 _RELATIVE = re.compile(r"^(\d+)\s*([mhdw])$")
 _UNITS = {"m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
 
@@ -269,7 +278,8 @@ def _document_steps(tx: Tx, doc: Mapping[str, Any]) -> list[Step]:
     if status == "attention":
         steps.append(Step(None, "attention", f"needs attention: {doc['attention_reason']}"))
     for e in tx.all("trace_audit", {"id": doc["id"], "tenant": doc["tenant"]}):
-        steps.append(Step(e["at"], "audit", f"audit entry {e['seq']}: {e['kind']}"))
+        said = AUDIT_SAID.get(str(e["kind"]), "")
+        steps.append(Step(e["at"], "audit", f"audit entry {e['seq']}: {e['kind']}{said}"))
     return steps
 
 

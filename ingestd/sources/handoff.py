@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import os
+import stat
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -225,6 +227,10 @@ class Handoff:
         disk while the database is down), or straight into the database without one."""
         if outcome is not ArrivalOutcome.waiting:
             self._waiting.pop(item.trace or "", None)
+        size: int | None = None
+        with contextlib.suppress(OSError):  # where the file is now: its size, if a file
+            st = os.lstat(location or item.path)
+            size = st.st_size if stat.S_ISREG(st.st_mode) else None
         arrival = Arrival(
             trace_id=item.trace or new_trace_id(),
             tenant=item.tenant,
@@ -232,6 +238,7 @@ class Handoff:
             name=item.name,
             outcome=outcome,
             subdir=item.subdir,
+            size=size,
             arrived_at=item.arrived,
             reason=reason,
             detail=detail,

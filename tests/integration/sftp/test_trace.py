@@ -147,6 +147,7 @@ def test_trace_tells_each_files_story_from_the_database_alone(
     assert refused["reason"] == "bad_type" and "ELF" in refused["detail"]
     assert (quarantined["source"], quarantined["reason"]) == ("watch", "bad_type")
     assert quarantined["location"] == str(tmp_path / "failed-acme" / "kaputt.pdf")
+    assert quarantined["size_bytes"] == 9 + 256 * 40 and waiting["size_bytes"] > 0
     assert waiting["reason"] == "tenant_suspended" and waiting["tenant"] == "beta"
 
     story, text = _trace(rig, "Scan_0815.pdf")
@@ -156,6 +157,7 @@ def test_trace_tells_each_files_story_from_the_database_alone(
     assert "job" in steps and "audit" in steps
     assert any("analyze-document" in s["text"] for s in story["steps"])
     assert any("document.archived" in s["text"] for s in story["steps"])
+    assert any("the same content arrived again" in s["text"] for s in story["steps"])
     assert f"document {archived['document_id']}" in text and "via sftp scan1" in text
 
     story, text = _trace(rig, "scan_0815 kopie.pdf")  # any case
