@@ -190,6 +190,7 @@ def own_cluster() -> Iterator[EmbeddedPostgres]:
         yield cluster
 
 
+@pytest.mark.sftp_processes(2)  # as serve runs: the refusal travels to the supervisor's log
 def test_arrivals_decided_while_the_database_is_down_appear_once_it_is_back(
     make_rig: Callable[..., Rig], own_cluster: EmbeddedPostgres
 ) -> None:
