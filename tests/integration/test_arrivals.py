@@ -84,6 +84,54 @@ def _note(db: Database, arrival: Arrival) -> None:
         tx.one("arrival_note", arrival.params())
 
 
+def test_a_waiting_hot_folder_file_keeps_one_row_across_a_daemon_restart(db: Database) -> None:
+    """A waiting hot-folder file gets a new trace id after a restart: its decision takes
+    over the old waiting row (and its arrival time) instead of leaving a second row."""
+    early = datetime.now(UTC) - timedelta(hours=5)
+    waiting = {"tenant": "acme", "source": "watch:/srv/hot/acme", "name": "wartet.pdf"}
+    _note(
+        db,
+        Arrival(
+            trace_id="before",
+            outcome=ArrivalOutcome.waiting,
+            arrived_at=early,
+            reason="tenant_suspended",
+            **waiting,
+        ),
+    )
+    _note(
+        db,
+        Arrival(
+            trace_id="after", outcome=ArrivalOutcome.waiting, reason="tenant_suspended", **waiting
+        ),
+    )
+    _note(
+        db,
+        Arrival(
+            trace_id="after",
+            outcome=ArrivalOutcome.quarantined,
+            reason="bad_type",
+            location="/srv/failed/wartet.pdf",
+            **waiting,
+        ),
+    )
+    (row,) = _arrivals(db)
+    assert (row["trace_id"], row["outcome"], row["arrived_at"]) == ("after", "quarantined", early)
+    # Another file of that name, later, in another folder, or by SFTP, is a row of its own.
+    _note(
+        db,
+        Arrival(
+            trace_id="sftp",
+            tenant="acme",
+            source="sftp:scan1",
+            name="wartet.pdf",
+            outcome=ArrivalOutcome.waiting,
+            reason="database_unavailable",
+        ),
+    )
+    assert len(_arrivals(db)) == 2
+
+
 def test_arrivals_older_than_keep_days_are_pruned_by_housekeeping(
     make_env: Any, db: Database
 ) -> None:

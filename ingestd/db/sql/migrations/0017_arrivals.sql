@@ -35,7 +35,9 @@ CREATE INDEX IF NOT EXISTS arrivals_document ON arrivals (document_id);
 -- Record (or update) one file's arrival. A decision replaces the row's outcome; "waiting"
 -- never replaces a decision (a buffered waiting row flushed after the file was archived
 -- must not undo it). The arrival time is the earliest ever given, size and SHA-256 the
--- last known.
+-- last known. A hot-folder file's trace id lives in the daemon's memory only: after a
+-- restart the same waiting file comes with a new one, so its row under the old id (same
+-- folder, sub-folder and name, still waiting) is taken over, with its arrival time.
 CREATE OR REPLACE FUNCTION arrival_upsert(
     p_trace      TEXT,
     p_tenant     TEXT,
@@ -54,11 +56,20 @@ CREATE OR REPLACE FUNCTION arrival_upsert(
     p_location   TEXT
 ) RETURNS BIGINT
 LANGUAGE sql AS $$
+    WITH stale AS (
+        DELETE FROM arrivals s
+        WHERE p_source = 'watch' AND s.outcome = 'waiting' AND s.trace_id <> p_trace
+          AND s.tenant = p_tenant AND s.source = p_source AND s.origin = coalesce(p_origin, '')
+          AND s.subdir = coalesce(p_subdir, '') AND s.original_name = p_name
+        RETURNING s.arrived_at
+    )
     INSERT INTO arrivals AS a (trace_id, tenant, source, origin, subdir, original_name,
                                size_bytes, sha256, arrived_at, decided_at, outcome,
                                document_id, reason, detail, location)
     VALUES (p_trace, p_tenant, p_source, coalesce(p_origin, ''), coalesce(p_subdir, ''),
-            p_name, p_size, p_sha256, coalesce(p_arrived, p_decided), p_decided, p_outcome,
+            p_name, p_size, p_sha256,
+            least(coalesce(p_arrived, p_decided), (SELECT min(arrived_at) FROM stale)),
+            p_decided, p_outcome,
             p_document, coalesce(p_reason, ''), coalesce(p_detail, ''), p_location)
     ON CONFLICT (trace_id) DO UPDATE SET
         arrived_at = least(a.arrived_at, EXCLUDED.arrived_at),
