@@ -16,11 +16,13 @@ from ingestd import __version__, log
 from ingestd.cli import audit as audit_cli
 from ingestd.cli import backup as backup_cli
 from ingestd.cli import documents, sftp, system
+from ingestd.cli import find as find_cli
 from ingestd.cli import jobs as jobs_cli
 from ingestd.cli import retention as retention_cli
 from ingestd.cli import samples as samples_cli
 from ingestd.cli import search as search_cli
 from ingestd.cli import tenants as tenant_cli
+from ingestd.cli import trace as trace_cli
 from ingestd.cli.common import Handler, load
 from ingestd.config.settings import DEFAULT_POOL, Config
 from ingestd.errors import ConfigError, ExitCode, IngestdError, UsageError
@@ -171,7 +173,19 @@ def build_parser() -> argparse.ArgumentParser:
     samples_cli.add_parser(sub)
     backup_cli.add_parsers(sub, common, jsonopt)  # issue 30: backup, restore
 
+    # Issue 30, arrivals: `documents find` (below `documents`) and `trace`.
+    find_cli.add_parser(_subcommands(sub.choices["documents"]), common, jsonopt)
+    trace_cli.add_parser(sub, common, jsonopt)
+
     return p
+
+
+def _subcommands(parser: argparse.ArgumentParser) -> argparse._SubParsersAction:  # type: ignore[type-arg]
+    """The sub-commands of ``parser`` (``documents``), to add one from another module."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return action
+    raise LookupError(f"{parser.prog} has no sub-commands")
 
 
 def subparsers(

@@ -44,6 +44,8 @@ class PendingFile:
     # Why its last attempt left it in place (a retry.Cause) and the error's text.
     waiting_cause: str | None = None
     waiting_detail: str = ""
+    # When it was first noticed (wall clock): the arrival time of its arrival row.
+    first_seen: datetime = field(default_factory=lambda: datetime.now(UTC))
 
 
 class StuckAction(enum.StrEnum):

@@ -19,6 +19,7 @@ Where each file is, and when it is due, is one table under one lock (``table``).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 import time
@@ -207,7 +208,9 @@ class HotFolders:
         log = self.log.bind(
             tenant=tenant, folder=folder.name, filename=path.name, trace=pending.trace
         )
-        item = self._item(folder, path, pending.trace)
+        item = dataclasses.replace(
+            self._item(folder, path, pending.trace), arrived=pending.first_seen
+        )
         protected = self.intake.protected
 
         def before_quarantine() -> None:
