@@ -154,6 +154,8 @@ def _etc_snapshot() -> dict[str, tuple[bytes, int, int, int]]:
     return snap
 
 
+# Two package builds (the session's and the next release's) before the test itself.
+@pytest.mark.timeout(1800)
 def test_upgrade_of_a_configured_system_asks_nothing(
     built_deb: Path, next_deb: Path, machine: None, tmp_path: Path
 ) -> None:
