@@ -16,6 +16,7 @@ from ingestd import __version__, log
 from ingestd.cli import audit as audit_cli
 from ingestd.cli import backup as backup_cli
 from ingestd.cli import documents, sftp, system
+from ingestd.cli import dropins as dropins_cli
 from ingestd.cli import find as find_cli
 from ingestd.cli import jobs as jobs_cli
 from ingestd.cli import retention as retention_cli
@@ -118,6 +119,9 @@ def build_parser() -> argparse.ArgumentParser:
     documents.add_parsers(sub, common, jsonopt)
 
     sftp.add_parsers(sub, common, jsonopt)
+
+    # #30 (confd): hot folders as conf.d drop-ins (account add|remove: in sftp.py's group).
+    dropins_cli.add_watch_parsers(sub, common)
 
     system.add_run_parsers(sub, common, jsonopt)
 

@@ -50,6 +50,7 @@ from ingestd.ops.metrics_server import (
     register_queue_collector,
     unregister,
 )
+from ingestd.ops.reload_request import record_reload
 from ingestd.ops.runtime import make_intake, open_database
 from ingestd.ops.sdnotify import Notifier
 from ingestd.sources.hotfolders import HotFolders
@@ -335,6 +336,7 @@ def _serve(config: Config, config_path: Path | None, notifier: Notifier | None) 
         )
         ping_every = notifier.watchdog_interval
         next_ping = time.monotonic()
+        reloads = 0
         try:
             while not flags.stop.is_set():
                 health.beat("daemon", 1.0)
@@ -346,6 +348,7 @@ def _serve(config: Config, config_path: Path | None, notifier: Notifier | None) 
                 if flags.reload:
                     flags.reload = False  # SIGHUPs meanwhile: this reload reads their config
                     notifier.reloading()
+                    reloads += 1  # #30 (confd): `account add` & co. wait for the record
                     try:
                         new = load_config(config_path)
                     except ConfigError as exc:
@@ -353,6 +356,9 @@ def _serve(config: Config, config_path: Path | None, notifier: Notifier | None) 
                             "daemon.reload_failed", error=exc.message, problems=exc.problems
                         )
                         notifier.ready(f"{_status(config, sftp)}; reload failed, old config kept")
+                        record_reload(
+                            config.paths.state_dir, reloads, exc.problems or [exc.message]
+                        )
                         continue
                     log.configure(new.log.level, new.log.format)
                     new_intake = make_intake(new, db)
@@ -364,6 +370,7 @@ def _serve(config: Config, config_path: Path | None, notifier: Notifier | None) 
                         endpoint.collector.worker = new.worker  # pools added or changed
                     notifier.ready(_status(config, sftp))
                     logger.info("daemon.reloaded", hot_folders=len(new.watch))
+                    record_reload(config.paths.state_dir, reloads, None)
         finally:
             notifier.stopping("stopping" if flags.stop.is_set() else "stopping (error)")
             logger.info("daemon.stopping")

@@ -32,9 +32,20 @@ from ingestd.errors import ExitCode, IngestdError
 
 ENV_USER = "INGESTD_USER"
 DEFAULT_STATE_DIR = Path("/var/lib/ingestd")
-# Commands that touch no state and keep the caller's identity: config-reference and
-# hash-password print, sample-scan writes where it is told.
-STAY_ROOT = frozenset({"config-reference", "account hash-password", "sample-scan"})
+# Commands that keep the caller's identity: config-reference and hash-password print,
+# sample-scan writes where it is told; account/watch add|remove write the root-owned
+# /etc/ingestd/conf.d and reload the daemon (systemctl or SIGHUP), which only root may.
+STAY_ROOT = frozenset(
+    {
+        "config-reference",
+        "account hash-password",
+        "sample-scan",
+        "account add",
+        "account remove",
+        "watch add",
+        "watch remove",
+    }
+)
 
 
 class NoSuchUser(IngestdError):
