@@ -17,7 +17,9 @@
 #   3. every .pyc is deleted and compiled again with the final path recorded
 #      (compileall -s STAGE -p /), so tracebacks name /opt/ingestd/...;
 #   4. `grep -r` of the whole tree for the temporary path must find nothing, and the
-#      packaged default config must pass `ingestd check-config` run by the staged venv.
+#      packaged default config (packaging/ingestd.toml, minimal: the full example goes to
+#      /usr/share/doc/ingestd/examples/) must pass `ingestd check-config` run by the
+#      staged venv.
 # The package depends on python3.X (the venv is bound to that interpreter and its ABI)
 # and is arch-specific (the wheels have compiled code).
 #
@@ -108,10 +110,13 @@ say "installing $(basename "$WHEEL") and its dependencies"
 rm -f "$VENV"/lib/python*/site-packages/ingestd-*.dist-info/direct_url.json
 
 # -- the default config, checked by the staged application --------------------------------
+# A minimal ingestd.toml (the conffile: only the database), an empty conf.d/ for the
+# drop-ins of `ingestd account add` / `watch add` and the administrator's own, and the
+# full commented example under /usr/share/doc: a new release that changes the example
+# changes no conffile, so an upgrade of a configured machine asks nothing.
 ETC=$STAGE/etc/ingestd
-install -d -m 0750 "$ETC"
-"$PYTHON" "$HERE/default_config.py" "$REPO/config/ingestd.example.toml" "$ETC/ingestd.toml"
-chmod 0640 "$ETC/ingestd.toml"
+install -d -m 0750 "$ETC" "$ETC/conf.d"
+install -m 0640 "$HERE/ingestd.toml" "$ETC/ingestd.toml"
 env -u INGESTD_CONFIG PYTHONDONTWRITEBYTECODE=1 "$VENV/bin/python" -m ingestd.cli \
     check-config "$ETC/ingestd.toml" || die "the packaged default config does not pass check-config"
 
@@ -138,7 +143,10 @@ head -1 "$VENV/bin/ingestd" | grep -qx "#!$PREFIX/bin/python" \
 # -- the rest of the tree -----------------------------------------------------------------
 install -d "$STAGE/usr/bin" "$STAGE/usr/share/doc/ingestd"
 ln -s "$PREFIX/bin/ingestd" "$STAGE/usr/bin/ingestd"
-install -m 0644 "$REPO/README.md" "$REPO/config/ingestd.example.toml" "$REPO/docs/configuration.md" "$STAGE/usr/share/doc/ingestd/"
+install -m 0644 "$REPO/README.md" "$REPO/docs/configuration.md" "$STAGE/usr/share/doc/ingestd/"
+[ ! -f "$REPO/docs/config-dropins.md" ] || install -m 0644 "$REPO/docs/config-dropins.md" "$STAGE/usr/share/doc/ingestd/"
+install -d "$STAGE/usr/share/doc/ingestd/examples"
+install -m 0644 "$REPO/config/ingestd.example.toml" "$STAGE/usr/share/doc/ingestd/examples/ingestd.toml"
 install -m 0644 "$REPO/packaging/grafana/ingestd-dashboard.json" "$STAGE/usr/share/doc/ingestd/"
 install -d "$STAGE/usr/share/doc/ingestd/docs"
 install -m 0644 "$REPO"/docs/*.md "$STAGE/usr/share/doc/ingestd/docs/"

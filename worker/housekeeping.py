@@ -1,4 +1,5 @@
-"""What the worker does between jobs: rescue expired leases, relay events, prune old jobs.
+"""What the worker does between jobs: rescue expired leases, relay events, prune old jobs
+and old arrivals.
 
 Every worker does it (there is no leader to elect); each step is one short statement
 that is cheap when there is nothing to do and safe when two workers do it at once. When
@@ -67,7 +68,23 @@ def prune(queue: Queue, config: Config, log: FilteringBoundLogger) -> None:
             break
     if total:
         log.info("worker.pruned", jobs=total, older_than_s=config.worker.prune_after)
+    prune_arrivals(queue.db, config, log)
     sweep_split_work(queue.db, config, log)
+
+
+def prune_arrivals(db: Database, config: Config, log: FilteringBoundLogger) -> int:
+    """Delete arrival rows older than ``[arrivals] keep_days`` (bounded batches per pass,
+    like the jobs)."""
+    total = 0
+    for _ in range(PRUNE_MAX_BATCHES):
+        with db.transaction() as tx:
+            n = tx.run("arrivals_prune", {"days": config.arrivals.keep_days})
+        total += n
+        if n < PRUNE_BATCH:
+            break
+    if total:
+        log.info("worker.arrivals_pruned", arrivals=total, keep_days=config.arrivals.keep_days)
+    return total
 
 
 def sweep_split_work(db: Database, config: Config, log: FilteringBoundLogger) -> int:

@@ -43,12 +43,15 @@ class Observed(enum.StrEnum):
     lost = "lost"
     retry = "retry"
     failed = "failed"
+    attention = "attention"  # the document needs an operator (not a failed job)
 
 
 def observe(job: Job, outcome: Observed, t0: float) -> None:
     metrics.JOB_SECONDS.labels(job.kind, outcome).observe(time.monotonic() - t0)
     if outcome in (Observed.failed, Observed.refused):
         metrics.JOBS_FAILED.labels(job.tenant, job.kind).inc()
+    elif outcome is Observed.attention:
+        metrics.JOBS_ATTENTION.labels(job.tenant, job.kind).inc()
 
 
 def record(jl: FilteringBoundLogger, write: Callable[[], T]) -> T | None:
@@ -174,7 +177,7 @@ def _record_failure(
             error=detail,
         )
     elif attention:
-        observe(job, Observed.failed, t0)
+        observe(job, Observed.attention, t0)
         jl.error(
             "job.needs_attention", seconds=seconds, attempt=outcome.retry_count + 1, reason=detail
         )

@@ -37,6 +37,7 @@ class AuditKind(enum.StrEnum):
     hold_set = "hold.set"
     hold_released = "hold.released"
     sealed = "seal.made"
+    handed_out = "document.handed_out"  # `documents get`: who, which variant, its SHA-256
     # -- the appliance's chain ------------------------------------------------------------
     chain_opened = "chain.opened"  # a tenant's chain started (written by audit_append)
     verify_run = "verify.run"

@@ -6,8 +6,10 @@ hash and the body exactly as hashed), the seals of the exported positions, every
 rotation (the statement and its signatures, so that an auditor holding an older or a
 newer key follows the change), the appliance's newest seal with its roster (the head of
 every tenant chain it signed: this chain cut short or replaced shows against it), and
-the chain's head at the time of export. A whole-chain export (no range) is marked
-``complete``: the checker then also holds it to its head and its seals.
+the chain's head at the time of export, then the tenant's arrivals of the range (every
+file that reached a source, and what became of it; the checker ignores these lines). A
+whole-chain export (no range) is marked ``complete``: the checker then also holds it to
+its head and its seals.
 ``ingestd/archive/export_check.py`` checks it with nothing but Python and ``cryptography``.
 """
 
@@ -15,9 +17,10 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from datetime import UTC, date, datetime, time, timedelta
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from ingestd.archive import sealkey
 from ingestd.archive.export_check import FORMAT, Rotation, fingerprint
@@ -45,6 +48,11 @@ def _rotation(r: Rotation) -> dict[str, str | None]:
         "signature_from": r.signature_old,
         "signature_to": r.signature_new,
     }
+
+
+def _arrival(row: Mapping[str, Any]) -> dict[str, Any]:
+    """An arrival row as one export line's object (times in ISO 8601)."""
+    return {k: v.isoformat() if isinstance(v, datetime) else v for k, v in row.items() if k != "id"}
 
 
 def export_chain(
@@ -97,6 +105,10 @@ def export_chain(
             _line(out, {"appliance_seal": {k: appliance[k] for k in (*fields, "roster")}})
         if head is not None:
             _line(out, {"head": {"seq": int(head["seq"]), "hash": str(head["hash"])}})
+        # The tenant's arrivals of the same days (every file that reached a source and what
+        # became of it, migration 0017): records beside the chain, not part of it.
+        for a in tx.stream("arrivals_export", {"tenant": tenant, "from": lo, "to": hi}):
+            _line(out, {"arrival": _arrival(a)})
     return written
 
 

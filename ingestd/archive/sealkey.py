@@ -206,6 +206,24 @@ def key_for_sealing(db: Database, state_dir: Path) -> Ed25519PrivateKey:
     return key
 
 
+def ensure_key(db: Database, state_dir: Path) -> str | None:
+    """Make the sealing key now (``migrate``, daemon start) if none was ever made, so the
+    first backup of the state directory holds it; the same path the first ``audit seal``
+    takes (``key_for_sealing`` under the seal lock, with its ``key.created`` entry). Never
+    where a key is expected: a trail that records a key, seals made with one, or a key
+    file already there are left to ``audit seal`` to check or adopt (the #29 rule).
+    Returns the new key's public hex, or None when nothing was made."""
+    with seal_lock(db):
+        with db.transaction() as tx:
+            hist = history(tx)
+            made_with = tx.all("audit_seal_keys")
+        if hist.current is not None or made_with or os.path.lexists(key_path(state_dir)):
+            return None
+        if os.path.lexists(key_path(state_dir).with_name(KEY_FILE + NEXT_SUFFIX)):
+            return None  # a rotation's leftover: the next seal decides
+        return public_hex(key_for_sealing(db, state_dir))
+
+
 def _expected(private: Path, hist: KeyHistory, made_with: set[str]) -> Ed25519PrivateKey:
     expected = hist.current
     if expected is None and made_with:

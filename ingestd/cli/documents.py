@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import datetime
 import sys
 from pathlib import Path
 from typing import Any
 
 from ingestd.cli import tenants as tenant_cli
+from ingestd.cli import timebounds
 from ingestd.cli.common import CONFIRM_ABOVE, confirm, load, print_json, print_table, shown
 from ingestd.config.settings import Config
 from ingestd.errors import ExitCode, IngestdError
@@ -254,24 +256,36 @@ def _not_splittable(row: dict[str, Any] | None, tenant: str) -> str | None:
 
 
 def cmd_documents(args: argparse.Namespace) -> int:
+    """Newest first: arrival time, original name and source with the title; filtered by
+    tenant, name glob, source and arrival time."""
     from ingestd.ops.runtime import open_database
 
     config = load(args)
+    params = {
+        "tenant": args.tenant,
+        "limit": args.limit,
+        "name": timebounds.like_pattern(args.name) if args.name else None,
+        "source": args.source,
+        "since": args.since,
+        "until": args.until,
+    }
     with open_database(config) as db, db.transaction() as tx:
-        rows = tx.all("documents_list", {"tenant": args.tenant, "limit": args.limit})
+        rows = tx.all("documents_list", params)
     if args.json:
         print_json(rows)
         return ExitCode.ok
     print_table(
-        ("ID", "TENANT", "SOURCE", "STATUS", "ISSUED", "BATCH", "TITLE", "TAGS"),
+        ("ID", "TENANT", "ARRIVED", "SOURCE", "STATUS", "ISSUED", "BATCH", "FILE", "TITLE", "TAGS"),
         (
             [
                 r["id"],
                 r["tenant"],
+                arrived(r["created_at"]),
                 shown(r["source"]),
                 r["processing_status"],
                 r["issued_date"].isoformat() if r["issued_date"] else "-",
                 batch_mark(r),
+                shown(r["original_filename"]),
                 shown(r["title"]),
                 shown(", ".join(r["tags"])),
             ]
@@ -280,6 +294,17 @@ def cmd_documents(args: argparse.Namespace) -> int:
         right=("ID",),
     )
     return ExitCode.ok
+
+
+def arrived(when: datetime.datetime) -> str:
+    """An arrival time as a listing shows it: local time, to the second."""
+    return when.astimezone().strftime("%Y-%m-%d %H:%M:%S")
+
+
+def source_parts(source: str) -> tuple[str, str | None]:
+    """("sftp", "scanner1") for "sftp:scanner1"; ("cli", None) for "cli"."""
+    kind, sep, name = source.partition(":")
+    return kind, (name if sep else None)
 
 
 def batch_mark(row: dict[str, Any]) -> str:
@@ -308,14 +333,26 @@ def cmd_documents_show(args: argparse.Namespace) -> int:
     if args.json:
         print_json({**doc, "parent": parent, "children": children})
         return ExitCode.ok
+    kind, via = source_parts(str(doc["source"]))
+    shown_doc = {
+        **doc,
+        "arrived": arrived(doc["created_at"]),
+        "source": kind,
+        "via": via,
+        "source_subdir": doc["source_subdir"] or None,
+    }
     for label, key in (
         ("title", "title"),
         ("tenant", "tenant"),
         ("status", "processing_status"),
         ("issued", "issued_date"),
         ("ASN", "asn"),
-        ("file", "original_filename"),
+        ("original name", "original_filename"),
+        ("arrived", "arrived"),
         ("source", "source"),
+        (_VIA.get(kind, "via"), "via"),
+        ("subfolder", "source_subdir"),
+        ("trace id", "trace_id"),
         ("archived", "archive_path"),
         ("sha256", "sha256"),
         ("size", "size_bytes"),
@@ -323,8 +360,8 @@ def cmd_documents_show(args: argparse.Namespace) -> int:
         ("type", "document_type"),
         ("attention", "attention_reason"),
     ):
-        if doc[key] is not None:
-            print(f"{label + ':':<15}{shown(str(doc[key]))}")
+        if shown_doc[key] is not None:
+            print(f"{label + ':':<15}{shown(str(shown_doc[key]))}")
     print(f"{'tags:':<15}{', '.join(doc['tags']) or '-'}")
     if parent is not None:
         print(
@@ -352,6 +389,10 @@ def cmd_documents_show(args: argparse.Namespace) -> int:
     return ExitCode.ok
 
 
+# What the part after "kind:" of a source names.
+_VIA = {"sftp": "account", "watch": "folder", "mail": "mailbox", "web": "user"}
+
+
 def pages(row: dict[str, Any]) -> str:
     first, last = row["first_page"], row["last_page"]
     return f"page {first}" if first == last else f"pages {first}-{last}"
@@ -370,12 +411,20 @@ def cmd_documents_attention(args: argparse.Namespace) -> int:
     if not rows:
         print("no documents need attention")
         return ExitCode.ok
-    id_width = max(len(str(r["id"])) for r in rows)
-    tenant_width = max(len(r["tenant"]) for r in rows)
-    for r in rows:
-        name = shown(r["original_filename"])
-        print(f"{r['id']:>{id_width}}  {r['tenant']:<{tenant_width}}  {name}")
-        print(f"{'':>{id_width}}  {shown(r['attention_reason'] or '')}")
+    print_table(
+        ("ID", "TENANT", "ARRIVED", "FILE", "REASON"),
+        (
+            [
+                r["id"],
+                r["tenant"],
+                arrived(r["created_at"]),
+                shown(r["original_filename"]),
+                shown(r["attention_reason"] or "-"),
+            ]
+            for r in rows
+        ),
+        right=("ID",),
+    )
     print(
         f"\n{len(rows)} document(s). Re-queue with `ingestd documents analyze --tenant T ID`, "
         "or accept without text: `ingestd documents mark-done --tenant T ID`"
@@ -434,6 +483,35 @@ def add_parsers(
     )
     d.add_argument("--tenant", default=None, help="only this tenant's documents")
     d.add_argument(
+        "--name",
+        default=None,
+        metavar="GLOB",
+        help="only documents whose original file name matches GLOB (* and ?, any case), "
+        "e.g. 'Scan_0815*'",
+    )
+    d.add_argument(
+        "--source",
+        default=None,
+        metavar="S",
+        help="only from this source: sftp:ACCOUNT, watch:FOLDER, its kind (sftp, watch, "
+        "cli) or the account or folder name alone",
+    )
+    d.add_argument(
+        "--since",
+        type=timebounds.since,
+        default=None,
+        metavar="TIME",
+        help="arrived at or after TIME: 2026-12-04, '2026-12-04 08:30', today, yesterday, "
+        "or an age (90m, 2h, 3d)",
+    )
+    d.add_argument(
+        "--until",
+        type=timebounds.until,
+        default=None,
+        metavar="TIME",
+        help="arrived before TIME (a date: up to the end of that day)",
+    )
+    d.add_argument(
         "--limit",
         type=int,
         default=50,
@@ -441,6 +519,7 @@ def add_parsers(
         help="at most N documents (default %(default)s)",
     )
     d.set_defaults(func=cmd_documents)
+    add_get_parser(dsub, common, jsonopt)
     d = dsub.add_parser(
         "show", parents=[common, jsonopt], help="one document, with its batch or its children"
     )
@@ -518,3 +597,78 @@ def add_parsers(
         "ids", nargs="+", type=int, metavar="ID", help="the documents to accept without text"
     )
     d.set_defaults(func=cmd_documents_mark_done)
+
+
+# -- get: hand a document out -------------------------------------------------------------
+def cmd_documents_get(args: argparse.Namespace) -> int:
+    """Write the original (or the searchable PDF) under its original name, re-hashed
+    against the archive, recorded in the tenant's audit chain (ingestd/archive/handout.py)."""
+    from ingestd.archive import handout
+    from ingestd.errors import UsageError
+    from ingestd.ops.runtime import make_archive, open_database
+
+    if args.output == "-" and args.json:
+        raise UsageError("-o - writes the document to stdout; --json has no room there")
+    config = load(args)
+    dest = handout.Destination.parse(args.output, sys.stdout.buffer)
+    with open_database(config) as db:
+        done = handout.hand_out(
+            db,
+            make_archive(config),
+            config.paths.derived_dir,
+            args.id,
+            tenant=args.tenant,
+            searchable=args.searchable,
+            dest=dest,
+        )
+    report = {
+        "document_id": done.document_id,
+        "tenant": done.tenant,
+        "variant": done.variant,
+        "sha256": done.sha256,
+        "size": done.size,
+        "name": done.name,
+        "path": str(done.path) if done.path else "-",
+    }
+    if args.json:
+        print_json(report)
+    elif done.path is not None:
+        print(
+            f"document {done.document_id} ({done.variant}): {shown(str(done.path))}, "
+            f"{done.size:,} bytes, sha256 {done.sha256} verified"
+            + (" against the archive" if done.variant == "original" else "")
+        )
+    return ExitCode.ok
+
+
+def add_get_parser(
+    dsub: Any, common: argparse.ArgumentParser, jsonopt: argparse.ArgumentParser
+) -> None:
+    """`documents get ID [--tenant T] [--searchable] [-o FILE|DIR|-]`."""
+    d = dsub.add_parser(
+        "get",
+        parents=[common, jsonopt],
+        help="hand a document out under its original name (verified, audited)",
+        description="Write a document's original (or, with --searchable, its searchable "
+        "PDF) under its original file name, made safe (no path separators, control "
+        "characters or leading dots; a name taken in the directory gets ' (2)'). The "
+        "original is re-hashed against the archive's SHA-256 on the way out: a mismatch "
+        "writes nothing and exits 5. Each hand-out is a document.handed_out entry in the "
+        "tenant's audit chain (who, what, when).",
+    )
+    d.add_argument("--tenant", default=None, help="only if it is this tenant's document")
+    d.add_argument(
+        "--searchable",
+        action="store_true",
+        help="the searchable PDF analysis made (exit 7 with the reason if it has none yet)",
+    )
+    d.add_argument(
+        "-o",
+        "--output",
+        default=None,
+        metavar="FILE|DIR|-",
+        help="a directory (default: the current one) to write it into under its original "
+        "name, a new file (never overwritten), or - for stdout",
+    )
+    d.add_argument("id", type=int, metavar="ID", help="the document's id")
+    d.set_defaults(func=cmd_documents_get)

@@ -14,12 +14,16 @@ from typing import Any
 
 from ingestd import __version__, log
 from ingestd.cli import audit as audit_cli
+from ingestd.cli import backup as backup_cli
 from ingestd.cli import documents, sftp, system
+from ingestd.cli import dropins as dropins_cli
+from ingestd.cli import find as find_cli
 from ingestd.cli import jobs as jobs_cli
 from ingestd.cli import retention as retention_cli
 from ingestd.cli import samples as samples_cli
 from ingestd.cli import search as search_cli
 from ingestd.cli import tenants as tenant_cli
+from ingestd.cli import trace as trace_cli
 from ingestd.cli.common import Handler, load
 from ingestd.config.settings import DEFAULT_POOL, Config
 from ingestd.errors import ConfigError, ExitCode, IngestdError, UsageError
@@ -116,6 +120,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     sftp.add_parsers(sub, common, jsonopt)
 
+    # #30 (confd): hot folders as conf.d drop-ins (account add|remove: in sftp.py's group).
+    dropins_cli.add_watch_parsers(sub, common)
+
     system.add_run_parsers(sub, common, jsonopt)
 
     s = sub.add_parser(
@@ -168,8 +175,21 @@ def build_parser() -> argparse.ArgumentParser:
     audit_cli.add_parser(sub, common, jsonopt)
     retention_cli.add_parsers(sub, common, jsonopt)
     samples_cli.add_parser(sub)
+    backup_cli.add_parsers(sub, common, jsonopt)  # issue 30: backup, restore
+
+    # Issue 30, arrivals: `documents find` (below `documents`) and `trace`.
+    find_cli.add_parser(_subcommands(sub.choices["documents"]), common, jsonopt)
+    trace_cli.add_parser(sub, common, jsonopt)
 
     return p
+
+
+def _subcommands(parser: argparse.ArgumentParser) -> argparse._SubParsersAction:  # type: ignore[type-arg]
+    """The sub-commands of ``parser`` (``documents``), to add one from another module."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return action
+    raise LookupError(f"{parser.prog} has no sub-commands")
 
 
 def subparsers(
@@ -232,11 +252,37 @@ def _stdout_closed() -> int:
     return 128 + signal.SIGPIPE
 
 
+def _as_service_user(args: argparse.Namespace) -> None:
+    """Run as root: become the service user before anything is read or written
+    (ingestd/ops/service_user.py). A command may prepare what only root can first
+    (``before_switch``: the backup's target directory) or switch by itself (restore)."""
+    from ingestd.config.load import default_config_path
+    from ingestd.ops import service_user
+
+    if args.config is not None:
+        args.config = args.config.absolute()  # the cwd may be closed to the user
+    if getattr(args, "switches_itself", False):
+        return
+    parts = [str(args.command)]
+    parts += [v for k, v in sorted(vars(args).items()) if k.endswith("_cmd") and isinstance(v, str)]
+    command = " ".join(parts)
+    if command in service_user.STAY_ROOT or os.geteuid() != 0:
+        return
+    to = service_user.target(service_user.peek_state_dir(args.config or default_config_path()))
+    if to is None:
+        return
+    prepare = getattr(args, "before_switch", None)
+    if prepare is not None:
+        prepare(args, to.user)
+    service_user.become(to)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     log.configure()
     args = build_parser().parse_args(argv)
     func: Handler = args.func
     try:
+        _as_service_user(args)
         code = int(func(args))
         sys.stdout.flush()  # a closed pipe shows here, inside the try, not at exit
         return code

@@ -3,9 +3,11 @@
 The query uses web-search syntax (``websearch_to_tsquery``): words are ANDed, ``"a b"``
 is a phrase, ``or`` and ``-word`` work. It matches title and OCR text in the tenant's
 configuration ('german' by default) and 'simple' (see content_upsert in
-ingestd/db/sql/queries.sql). Below those exact hits come compound ones: a query word of
-three or more characters inside a longer word ("Rechnung" in "Abschlagsrechnung"),
-unless ``--exact`` (queries search_terms and search, migration 0013).
+ingestd/db/sql/queries.sql). Above them come documents whose original file name holds the
+query as typed (``Scan_0815`` finds the scan whose title became its sender, marked ``=``);
+below them compound ones: a query word of three or more characters inside a longer word
+("Rechnung" in "Abschlagsrechnung", marked ``~``), unless ``--exact`` (queries
+search_terms and search, migration 0013).
 
 Bounded (ingestd/search/limits.py): at most 500 characters and 32 words, each statement
 stopped after 5 s; past a limit the command exits 2 with one line naming it.
@@ -23,6 +25,9 @@ from ingestd.tenants import lookup
 
 __all__ = ["add_parser", "cmd_search", "search"]
 
+
+# How each tier's hits are marked: a file name holding the query, whole words, inside a word.
+_MARKS = {"name": "=", "exact": " ", "compound": "~"}
 
 # The most hits one command shows (--limit): each is a snippet made from its text.
 MAX_HITS = 1000
@@ -59,9 +64,11 @@ def cmd_search(args: argparse.Namespace) -> int:
         return ExitCode.ok
     for r in rows:
         issued = r["issued_date"].isoformat() if r["issued_date"] else "-"
-        # A compound hit is marked "~": found inside a word, ranked below every exact one.
-        mark = " " if r["match"] == "exact" else "~"
-        print(f"{r['id']:>6} {mark}{r['rank']:.3f}  {issued:<10}  {shown(r['title'])}")
+        # A name hit is marked "=" (its file name holds the query; the name is shown), a
+        # compound hit "~": found inside a word, ranked below every exact one.
+        mark = _MARKS.get(r["match"], " ")
+        name = f"  [{shown(r['original_filename'])}]" if r["match"] == "name" else ""
+        print(f"{r['id']:>6} {mark}{r['rank']:.3f}  {issued:<10}  {shown(r['title'])}{name}")
         snippet = " ".join(str(r["snippet"] or "").split())
         if snippet:
             print(f"        {shown(snippet)}")

@@ -6,6 +6,7 @@ import argparse
 import sys
 from typing import Any
 
+from ingestd.cli import dropins
 from ingestd.cli.common import load, print_json
 from ingestd.errors import ExitCode
 
@@ -43,22 +44,11 @@ def cmd_hostkeys(args: argparse.Namespace) -> int:
 
 
 def cmd_hash_password(args: argparse.Namespace) -> int:
-    import getpass
+    from ingestd.cli.password_input import read_new_password
+    from ingestd.sources.sftp.accounts import hash_password
 
-    from ingestd.sources.sftp.accounts import hash_password, new_password_problem
-
-    if sys.stdin.isatty():
-        password = getpass.getpass("Password: ")
-        # Said at once, before the second prompt.
-        problem = new_password_problem(password)
-        if problem is None and getpass.getpass("Again: ") != password:
-            problem = "the passwords differ"
-    else:
-        # One line from stdin, for scripts: `printf %s "$pw" | ingestd account hash-password`
-        password = sys.stdin.readline().rstrip("\n")
-        problem = new_password_problem(password)
-    if problem is not None:
-        print(f"ingestd: {problem}; no hash made", file=sys.stderr)
+    password = read_new_password()
+    if password is None:
         return ExitCode.usage
     print(hash_password(password, args.rounds))
     return ExitCode.ok
@@ -124,6 +114,8 @@ def add_parsers(
         help="bcrypt cost (default 12)",
     )
     a.set_defaults(func=cmd_hash_password)
+    # #30 (confd): account add|remove write conf.d drop-ins (ingestd/cli/dropins.py).
+    dropins.add_account_parsers(asub, common)
 
     s = sub.add_parser("sftp", parents=[common], help="SFTP bans")
     ssub = s.add_subparsers(dest="sftp_cmd", required=True)

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ingestd.cli import status_why
 from ingestd.cli.common import load, print_json, print_table, shown
 from ingestd.config.load import default_config_path, load_config
 from ingestd.errors import ConfigError, ExitCode, IngestdError
@@ -65,18 +66,28 @@ def cmd_check_config(args: argparse.Namespace) -> int:
 
 # -- migrate ----------------------------------------------------------------------------
 def cmd_migrate(args: argparse.Namespace) -> int:
+    from ingestd.archive import sealkey
+    from ingestd.archive.export_check import fingerprint
     from ingestd.db.schema import migrate
     from ingestd.ops.runtime import open_database
 
     config = load(args)
     with open_database(config, migrate_schema=False) as db:
         report = migrate(db)
+        # The sealing key exists before the first backup: made here when none ever was.
+        made = sealkey.ensure_key(db, config.paths.state_dir)
+    key = fingerprint(made) if made else None
     if args.json:
-        print_json({"applied": report.applied, "version": report.current_version})
-    elif report.applied:
-        print(f"applied {', '.join(report.applied)}; schema version {report.current_version}")
+        print_json(
+            {"applied": report.applied, "version": report.current_version, "seal_key_made": key}
+        )
     else:
-        print(f"schema is up to date (version {report.current_version})")
+        if report.applied:
+            print(f"applied {', '.join(report.applied)}; schema version {report.current_version}")
+        else:
+            print(f"schema is up to date (version {report.current_version})")
+        if key:
+            print(f"made the sealing key {key} ({sealkey.public_path(config.paths.state_dir)})")
     return ExitCode.ok
 
 
@@ -105,8 +116,10 @@ def cmd_status(args: argparse.Namespace) -> int:
         "daemon": read_state(config.paths.state_dir),
     }
     database: dict[str, Any] = {"up": True}
+    known: dict[str, Any] | None = None  # what `status` says why from (status_why)
     try:
         with open_database(config) as db, db.transaction() as tx:
+            known = status_why.from_database(tx)
             docs = tx.all("status_documents")
             jobs = tx.all("status_jobs")
             queue = tx.all("status_queue")
@@ -119,6 +132,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         seen = (report["daemon"] or {}).get("database") or {}
         database = {"up": False, "error": exc.message, "down_since": seen.get("down_since")}
         docs, jobs, queue, limits, by_pool = [], [], [], {}, []
+        known = None
     for q in queue:
         limit = limits.get(q["tenant"]) or {}
         q["weight"], q["max_running"] = limit.get("weight", 1), limit.get("max_running")
@@ -135,6 +149,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         "queue": queue,
         "pools": [p.as_json() for p in by_pool],
     }
+    report["why"] = status_why.build(config, report, known)
     code = ExitCode.ok if database["up"] else ExitCode.degraded
     if args.json:
         print_json(report)
@@ -196,12 +211,16 @@ def _print_status(report: dict[str, Any]) -> None:
         )
         print(f"hot folder {shown(h['folder'])} [{h['tenant']}]: {state}")
     hot = (daemon or {}).get("hotfolders") or {}
+    status_why.print_folders(report["why"])
     for s in hot.get("stuck") or []:
         print(f"  STUCK {shown(s['path'])}: {s['reason']}")
+        if s.get("fix"):
+            print(f"    fix: {s['fix']}")
     if hot.get("stuck_total", 0) > len(hot.get("stuck") or []):
         print(
             f"  ... {hot['stuck_total']} stuck file(s) in all, the first {len(hot['stuck'])} shown"
         )
+    status_why.print_uploads(report["why"])
     sftp = (daemon or {}).get("sftp") or {}
     if sftp.get("listening"):
         print(
@@ -217,6 +236,7 @@ def _print_status(report: dict[str, Any]) -> None:
         print("sftp bans: none")
     if not database["up"]:
         return
+    status_why.print_records(report["why"])
     print()
     counts_header = ("QUEUED", "PROC", "DONE", "FAILED", "ATTN")  # JobStatus's order
     rows: list[list[object]] = []

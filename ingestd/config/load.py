@@ -12,6 +12,7 @@ from typing import Any
 from pydantic import Field, ValidationError
 
 from ingestd.config import pathcheck
+from ingestd.config.dropins import Origins, merge_dropins
 from ingestd.config.rules import ConfigModel, TaxonomyRule, WorkflowRule
 from ingestd.config.settings import Config
 from ingestd.errors import ConfigError
@@ -22,7 +23,7 @@ CONFIG_ENV = "INGESTD_CONFIG"
 # Where every key is shown, for the hint of an unknown key: the example the package
 # installs (packaging/build-deb.sh copies it uncompressed; dh_compress would make it .gz),
 # else the one of a source checkout, else the reference command.
-INSTALLED_EXAMPLE = Path("/usr/share/doc/ingestd/ingestd.example.toml")
+INSTALLED_EXAMPLE = Path("/usr/share/doc/ingestd/examples/ingestd.toml")
 SOURCE_EXAMPLE = Path(__file__).resolve().parents[2] / "config" / "ingestd.example.toml"
 
 
@@ -81,9 +82,14 @@ def _resolve_relative(data: dict[str, Any], base: Path) -> None:
 
 
 def parse_config(
-    data: dict[str, Any], *, source: str = "<config>", base: Path | None = None
+    data: dict[str, Any],
+    *,
+    source: str = "<config>",
+    base: Path | None = None,
+    origins: Origins | None = None,
 ) -> Config:
-    """Validate an already-parsed TOML document."""
+    """Validate an already-parsed TOML document; with ``origins``, a problem in a key
+    that came from a drop-in names that file."""
     if base is not None:
         _resolve_relative(data, base)
     try:
@@ -97,6 +103,8 @@ def parse_config(
                 problems.extend(msg.split("; "))
             else:
                 problems.append(_format_error(e))
+        if origins is not None:
+            problems = [origins.annotate(p) for p in problems]
         raise ConfigError(f"{source}: {len(problems)} problem(s)", problems) from None
 
 
@@ -116,11 +124,14 @@ def load_config(path: Path | str | None = None) -> Config:
     data = _parse_toml(cfg_path, raw)
     base = cfg_path.resolve().parent
     _resolve_relative(data, base)
+    # conf.d/*.toml (ingestd/config/dropins.py): read again at every load, so a reload
+    # (SIGHUP) sees drop-ins added or removed since.
+    origins = merge_dropins(data, cfg_path, _parse_toml, _resolve_relative)
     _merge_rules_files(data, str(cfg_path))
-    config = parse_config(data, source=str(cfg_path)).read_from(cfg_path)
+    config = parse_config(data, source=str(cfg_path), origins=origins).read_from(cfg_path)
     # Symlinks, '..' and bind mounts as they are on this machine now: at check-config,
     # at start and at every reload (a reload that fails keeps the running config).
-    problems = pathcheck.filesystem_problems(config)
+    problems = [origins.annotate(p) for p in pathcheck.filesystem_problems(config)]
     if problems:
         raise ConfigError(f"{cfg_path}: {len(problems)} problem(s)", problems)
     return config

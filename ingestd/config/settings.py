@@ -714,6 +714,16 @@ class RetentionRule(ConfigModel):
     the longest matching rule wins."""
 
 
+# -- arrivals (issue 30) -------------------------------------------------------------------
+class ArrivalsConfig(_Section):
+    """The record of every file that reached a source (`ingestd documents find`, `ingestd
+    trace`): how long it is kept."""
+
+    keep_days: Annotated[int, Field(ge=1, le=36500)] = 400
+    """Days an arrival row is kept (then housekeeping removes it); the documents and
+    their audit trail are kept by their own rules."""
+
+
 class RetentionConfig(_Section):
     """How long an archived original must be kept before purge-document or delete-tenant
     may remove it: whole calendar years after the year of ingest (GoBD counts to the end
@@ -857,6 +867,8 @@ class Config(_Section):
     """The job workers (`ingestd worker`): concurrency, retries, leases and time limits."""
     analysis: AnalysisConfig = Field(default_factory=AnalysisConfig)
     """analyze-document: OCR, then title, date, taxonomy and workflows."""
+    arrivals: ArrivalsConfig = Field(default_factory=ArrivalsConfig)
+    """Every file that reached a source, with what became of it (issue 30)."""
     retention: RetentionConfig = Field(default_factory=RetentionConfig)
     """How long an archived original must be kept before purge-document or a tenant
     delete may remove it, and never while a legal hold is on it."""

@@ -31,7 +31,7 @@ import pwd
 import re
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import psycopg
@@ -325,15 +325,24 @@ class Batch:
             raise RuntimeError("the transaction's COMMIT is already queued")
         return self._conn.execute(sql.query(name), params or {}).fetchone()
 
-    def commit_with(self, name: str, params: Mapping[str, Any] | None = None) -> Committed:
+    def commit_with(
+        self,
+        name: str,
+        params: Mapping[str, Any] | None = None,
+        *,
+        also: Sequence[tuple[str, Mapping[str, Any]]] = (),
+    ) -> Committed:
         """Queue a named query as the transaction's last statement, and COMMIT behind it.
 
         Both are on their way at once (the server may commit before this returns); the
         block's end waits for the outcome in one round trip and raises if either failed
-        (then nothing was committed). The row is ``Committed.row`` after the block."""
+        (then nothing was committed). The row is ``Committed.row`` after the block.
+        ``also``: named queries queued after it, before the COMMIT (their rows unread)."""
         if self.committed is not None:
             raise RuntimeError("the transaction's COMMIT is already queued")
         cursor = self._conn.execute(sql.query(name), params or {})
+        for other, other_params in also:
+            self._conn.execute(sql.query(other), other_params)
         self._conn.execute(b"COMMIT")
         self.committed = Committed(cursor)
         return self.committed

@@ -37,6 +37,7 @@ from datetime import UTC, date, datetime
 from ingestd.archive import audit
 from ingestd.archive.audit import AuditKind
 from ingestd.archive.store import ArchivedFile, ArchiveStore, TooLarge
+from ingestd.arrivals.record import Arrival, ArrivalOutcome
 from ingestd.config.pathcheck import ProtectedPaths
 from ingestd.config.settings import IntakeConfig
 from ingestd.db.database import Committed, Database, Tx, jsonb
@@ -223,6 +224,7 @@ class Intake:
                             existing,
                             self._duplicate_detail(item, staged.sha256),
                         ),
+                        also=[_arrival(item, tenant_id, staged.sha256, staged.size)],
                     )
                 else:
                     # Linked to its WORM name only under the tenant's FOR SHARE lock: marking
@@ -275,6 +277,8 @@ class Intake:
                                 audit.recordable(self._duplicate_detail(item, archived.sha256))
                             ),
                         },
+                        # Its arrival row: archived, or a duplicate if it lost the race.
+                        also=[_arrival(item, tenant_id, archived.sha256, archived.size)],
                     )
         except BaseException as exc:
             if archived is None and existing is None:  # never linked: the copy is ours to drop
@@ -371,6 +375,20 @@ class Intake:
         }
         with self.db.transaction() as tx:
             self._record(tx, item.tenant, AuditKind.refused, None, detail)
+            # Its arrival row, in the same transaction (a source may turn it into
+            # "quarantined" once the file is moved).
+            arrival = Arrival(
+                trace_id=item.trace or new_trace_id(),
+                tenant=item.tenant,
+                source=item.source,
+                name=item.name,
+                outcome=ArrivalOutcome.refused,
+                subdir=item.subdir,
+                arrived_at=item.arrived,
+                reason=str(refusal.reason),
+                detail=refusal.detail,
+            )
+            tx.one("arrival_note", arrival.params())
 
     @staticmethod
     def _record(
@@ -390,6 +408,24 @@ class Intake:
         retry; one round trip outside any transaction: the check that decides is the
         locked one in the intake transaction."""
         lookup.active_id(lookup.found(self.db.one("tenant_by_name", {"name": tenant}), tenant))
+
+
+def _arrival(
+    item: IntakeItem, tenant_id: int, sha256: str, size: int
+) -> tuple[str, dict[str, object]]:
+    """The ``arrival_intake`` statement of ``item``, queued with the intake's COMMIT."""
+    params = Arrival(
+        trace_id=item.trace or new_trace_id(),
+        tenant=item.tenant,
+        source=item.source,
+        name=item.name,
+        outcome=ArrivalOutcome.archived,  # or duplicate: decided in SQL
+        subdir=item.subdir,
+        size=size,
+        sha256=sha256,
+        arrived_at=item.arrived,
+    ).params()
+    return "arrival_intake", {**params, "tenant_id": tenant_id}
 
 
 def _iso(d: date | None) -> str | None:

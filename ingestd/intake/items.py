@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +61,9 @@ class IntakeItem:
     # Its source's split policy: a PDF or TIFF is then a batch, split by a split-batch
     # job into documents (None: one document, analysed as it is).
     split: SplitPolicy | None = None
+    # When the file reached its source (the SFTP upload's CLOSE, a hot folder file first
+    # seen); None: now. Its arrival row keeps the earliest (ingestd/arrivals/record.py).
+    arrived: datetime | None = None
 
     @property
     def name(self) -> str:

@@ -24,6 +24,8 @@ from types import FrameType
 from typing import Any
 
 from ingestd import log
+from ingestd.archive import sealkey
+from ingestd.archive.export_check import fingerprint
 from ingestd.archive.verify import LAST_RUN_DIR
 from ingestd.config.load import load_config
 from ingestd.config.settings import Config
@@ -34,6 +36,7 @@ from ingestd.errors import (
     ConfigError,
     DatabaseError,
     DatabaseUnavailable,
+    IngestdError,
     StateUnusable,
 )
 from ingestd.log import Logger
@@ -47,11 +50,13 @@ from ingestd.ops.metrics_server import (
     register_queue_collector,
     unregister,
 )
+from ingestd.ops.reload_request import record_reload
 from ingestd.ops.runtime import make_intake, open_database
 from ingestd.ops.sdnotify import Notifier
 from ingestd.sources.hotfolders import HotFolders
 from ingestd.sources.sftp import hostkeys
 from ingestd.sources.sftp.bans import UNBAN_DIR
+from ingestd.sources.sftp.in_progress import uploads_in_progress
 from ingestd.sources.sftp.service import SftpService
 from ingestd.sources.sftp.spool import Spool
 from ingestd.sources.sftp.tenant_status import TenantStatusCache
@@ -138,6 +143,19 @@ class _SchemaWhenReachable(threading.Thread):
                 self.log.error("daemon.migrate_failed", detail=exc.message, retry_in=delay)
             self.stop.wait(delay)
             delay = min(delay * 2, 30.0)
+
+
+def _after_migrate(config: Config, db: Database, logger: Logger) -> None:
+    """Once the database answers: the config's tenants checked, and the sealing key made
+    if none was ever made (so the first backup holds it; ``sealkey.ensure_key``)."""
+    preflight.after_migrate(config, db, logger)
+    try:
+        made = sealkey.ensure_key(db, config.paths.state_dir)
+    except IngestdError as exc:  # a key file it cannot write: the first seal says so again
+        logger.warning("daemon.seal_key_not_made", detail=exc.message)
+        return
+    if made is not None:
+        logger.info("daemon.seal_key_made", fingerprint=fingerprint(made))
 
 
 def _status(config: Config, sftp: SftpService) -> str:
@@ -265,9 +283,7 @@ def _serve(config: Config, config_path: Path | None, notifier: Notifier | None) 
     # A database that refuses us (no such role or database) ends the start (exit 3); one
     # that is down does not: uploads are spooled until it answers.
     with open_database(config, migrate_schema=False, require_server=False) as db:
-        schema = _SchemaWhenReachable(
-            db, flags.stop, lambda: preflight.after_migrate(config, db, logger)
-        )
+        schema = _SchemaWhenReachable(db, flags.stop, lambda: _after_migrate(config, db, logger))
         schema.start()
         intake = make_intake(config, db)
         # Operator events decided here (quarantines, refused uploads, bans); buffered on
@@ -308,6 +324,7 @@ def _serve(config: Config, config_path: Path | None, notifier: Notifier | None) 
                 "hotfolders": hot.status_snapshot,
                 "spool": sftp.spool.snapshot,
                 "sftp": sftp.snapshot,
+                "uploads": lambda: uploads_in_progress(config.paths.spool, config.sftp.temp_names),
                 "loops": lambda: _state_turned(turn),
             },
         )
@@ -319,6 +336,7 @@ def _serve(config: Config, config_path: Path | None, notifier: Notifier | None) 
         )
         ping_every = notifier.watchdog_interval
         next_ping = time.monotonic()
+        reloads = 0
         try:
             while not flags.stop.is_set():
                 health.beat("daemon", 1.0)
@@ -330,6 +348,7 @@ def _serve(config: Config, config_path: Path | None, notifier: Notifier | None) 
                 if flags.reload:
                     flags.reload = False  # SIGHUPs meanwhile: this reload reads their config
                     notifier.reloading()
+                    reloads += 1  # #30 (confd): `account add` & co. wait for the record
                     try:
                         new = load_config(config_path)
                     except ConfigError as exc:
@@ -337,6 +356,9 @@ def _serve(config: Config, config_path: Path | None, notifier: Notifier | None) 
                             "daemon.reload_failed", error=exc.message, problems=exc.problems
                         )
                         notifier.ready(f"{_status(config, sftp)}; reload failed, old config kept")
+                        record_reload(
+                            config.paths.state_dir, reloads, exc.problems or [exc.message]
+                        )
                         continue
                     log.configure(new.log.level, new.log.format)
                     new_intake = make_intake(new, db)
@@ -348,6 +370,7 @@ def _serve(config: Config, config_path: Path | None, notifier: Notifier | None) 
                         endpoint.collector.worker = new.worker  # pools added or changed
                     notifier.ready(_status(config, sftp))
                     logger.info("daemon.reloaded", hot_folders=len(new.watch))
+                    record_reload(config.paths.state_dir, reloads, None)
         finally:
             notifier.stopping("stopping" if flags.stop.is_set() else "stopping (error)")
             logger.info("daemon.stopping")

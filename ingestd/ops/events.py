@@ -23,6 +23,8 @@ The detail keys the notification texts use (``worker/notify.py``), for the calle
 - ``file.quarantined`` / ``file.refused``: ``filename``, ``source`` (``sftp:<account>``,
   ``watch:<folder>``), ``reason`` (a short code or phrase), ``detail`` (the sentence),
   ``moved_to`` (where the file is now, beside its ``.error.txt``)
+- ``arrival.<outcome>``: not operator events but arrivals (ingestd/arrivals/record.py),
+  written to the ``arrivals`` table through the same buffer
 - ``sftp.banned``: ``remote_ip``, ``seconds`` (the ban's length), ``ban_count``,
   optionally ``username`` (the last one tried)
 """
@@ -43,7 +45,8 @@ from pathlib import Path
 from typing import Any, Literal, cast
 
 from ingestd import log
-from ingestd.db.database import Database, jsonb
+from ingestd.arrivals.record import EVENT_PREFIX, event_params
+from ingestd.db.database import Database, Tx, jsonb
 from ingestd.durable import fsync_dir
 from ingestd.errors import DatabaseError, DatabaseUnavailable
 from ingestd.textsafe import recordable, recordable_text
@@ -146,7 +149,7 @@ class EventLog:
         if not buffered:
             try:
                 with self.db.transaction() as tx:
-                    tx.run("operator_event_insert", _params(record))
+                    _insert(tx, record)
                 return event_id
             except DatabaseError as exc:
                 # Down (or not migrated yet): keep it on disk for flush().
@@ -261,9 +264,7 @@ class EventLog:
                 records = [(p, r) for p in batch if (r := self._read(p)) is not None]
                 try:
                     with self.db.transaction() as tx:
-                        inserted += sum(
-                            tx.run("operator_event_insert", _params(r)) for _, r in records
-                        )
+                        inserted += sum(_insert(tx, r) for _, r in records)
                 except DatabaseError as exc:
                     failed = True
                     with self._lock:
@@ -296,6 +297,8 @@ class EventLog:
         try:
             record = json.loads(path.read_bytes())
             _params(record)  # every key there, with a usable value
+            if str(record["type"]).startswith(EVENT_PREFIX):
+                event_params(record)
         except FileNotFoundError:
             return None
         except (OSError, ValueError, KeyError, TypeError) as exc:
@@ -355,6 +358,15 @@ class EventLog:
                     if self.pending():
                         self.flush()
                 return
+
+
+def _insert(tx: Tx, record: Mapping[str, Any]) -> int:
+    """Write one event: an ``arrival.*`` event is a row of ``arrivals`` (idempotent by its
+    trace id, ingestd/arrivals/record.py), every other one a row of the outbox."""
+    if str(record["type"]).startswith(EVENT_PREFIX):
+        tx.one("arrival_note", event_params(record))
+        return 1
+    return tx.run("operator_event_insert", _params(record))
 
 
 def _params(record: Mapping[str, Any]) -> dict[str, Any]:

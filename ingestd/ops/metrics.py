@@ -107,6 +107,12 @@ JOBS_FAILED = Counter(
     "lease ran out once too often), by tenant and kind",
     ["tenant", "kind"],
 )
+JOBS_ATTENTION = Counter(
+    "ingestd_jobs_attention_total",
+    "Jobs that ended with their document needing an operator (an encrypted PDF, a page "
+    "too large): not failures of ingestd, and not in ingestd_jobs_failed_total",
+    ["tenant", "kind"],
+)
 OCR_PAGES = Counter(
     "ingestd_ocr_pages_total",
     "Pages OCRed by analyze-document (pages that had text and a retry that reuses saved "

@@ -165,18 +165,25 @@ class QueueCollector(Collector):
             "lanes of short kinds only)",
             labels=["pool", "lane"],
         )
-        return up, jobs, oldest, pool_jobs, pool_oldest, pool_lanes
+        attention = GaugeMetricFamily(
+            "ingestd_documents_attention",
+            "Documents that need an operator (`ingestd documents attention`), by tenant; "
+            "not failed jobs",
+            labels=["tenant"],
+        )
+        return up, jobs, oldest, pool_jobs, pool_oldest, pool_lanes, attention
 
     def describe(self) -> Iterator[Any]:
         return iter(self.families())  # registering must not query the database
 
     def collect(self) -> Iterator[Any]:
-        up, jobs, oldest, pool_jobs, pool_oldest, pool_lanes = self.families()
+        up, jobs, oldest, pool_jobs, pool_oldest, pool_lanes, attention = self.families()
         worker = self.worker
         try:
             with self._lock, self.db.transaction() as tx:
                 tx.raw("SET LOCAL statement_timeout = 2000")
                 rows = tx.all("status_queue")
+                needing = tx.all("status_attention_documents")
                 by_pool = pool_status.read(tx, worker) if worker is not None else []
         except DatabaseError:
             up.add_metric([], 0)
@@ -187,9 +194,12 @@ class QueueCollector(Collector):
             for state in self.STATES:
                 jobs.add_metric([r["tenant"], state], int(r[state]))
             oldest.add_metric([r["tenant"]], float(r["oldest_ready_seconds"] or 0))
+        for r in needing:
+            attention.add_metric([r["tenant"]], int(r["n"]))
         yield up
         yield jobs
         yield oldest
+        yield attention
         if worker is None:
             return
         for p in by_pool:

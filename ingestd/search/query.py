@@ -1,8 +1,9 @@
 """The search itself: a query checked against the limits, then its terms and hits, each
 statement under the search's statement timeout.
 
-Results: exact hits first, then compound ones (``match`` says which), each with rank and
-snippet (queries search_terms and search, migration 0013). A statement that runs past
+Results: documents whose original file name holds the query as typed first (``name``),
+then exact hits, then compound ones (``match`` says which), each with
+rank and snippet (queries search_terms and search, migration 0013). A statement that runs past
 the timeout is cancelled by PostgreSQL; the caller's transaction then ends with
 ``QueryCanceled`` (ingestd/errors.py), which the command shows as ``SearchTooSlow``.
 """
@@ -25,7 +26,27 @@ def search(
     text = tsquery.websearch_text(query)
     terms = tx.one("search_terms", {"tenant_id": tenant_id, "query": text})
     assert terms is not None  # one row always
-    params = {**terms, "tenant_id": tenant_id, "limit": limit, "compounds": compounds}
+    params = {
+        **terms,
+        "tenant_id": tenant_id,
+        "limit": limit,
+        "compounds": compounds,
+        "name_pattern": name_pattern(query),
+    }
     rows = tx.all("search", params)
     tx.one("search_timeout_set", {"timeout": was["was"]})  # the caller's, for what follows
     return rows
+
+
+# A name hit needs this many characters: shorter ones have no trigram to look up (and
+# match half the names).
+MIN_NAME_CHARS = 3
+
+
+def name_pattern(query: str) -> str | None:
+    """The LIKE pattern that finds ``query`` as typed inside a file name (``%Scan\\_0815%``:
+    its ``%``, ``_`` and ``\\`` literal), None for a query under MIN_NAME_CHARS."""
+    text = query.strip()
+    if len(text) < MIN_NAME_CHARS:
+        return None
+    return "%" + text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"

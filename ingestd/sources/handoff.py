@@ -15,18 +15,22 @@ gets from its sub-folders.
 
 from __future__ import annotations
 
+import contextlib
 import enum
+import os
+import stat
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from prometheus_client import Counter
 
-from ingestd.errors import IngestdError, TenantError, TenantNotActive
+from ingestd.arrivals.record import Arrival, ArrivalOutcome
+from ingestd.errors import DatabaseError, IngestdError, TenantError, TenantNotActive
 from ingestd.intake.items import Disposal, IntakeItem, IntakeResult, Outcome
 from ingestd.intake.tags import date_folder_flags
-from ingestd.log import Logger
+from ingestd.log import Logger, new_trace_id
 from ingestd.ops import metrics
 from ingestd.sources import retry
 from ingestd.sources.quarantine import ERROR_SUFFIX, quarantine
@@ -112,13 +116,24 @@ class Attempt:
     detail: str = ""
 
 
+# Causes a file waits for that its arrival row names (a file still being written does not
+# wait for anything an operator could fix; a bug is in the log).
+WAITING_CAUSES = frozenset(
+    {retry.Cause.tenant_inactive, retry.Cause.database, retry.Cause.archive, retry.Cause.source}
+)
+# Files whose waiting cause was recorded, remembered at most (the oldest are forgotten).
+MAX_WAITING_REMEMBERED = 10_000
+
+
 @dataclass(frozen=True)
 class Handoff:
     """One source's hand-off to intake (its events log: quarantined files are operator
-    events)."""
+    events; quarantined and waiting files are arrivals written through it)."""
 
     source: Source
     events: EventLog | None = None
+    # trace id -> the waiting reason last recorded: once per file and cause, not per retry.
+    _waiting: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     def attempt(
         self,
@@ -147,7 +162,15 @@ class Handoff:
             if result.outcome is Outcome.refused:
                 if before_quarantine is not None:
                     before_quarantine()
-                self._quarantine(item, result, failed_dir, log)
+                moved_to = self._quarantine(item, result, failed_dir, log)
+                self._arrival(
+                    intake,
+                    item,
+                    ArrivalOutcome.quarantined,
+                    str(result.reason),
+                    result.detail,
+                    location=moved_to,
+                )
                 return Attempt(Step.quarantined)
             if committed is not None:
                 committed(result)
@@ -157,6 +180,7 @@ class Handoff:
         except TenantError as exc:
             if tenant_waiting is not None:
                 tenant_waiting(exc)
+            self._waiting_arrival(intake, item, tenant_reason(tenant_status_of(exc)), exc.message)
             return Attempt(Step.retry, retry.Cause.tenant_inactive, exc.message)
         except Exception as exc:
             cause = retry.cause_of(exc)
@@ -165,6 +189,8 @@ class Handoff:
                 protected(detail)
                 return Attempt(Step.protected, None, detail)
             cause = cause or retry.Cause.internal
+            if cause in WAITING_CAUSES:
+                self._waiting_arrival(intake, item, f"{cause}_unavailable", detail)
             if cause is retry.Cause.internal:
                 log.exception(f"{self.source}.intake_error")
             else:
@@ -176,9 +202,67 @@ class Handoff:
     def count_retry(self, tenant: str, cause: str) -> None:
         self.source.retried.labels(tenant, cause).inc()
 
+    def _waiting_arrival(self, intake: Intake, item: IntakeItem, reason: str, detail: str) -> None:
+        """The file waits where it is for ``reason``: its arrival row says so, once per
+        file and reason (a retry every few seconds writes nothing new)."""
+        key = item.trace or ""
+        if self._waiting.get(key) == reason:
+            return
+        self._waiting[key] = reason
+        if len(self._waiting) > MAX_WAITING_REMEMBERED:
+            self._waiting.pop(next(iter(self._waiting)))
+        self._arrival(intake, item, ArrivalOutcome.waiting, reason, detail)
+
+    def _arrival(
+        self,
+        intake: Intake,
+        item: IntakeItem,
+        outcome: ArrivalOutcome,
+        reason: str,
+        detail: str,
+        *,
+        location: str | None = None,
+    ) -> None:
+        """Record the arrival of ``item`` as ``outcome``: through the event log (kept on
+        disk while the database is down), or straight into the database without one."""
+        if outcome is not ArrivalOutcome.waiting:
+            self._waiting.pop(item.trace or "", None)
+        size: int | None = None
+        with contextlib.suppress(OSError):  # where the file is now: its size, if a file
+            st = os.lstat(location or item.path)
+            size = st.st_size if stat.S_ISREG(st.st_mode) else None
+        arrival = Arrival(
+            trace_id=item.trace or new_trace_id(),
+            tenant=item.tenant,
+            source=item.source,
+            name=item.name,
+            outcome=outcome,
+            subdir=item.subdir,
+            size=size,
+            arrived_at=item.arrived,
+            reason=reason,
+            detail=detail,
+            location=location,
+        )
+        if self.events is not None:
+            try:
+                self.events.emit(
+                    arrival.event_type(),
+                    "info",
+                    item.tenant,
+                    arrival.event_detail(),
+                    trace_id=arrival.trace_id,
+                )
+            except ValueError:  # not a tenant name the event log takes: write it here
+                pass
+            else:
+                return
+        with contextlib.suppress(DatabaseError), intake.db.transaction() as tx:
+            tx.one("arrival_note", arrival.params())
+
     def _quarantine(
         self, item: IntakeItem, result: IntakeResult, failed_dir: Path, log: Logger
-    ) -> None:
+    ) -> str:
         """A permanent refusal: to the failed folder with its note, and tell someone."""
         reason = str(result.reason)
         note = quarantine(
@@ -208,3 +292,4 @@ class Handoff:
                 },
                 trace_id=item.trace,
             )
+        return str(note).removesuffix(ERROR_SUFFIX)

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from ingestd.config.dropin_files import slug
 from ingestd.db.database import Database
 from ingestd.sources.sftp.accounts import hash_password
 from tests.conftest import read_events, wait_until, write_config
@@ -141,3 +142,76 @@ def test_deb_installs_ingests_and_removes_without_touching_data(
     purged = dpkg("--purge", "ingestd")
     assert purged.returncode == 0, purged.stdout + purged.stderr
     assert not ETC.exists() and STATE.is_dir() and not installed()
+
+
+def _etc_snapshot() -> dict[str, tuple[bytes, int, int, int]]:
+    """Every file and directory under /etc/ingestd: content, mode, owner, group."""
+    snap: dict[str, tuple[bytes, int, int, int]] = {}
+    for path in sorted([ETC, *ETC.rglob("*")]):
+        st = path.lstat()
+        data = path.read_bytes() if path.is_file() else b""
+        snap[str(path)] = (data, st.st_mode, st.st_uid, st.st_gid)
+    return snap
+
+
+# Two package builds (the session's and the next release's) before the test itself.
+@pytest.mark.timeout(1800)
+def test_upgrade_of_a_configured_system_asks_nothing(
+    built_deb: Path, next_deb: Path, machine: None, tmp_path: Path
+) -> None:
+    """The package ships a minimal ingestd.toml, an empty conf.d/ and the full example under
+    /usr/share/doc; accounts and a hot folder added with `ingestd account add` / `watch add`
+    are drop-ins, and `dpkg -i` of the next release (stdin closed, noninteractive, no
+    --force-conf*) asks nothing and leaves /etc/ingestd byte for byte as it was."""
+    install = dpkg("--install", str(built_deb))
+    assert install.returncode == 0, install.stdout + install.stderr
+    config = ETC / "ingestd.toml"
+    shipped = [line for line in config.read_text().splitlines() if not line.startswith("#")]
+    assert [line for line in shipped if line.strip()] == [
+        "[database]",
+        'url = "postgresql:///ingestd"',
+    ]
+    conf_d = ETC / "conf.d"
+    assert conf_d.is_dir() and not any(conf_d.iterdir())
+    assert (conf_d.stat().st_mode & 0o777, conf_d.stat().st_gid) == (
+        0o750,
+        pwd.getpwnam("ingestd").pw_gid,
+    )
+    example = Path("/usr/share/doc/ingestd/examples/ingestd.toml")
+    assert "[[sftp.accounts]]" in example.read_text()
+
+    # The administrator's day: two scanners, a hot folder (each checked, not running).
+    hot = tmp_path / "hot" / "einkauf"
+    hot.mkdir(parents=True)
+    key = tmp_path / "scanner2.pub"
+    key.write_text(
+        "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGq3Mo4Z0bC1W3xOa1E0mJc5Qm3FQmC9ycFqJ1rQd2Zr s2\n"
+    )
+    for argv, stdin in (
+        (("account", "add", "scanner1", "--tenant", "acme", "--password-stdin"), "pw-deb-up-1\n"),
+        (("account", "add", "scanner2", "--tenant", "acme", "--key", str(key)), None),
+        (("watch", "add", str(hot), "--tenant", "acme", "--tag", "Einkauf"), None),
+    ):
+        added = run("ingestd", *argv, stdin=stdin)
+        assert added.returncode == 0, added.stdout + added.stderr
+        assert "not running; the change takes effect at its start" in added.stdout
+    assert sorted(p.name for p in conf_d.iterdir()) == [
+        "account-scanner1.toml",
+        "account-scanner2.toml",
+        f"watch-{slug(hot)}.toml",
+    ]
+    before = _etc_snapshot()
+
+    upgrade = dpkg("--install", str(next_deb), env={"DEBIAN_FRONTEND": "noninteractive"})
+    output = upgrade.stdout + upgrade.stderr
+    assert upgrade.returncode == 0, output
+    assert "Configuration file" not in output and "conffile" not in output.lower(), output
+    version = run("dpkg-query", "-W", "-f=${Version}", "ingestd").stdout
+    assert version.endswith(".post1"), version
+    assert example.read_text().startswith("# (changed in the next release")
+    assert _etc_snapshot() == before
+    assert not [p for p in ETC.rglob("*") if ".dpkg-" in p.name]
+    check = run("ingestd", "check-config")
+    assert check.returncode == 0, check.stdout + check.stderr
+    listed = run("ingestd", "check-config", "--json")
+    assert '"ok": true' in listed.stdout

@@ -27,6 +27,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from ingestd.sources.sftp.accounts import hash_password
 from tests.conftest import Env, PgServer, read_events, wait_until, write_config
+from tests.fixtures.service_user import as_root_prefix
 
 NOBODY = 65534
 CLI = [sys.executable, "-m", "ingestd.cli"]
@@ -324,8 +325,20 @@ def test_root_commands_leave_the_state_dir_to_its_owner(shared_root: Path) -> No
         pytest.skip("needs root")
     cfg = _nobody_install(shared_root, connect_timeout=2)  # the database is down: ready soon
     state = shared_root / "state"
-    assert _run("hostkeys", "--config", str(cfg)).returncode == 0
-    assert _run("sftp", "unban", "192.0.2.7", "--config", str(cfg)).returncode == 0
+    # As root, ingestd becomes nobody (the state dir's owner) first (issue 30); the
+    # prefix lets nobody import from an interpreter under a directory closed to it.
+    as_root = as_root_prefix(shared_root)
+    for args in (["hostkeys"], ["sftp", "unban", "192.0.2.7"]):
+        done = subprocess.run(
+            [*as_root, *CLI, *args, "--config", str(cfg)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=shared_root,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        assert "running as nobody" in done.stderr
     made = [p for p in state.rglob("*")]
     assert len(made) >= 5  # hostkeys/, its 2 keys, sftp-unban/, the request
     assert {(p.relative_to(state).as_posix(), p.lstat().st_uid) for p in made} == {
@@ -457,8 +470,9 @@ def test_a_closed_stdout_ends_a_command_quietly(env: Env) -> None:
 def test_ingest_as_root_leaves_archive_files_the_service_user_can_read(
     tmp_path: Path, db_url: str
 ) -> None:
-    """Root running `ingestd ingest` on an archive owned by the service user: the month
-    directories and the archived file belong to that user, who can read them."""
+    """Root running `ingestd ingest` as root (INGESTD_USER=root) on an archive owned by the
+    service user: the month directories and the archived file belong to that user, who
+    can read them."""
     import pwd
 
     from ingestd.db.database import Database
@@ -482,7 +496,9 @@ def test_ingest_as_root_leaves_archive_files_the_service_user_can_read(
         tx.one("tenant_insert", {"name": "acme", "status": "active"})
     src = tmp_path / "Rechnung.pdf"
     src.write_bytes(pdf_bytes(seed=808))
-    proc = run_cli(env, "ingest", "--tenant", "acme", str(src))
+    # Root kept as root (INGESTD_USER=root; else it would become nobody, who cannot
+    # reach this test's database): what it makes is still given to the owner.
+    proc = run_cli(env, "ingest", "--tenant", "acme", str(src), extra_env={"INGESTD_USER": "root"})
     assert proc.returncode == 0, proc.stderr
     made = [p for p in (state / "archive").rglob("*")]
     assert made and all(p.stat().st_uid == nobody.pw_uid for p in made), [

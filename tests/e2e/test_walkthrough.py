@@ -6,9 +6,11 @@ the package built from this checkout, the machine's own PostgreSQL cluster (star
 for the test if it is down), the real OpenSSH, lftp and curl clients. What the test
 changes, and nothing else:
 
-- the ports: 2222 in the blocks and ``sftp.listen``/``metrics`` in the installed config
-  become free loopback ports (the README's scanner listens on every address);
-- the password prompts (``ingestd account hash-password``, ssh, lftp, curl) are answered
+- the ports: 2222 in the blocks becomes a free loopback port, and ``sftp.listen``/
+  ``metrics`` (defaults the packaged config leaves alone) are set to free loopback ports
+  in a drop-in of the test's own, ``conf.d/00-test-ports.toml`` (the README's scanner
+  listens on every address);
+- the password prompts (``ingestd account add``, ssh, lftp, curl) are answered
   on the terminal, as the reader types them;
 - ``systemctl`` and ``journalctl`` are tests/fixtures/standin_systemd.py where no systemd
   runs: it starts the installed units' ``ExecStart`` as their ``User=``;
@@ -104,7 +106,9 @@ def test_walkthrough_blocks_are_found() -> None:
         "createuser ingestd",
         "systemctl enable --now",
         "tenant create acme",
-        "hash-password",
+        "ingestd account add scanner1 --tenant acme",  # a drop-in account (issue #30)
+        "ingestd account add scanner2 --tenant acme --key",
+        "ingestd watch add /srv/hot/acme",
         "sftp -P 2222 scanner1@127.0.0.1",
         "lftp -u scanner1",
         "curl -sS -u scanner1",
@@ -324,18 +328,16 @@ def journal(state: Path) -> str:
 
 
 def _move_ports(config: Path, port: int) -> None:
-    """The installed config's listeners onto free loopback ports (see the docstring)."""
-    text = config.read_text()
-    moved = re.sub(r'(?m)^listen = "0\.0\.0\.0:2222"$', f'listen = "127.0.0.1:{port}"', text)
-    metrics = f'listen = "127.0.0.1:{free_port()}"'
-    moved = re.sub(r'(?m)^listen = "127\.0\.0\.1:9464"$', metrics, moved)
-    moved = re.sub(
-        r'(?m)^worker_listen = "127\.0\.0\.1:9470"$',
-        f'worker_listen = "127.0.0.1:{free_port()}"',
-        moved,
+    """The listeners onto free loopback ports, in a drop-in beside the installed config
+    (see the docstring): the packaged ingestd.toml leaves them at their defaults."""
+    assert "listen" not in config.read_text(), "the packaged config sets a listener now"
+    dropin = config.parent / "conf.d" / "00-test-ports.toml"
+    dropin.write_text(
+        f'[sftp]\nlisten = "127.0.0.1:{port}"\n\n[metrics]\n'
+        f'listen = "127.0.0.1:{free_port()}"\nworker_listen = "127.0.0.1:{free_port()}"\n'
     )
-    assert moved.count(f':{port}"') == 1, "the packaged config's sftp.listen moved"
-    config.write_text(moved)
+    os.chown(dropin, 0, grp.getgrnam("ingestd").gr_gid)
+    dropin.chmod(0o640)
 
 
 def test_getting_started_runs_as_written(

@@ -1,7 +1,7 @@
 """What intake says to PostgreSQL per file, read off libpq's own protocol trace: one look
 at the tenant, then one transaction in two round trips (the lock with the duplicate
-check; every row in one ``intake_record`` call sent with its COMMIT), and the races that
-one statement must still get right."""
+check; every row in one ``intake_record`` call and the file's arrival row sent with its
+COMMIT), and the races that one statement must still get right."""
 
 from __future__ import annotations
 
@@ -100,15 +100,15 @@ def _intake(env: Env, db: Database) -> Intake:
 def test_a_new_document_is_one_transaction_of_two_round_trips(
     env: Env, db_url: str, tenant: str, tmp_path: Path
 ) -> None:
-    """A new file: BEGIN + intake_lock, then intake_record + COMMIT (the first file of a
-    tenant also looks it up before staging)."""
+    """A new file: BEGIN + intake_lock, then intake_record + its arrival row + COMMIT (the
+    first file of a tenant also looks it up before staging)."""
     files = [write(env.root / "in" / f"Rechnung {i}.pdf", pdf_bytes(seed=i)) for i in (1, 2)]
     with _traced(db_url, tmp_path) as (db, said):
         intake = _intake(env, db)
         results = [intake.ingest(IntakeItem(path=f, tenant=tenant)) for f in files]
     assert [r.outcome for r in results] == [Outcome.ingested] * 2
     (trace,) = said
-    one = ["BEGIN", "intake_lock", "intake_record", "COMMIT"]
+    one = ["BEGIN", "intake_lock", "intake_record", "arrival_intake", "COMMIT"]
     assert trace.statements == ["tenant_by_name", *one, *one]
     assert trace.round_trips == 1 + 2 + 2
 
@@ -134,7 +134,7 @@ def test_a_tenant_refused_under_the_lock_is_looked_up_again(
     assert all(src.exists() for src in waiting)
     assert not list(env.config.paths.archive_dir.rglob(".tmp-*"))
     (trace,) = said
-    one = ["BEGIN", "intake_lock", "intake_record", "COMMIT"]
+    one = ["BEGIN", "intake_lock", "intake_record", "arrival_intake", "COMMIT"]
     refused = ["BEGIN", "intake_lock", "ROLLBACK"]
     assert trace.statements == ["tenant_by_name", *one, *refused, "tenant_by_name"]
 
@@ -150,7 +150,14 @@ def test_a_duplicate_is_recorded_in_the_locked_transaction(
         res = _intake(env, traced).ingest(IntakeItem(path=src, tenant=tenant))
     assert (res.outcome, res.document_id) == (Outcome.duplicate, first.document_id)
     (trace,) = said
-    assert trace.statements == ["tenant_by_name", "BEGIN", "intake_lock", "audit_append", "COMMIT"]
+    assert trace.statements == [
+        "tenant_by_name",
+        "BEGIN",
+        "intake_lock",
+        "audit_append",
+        "arrival_intake",  # its arrival row (issue 30), in the same round trip
+        "COMMIT",
+    ]
     assert trace.round_trips == 3
 
 

@@ -24,8 +24,9 @@ def _tenant(db: Database, name: str) -> int:
         return int(tx.raw("SELECT id FROM tenants WHERE name = %(n)s", {"n": name})[0]["id"])
 
 
-def _doc(db: Database, tenant_id: int, title: str, *pages: str) -> int:
-    """A document with ``title`` and OCR text ``pages``, as analysis records it."""
+def _doc(db: Database, tenant_id: int, title: str, *pages: str, name: str | None = None) -> int:
+    """A document with ``title`` and OCR text ``pages``, as analysis records it (none:
+    not analysed yet); its original file name ``name`` or ``Scan_NNNN.pdf``."""
     n = next(_seq)
     with db.transaction() as tx:
         doc_id = int(
@@ -36,11 +37,13 @@ def _doc(db: Database, tenant_id: int, title: str, *pages: str) -> int:
                 {
                     "t": tenant_id,
                     "sha": hashlib.sha256(f"doc {n}".encode()).hexdigest(),
-                    "name": f"Scan_{n:04d}.pdf",
+                    "name": name or f"Scan_{n:04d}.pdf",
                     "title": title,
                 },
             )[0]["id"]
         )
+        if not pages:
+            return doc_id
         tx.run(
             "content_upsert",
             {
@@ -168,3 +171,27 @@ def test_the_compound_tier_fills_only_the_room_below_the_limit(db: Database, acm
         *((d, "exact") for d in reversed(exact)),
         *((d, "compound") for d in reversed(compound[1:])),
     ]
+
+
+def test_the_original_file_name_finds_a_document_whatever_its_title_became(
+    env: Env, db: Database, acme: int
+) -> None:
+    """`search Scan_0815` finds the scan whose title became the letter's sender (and one
+    not analysed yet) by its original file name, in any case, ranked above text hits and
+    listed once; the plain output shows the name; a short query matches no names, the
+    limit holds, another tenant's file is not found."""
+    renamed = _doc(db, acme, "Müller GmbH", "Sehr geehrte Damen und Herren", name="Scan_0815.pdf")
+    waiting = _doc(db, acme, "Scan_0815 (1)", name="scan_0815 (1).pdf")
+    _doc(db, acme, "Scan_08150", "nothing", name="Scan_X0815.pdf")
+    text_hit = _doc(db, acme, "Notiz", "siehe Scan_0815 im Anhang", name="Notiz.pdf")
+    other = _tenant(db, "other")
+    _doc(db, other, "Fremd", "fremd", name="Scan_0815.pdf")
+    assert _hits(db, acme, "Scan_0815") == [
+        (waiting, "name"), (renamed, "name"), (text_hit, "exact")
+    ]  # fmt: skip
+    assert _hits(db, acme, "SCAN_0815.PDF") == [(renamed, "name")]
+    assert _hits(db, acme, "Scan_0815", limit=1) == [(waiting, "name")]
+    assert _hits(db, acme, "Sc") == []
+    proc = run_cli(env, "search", "--tenant", "acme", "Scan_0815.pdf")
+    assert proc.returncode == 0, proc.stderr
+    assert f"{renamed:>6} =" in proc.stdout and "Müller GmbH  [Scan_0815.pdf]" in proc.stdout

@@ -286,6 +286,7 @@ def test_sysusers_and_tmpfiles_make_user_and_directories(tmp_path: Path) -> None
         "var/lib/ingestd/derived": (0o750, uid, gid),
         "var/spool/ingestd": (0o750, uid, gid),
         "etc/ingestd": (0o750, 0, gid),
+        "etc/ingestd/conf.d": (0o750, 0, gid),  # drop-ins (docs/config-dropins.md)
     }
     seen = {}
     for rel in expected:

@@ -293,6 +293,9 @@ def test_valid_delete_removes_everything_of_the_tenant_only(life: Env, db: Datab
     for table in TENANT_TABLES:
         n = _rows(db, f"SELECT count(*) AS n FROM {table} WHERE tenant_id = %(t)s", {"t": acme})
         assert n[0]["n"] == 0, table
+    # Its arrivals (issue 30) go with it, by name; the other tenant's stay.
+    left = _rows(db, "SELECT tenant, count(*) AS n FROM arrivals GROUP BY tenant")
+    assert {r["tenant"]: r["n"] for r in left} == {"beta": 9}
     paths = life.config.paths
     for root in (paths.archive_dir, paths.derived_dir, paths.state_dir / "failed"):
         assert not (root / "acme").exists()

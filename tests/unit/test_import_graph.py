@@ -35,6 +35,7 @@ LAYERS: list[list[str]] = [
         "ingestd.ops.logflood",
         "ingestd.ops.sdnotify",
     ],
+    ["ingestd.arrivals"],  # (issue 30) the arrival rows; the event log writes them too
     ["ingestd.archive", "ingestd.queue", "ingestd.tenants", "ingestd.ops.events", "ingestd.search"],
     ["ingestd.intake"],  # the one hand-off: archive + row + job in one transaction
     ["ingestd.sources"],  # hot folders and SFTP decide when a file is complete

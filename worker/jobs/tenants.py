@@ -140,6 +140,7 @@ def apply_delete(tx: Tx, job: Job, data: dict[str, Any]) -> None:
         },
     )
     tx.run("tenant_wipe_taxonomy", {"tenant_id": job.tenant_id})
+    tx.run("arrivals_wipe", {"tenant": job.tenant})  # its files' arrivals (0017)
     if data["remove_tenant"]:
         tx.run("tenant_wipe_capabilities", {"tenant_id": job.tenant_id})
         tx.run("tenant_remove", {"tenant_id": job.tenant_id})

@@ -72,9 +72,18 @@ FROM documents d JOIN tenants t ON t.id = d.tenant_id
 GROUP BY t.name, d.processing_status ORDER BY 1, 2;
 
 -- name: status_jobs
-SELECT t.name AS tenant, j.kind, j.status, count(*) AS n
+-- A failed job that left its document in 'attention' (an encrypted PDF: job_fail wrote the
+-- same text as the job's error and the document's reason) is counted as 'attention', not
+-- failed; also once an operator marked the document done (document_mark_done's prefix).
+SELECT t.name AS tenant, j.kind,
+       CASE WHEN j.status = 'failed' AND d.attention_reason IN (
+                     left(j.error_message, 2000),
+                     'marked done without text by an operator: ' || left(j.error_message, 2000))
+            THEN 'attention' ELSE j.status END AS status,
+       count(*) AS n
 FROM processing_jobs j JOIN tenants t ON t.id = j.tenant_id
-GROUP BY t.name, j.kind, j.status ORDER BY 1, 2, 3;
+LEFT JOIN documents d ON d.id = j.document_id
+GROUP BY 1, 2, 3 ORDER BY 1, 2, 3;
 
 -- name: verify_documents
 SELECT d.id, t.name AS tenant, d.sha256, d.size_bytes, d.archive_path
@@ -111,8 +120,12 @@ WHERE dt.document_id = %(document_id)s ORDER BY t.name;
 
 -- name: documents_list
 -- parts: how many children a split batch has; part_of/position: a child's parent.
+-- Filters (each NULL: not applied): name, a LIKE pattern matched case-insensitively on
+-- the original file name (`--name GLOB`, translated by the CLI); source, a whole source
+-- ("sftp:scanner1"), its kind ("sftp", "watch") or its account or folder ("scanner1");
+-- since/until, the arrival time (created_at), since inclusive, until exclusive.
 SELECT d.id, t.name AS tenant, d.title, d.issued_date, d.original_filename, d.source,
-       d.processing_status, d.size_bytes, d.created_at, d.asn,
+       d.source_subdir, d.processing_status, d.size_bytes, d.created_at, d.asn, d.trace_id,
        coalesce((SELECT array_agg(g.name ORDER BY g.name) FROM document_tags dt
                  JOIN tags g ON g.id = dt.tag_id WHERE dt.document_id = d.id), '{}') AS tags,
        (SELECT count(*) FROM document_parts p WHERE p.parent_id = d.id) AS parts,
@@ -120,6 +133,13 @@ SELECT d.id, t.name AS tenant, d.title, d.issued_date, d.original_filename, d.so
        (SELECT min(p.position) FROM document_parts p WHERE p.child_id = d.id) AS position
 FROM documents d JOIN tenants t ON t.id = d.tenant_id
 WHERE (%(tenant)s::text IS NULL OR t.name = %(tenant)s)
+  AND (%(name)s::text IS NULL OR d.original_filename ILIKE %(name)s::text)
+  AND (%(source)s::text IS NULL OR d.source = %(source)s::text
+       OR split_part(d.source, ':', 1) = %(source)s::text
+       OR (strpos(d.source, ':') > 0
+           AND substr(d.source, strpos(d.source, ':') + 1) = %(source)s::text))
+  AND (%(since)s::timestamptz IS NULL OR d.created_at >= %(since)s::timestamptz)
+  AND (%(until)s::timestamptz IS NULL OR d.created_at < %(until)s::timestamptz)
 ORDER BY d.id DESC
 LIMIT %(limit)s;
 
@@ -488,7 +508,7 @@ SELECT q.config::text AS config, q.query::text AS tsquery,
 FROM q;
 
 -- name: search
--- Tenant-scoped search in two tiers, every exact hit ranked above every compound one.
+-- Tenant-scoped search in three tiers: name hits, then exact ones, then compound ones.
 -- exact: the full-text query (search_terms) matches the document's vector; ts_rank_cd.
 -- compound (unless compounds is false): a query word of 3+ characters, not only digits,
 -- occurs inside a longer word - 'rechnung' in "Abschlagsrechnung", the stem 'kundig' in
@@ -498,8 +518,20 @@ FROM q;
 -- word too), a phrase's words must still be whole words in a row (only those have
 -- positions). Searched only while the exact tier leaves room below the limit (else no
 -- compound hit would be shown). Snippets mark the words the query was found in.
+-- name (issue 30): the query as typed occurs in the original file name (%(name_pattern)s,
+-- a case-insensitive LIKE pattern, NULL for a query under 3 characters; read from the
+-- tenant's documents under the search's statement timeout): `Scan_0815` finds the scan
+-- whose title became its sender's name, analysed or not. Ranked above the others (a file
+-- name is what the user remembers); a document is listed once, in its best tier.
 WITH q AS (
     SELECT %(config)s::regconfig AS config, %(tsquery)s::tsquery AS query
+), named AS MATERIALIZED (
+    SELECT d.id AS document_id, 1::real AS rank
+    FROM documents d
+    WHERE %(name_pattern)s::text IS NOT NULL AND d.tenant_id = %(tenant_id)s
+      AND d.original_filename ILIKE %(name_pattern)s::text
+    ORDER BY d.id DESC
+    LIMIT %(limit)s
 ), exact AS MATERIALIZED (
     SELECT c.document_id, ts_rank_cd(c.search, %(tsquery)s::tsquery) AS rank
     FROM document_content c
@@ -516,28 +548,35 @@ WITH q AS (
       AND c.search_words LIKE ANY (%(anchors)s::text[])
       AND NOT c.search @@ %(tsquery)s::tsquery
       AND c.search || x.found @@ %(tsquery)s::tsquery
+), best AS (
+    SELECT DISTINCT ON (document_id) document_id, tier, rank
+    FROM (SELECT document_id, 0 AS tier, rank FROM named
+          UNION ALL
+          SELECT document_id, 1, rank FROM exact
+          UNION ALL
+          SELECT document_id, 2, rank FROM compound) h
+    ORDER BY document_id, tier, rank DESC
 ), top AS (
-    SELECT document_id, 1 AS tier, rank FROM exact
-    UNION ALL
-    SELECT document_id, 2, rank FROM compound
+    SELECT document_id, tier, rank FROM best
     ORDER BY tier, rank DESC, document_id DESC
     LIMIT %(limit)s
 )
 SELECT d.id, d.title, d.issued_date, d.original_filename, c.page_count,
-       CASE t.tier WHEN 1 THEN 'exact' ELSE 'compound' END AS match, t.rank,
-       ts_headline(
-           CASE t.tier WHEN 1 THEN q.config ELSE 'simple'::regconfig END,
+       CASE t.tier WHEN 0 THEN 'name' WHEN 1 THEN 'exact' ELSE 'compound' END AS match,
+       t.rank,
+       CASE WHEN c.document_id IS NOT NULL THEN ts_headline(
+           CASE t.tier WHEN 2 THEN 'simple'::regconfig ELSE q.config END,
            left(c.content, 100000),
-           CASE t.tier WHEN 1 THEN q.query ELSE coalesce(q.query || (
+           CASE t.tier WHEN 2 THEN coalesce(q.query || (
                SELECT string_agg('''' || replace(replace(w, '\', '\\'), '''', '''''') || '''',
                                  ' | ')::tsquery
                FROM unnest(tsvector_to_array(c.search)) AS w
                WHERE EXISTS (SELECT FROM unnest(%(infixes)s::text[]) AS l
-                             WHERE strpos(w, l) > 0)), q.query) END,
-           'MaxFragments=2, MaxWords=18, MinWords=6, StartSel=«, StopSel=»') AS snippet
+                             WHERE strpos(w, l) > 0)), q.query) ELSE q.query END,
+           'MaxFragments=2, MaxWords=18, MinWords=6, StartSel=«, StopSel=»') END AS snippet
 FROM top t
 JOIN documents d ON d.id = t.document_id
-JOIN document_content c ON c.document_id = t.document_id
+LEFT JOIN document_content c ON c.document_id = t.document_id
 CROSS JOIN q
 ORDER BY t.tier, t.rank DESC, d.id DESC;
 
@@ -611,9 +650,15 @@ SELECT t.name AS tenant,
        extract(epoch FROM now() - min(j.created_at)
                FILTER (WHERE j.status = 'queued' AND j.next_attempt_at <= now()))::bigint
            AS oldest_ready_seconds,
-       count(*) FILTER (WHERE j.status = 'failed' AND j.finished_at > now() - interval '1 hour')
+       count(*) FILTER (WHERE j.status = 'failed' AND j.finished_at > now() - interval '1 hour'
+                          -- a document in attention is not a failed job (status_jobs)
+                          AND NOT coalesce(d.attention_reason IN (
+                              left(j.error_message, 2000),
+                              'marked done without text by an operator: '
+                                  || left(j.error_message, 2000)), false))
            AS failed_last_hour
 FROM tenants t JOIN processing_jobs j ON j.tenant_id = t.id
+LEFT JOIN documents d ON d.id = j.document_id AND j.status = 'failed'
 WHERE j.status IN ('queued', 'processing')
    OR (j.status = 'failed' AND j.finished_at > now() - interval '1 hour')
 GROUP BY t.name ORDER BY t.name;
@@ -1047,3 +1092,142 @@ SELECT w.lsn::text AS lsn, count(r.pid) FILTER (WHERE r.write_lsn < w.lsn) AS be
 FROM (SELECT coalesce(%(lsn)s::pg_lsn, pg_current_wal_insert_lsn()) AS lsn) w
 LEFT JOIN pg_stat_replication r ON r.state = 'streaming'
 GROUP BY w.lsn;
+
+-- ---- backup and restore (issue 30, point 5) ----------------------------------------------
+-- name: restore_tables_in_use
+-- Tables a database already holds: restore refuses such a database without --force.
+SELECT count(*) AS n FROM pg_catalog.pg_tables
+WHERE schemaname NOT IN ('pg_catalog', 'information_schema');
+
+-- name: backup_archive_paths
+-- The archive files the (restored) database knows.
+SELECT archive_path FROM documents;
+
+-- ===================================================================== status says why (#30)
+-- name: status_refusals
+-- Files refused (SFTP: one event per account and reason in a few minutes, so at least
+-- this many) and quarantined (each one) in the last %(hours)s hours, by tenant and reason,
+-- from the operator events.
+SELECT coalesce(tenant, '') AS tenant,
+       CASE type WHEN 'file.quarantined' THEN 'quarantined' ELSE 'refused' END AS outcome,
+       coalesce(detail->>'reason', '') AS reason, count(*) AS n, max(created_at) AS last_at
+FROM operator_events
+WHERE type IN ('file.quarantined', 'file.refused')
+  AND created_at > now() - make_interval(hours => %(hours)s)
+GROUP BY 1, 2, 3 ORDER BY 1, 2, 3;
+
+-- name: status_attention_documents
+-- Documents that need an operator (ingestd_documents_attention, `status`), by tenant.
+SELECT t.name AS tenant, count(*) AS n
+FROM documents d JOIN tenants t ON t.id = d.tenant_id
+WHERE d.processing_status = 'attention'
+GROUP BY t.name ORDER BY t.name;
+
+-- ===================================================================== hand-out (issue 30)
+-- name: document_handout
+-- `documents get` (ingestd/archive/handout.py): what handing a document out needs, its
+-- searchable PDF (relative to paths.derived) if analysis made one.
+SELECT d.id, t.name AS tenant, d.original_filename, d.extension, d.sha256, d.size_bytes,
+       d.archive_path, d.mime_type, d.processing_status, d.attention_reason,
+       c.searchable_pdf, c.document_id IS NOT NULL AS has_content
+FROM documents d JOIN tenants t ON t.id = d.tenant_id
+LEFT JOIN document_content c ON c.document_id = d.id
+WHERE d.id = %(id)s AND (%(tenant)s::text IS NULL OR t.name = %(tenant)s);
+
+-- ===================================================================== arrivals (0017, #30)
+-- name: arrival_note
+-- One file's arrival as decided (ingestd/arrivals/record.py); idempotent by trace id.
+SELECT arrival_upsert(%(trace_id)s, %(tenant)s, %(source)s, %(origin)s, %(subdir)s,
+                      %(original_name)s, %(size_bytes)s, %(sha256)s, %(arrived_at)s,
+                      %(decided_at)s, %(outcome)s, %(document_id)s, %(reason)s, %(detail)s,
+                      %(location)s) AS id;
+
+-- name: arrival_intake
+-- In the intake transaction, after intake_record or the duplicate's audit entry: the
+-- document holding these bytes is this file's (archived) or an earlier one's (duplicate).
+SELECT arrival_upsert(%(trace_id)s, %(tenant)s, %(source)s, %(origin)s, %(subdir)s,
+                      %(original_name)s, %(size_bytes)s, %(sha256)s, %(arrived_at)s,
+                      now(),  -- the transaction's time, as the document's and its job's
+                      CASE WHEN d.trace_id IS NOT DISTINCT FROM %(trace_id)s
+                                AND d.created_at >= now()
+                           THEN 'archived' ELSE 'duplicate' END,
+                      d.id, '', '', NULL) AS id
+FROM documents d
+WHERE d.tenant_id = %(tenant_id)s AND d.sha256 = %(sha256)s;
+
+-- name: arrivals_find
+-- `ingestd documents find`: arrivals, newest first, with their document's state; and
+-- documents that have no arrival row (archived before migration 0017) as archived ones.
+WITH found AS (
+    SELECT a.trace_id, a.tenant, a.source, a.origin, a.subdir, a.original_name,
+           a.size_bytes, a.sha256, a.arrived_at, a.decided_at, a.outcome, a.document_id,
+           a.reason, a.detail, a.location
+    FROM arrivals a
+    UNION ALL
+    SELECT d.trace_id, t.name, split_part(d.source, ':', 1),
+           substr(d.source, length(split_part(d.source, ':', 1)) + 2), d.source_subdir,
+           d.original_filename, d.size_bytes, d.sha256, d.created_at, d.created_at,
+           'archived', d.id, '', '', NULL
+    FROM documents d JOIN tenants t ON t.id = d.tenant_id
+    WHERE NOT EXISTS (SELECT 1 FROM arrivals a WHERE a.trace_id = d.trace_id)
+)
+SELECT f.*, d.title, d.processing_status AS document_status, d.archive_path
+FROM found f
+LEFT JOIN tenants t ON t.name = f.tenant
+LEFT JOIN documents d ON d.id = f.document_id AND d.tenant_id = t.id
+WHERE (%(tenant)s::text IS NULL OR f.tenant = %(tenant)s)
+  AND (%(name)s::text IS NULL OR lower(f.original_name) LIKE %(name)s ESCAPE '\')
+  AND (%(source)s::text IS NULL OR f.source = %(source)s OR f.origin = %(source)s
+       OR f.source || ':' || f.origin = %(source)s)
+  AND (%(since)s::timestamptz IS NULL OR f.arrived_at >= %(since)s)
+  AND (%(until)s::timestamptz IS NULL OR f.arrived_at < %(until)s)
+  AND (%(status)s::text IS NULL OR f.outcome = %(status)s
+       OR d.processing_status = %(status)s)
+ORDER BY f.arrived_at DESC, f.trace_id DESC
+LIMIT %(limit)s;
+
+-- name: arrivals_for_trace
+-- `ingestd trace`: the arrivals a name, a trace id or a document id stands for.
+SELECT a.* FROM arrivals a
+WHERE (%(tenant)s::text IS NULL OR a.tenant = %(tenant)s)
+  AND (a.trace_id = %(key)s OR a.document_id = %(document_id)s
+       OR lower(a.original_name) = lower(%(key)s))
+ORDER BY a.arrived_at DESC, a.id DESC
+LIMIT %(limit)s;
+
+-- name: trace_document
+SELECT d.id, d.title, d.sha256, d.size_bytes, d.archive_path, d.processing_status,
+       d.attention_reason, d.created_at, d.trace_id, d.original_filename, d.source,
+       t.name AS tenant
+FROM documents d JOIN tenants t ON t.id = d.tenant_id
+WHERE d.id = %(id)s;
+
+-- name: trace_jobs
+-- Every job of the document: analysis, splits, deliveries (webhooks) and the rest.
+SELECT j.id, j.kind, j.status, j.retry_count, j.error_message, j.created_at,
+       j.started_at, j.finished_at, j.updated_at
+FROM processing_jobs j WHERE j.document_id = %(id)s ORDER BY j.id;
+
+-- name: trace_audit
+SELECT e.seq, e.at, e.kind, e.body FROM audit_events e
+WHERE e.document_id = %(id)s AND e.tenant = %(tenant)s ORDER BY e.at, e.seq;
+
+-- name: trace_events
+-- Operator events of the file (notifications are relayed from these), by trace id.
+SELECT o.type, o.severity, o.detail, o.created_at, o.relayed_at FROM operator_events o
+WHERE o.trace_id = %(trace_id)s ORDER BY o.created_at, o.id;
+
+-- name: arrivals_export
+SELECT * FROM arrivals
+WHERE tenant = %(tenant)s AND arrived_at >= %(from)s AND arrived_at < %(to)s
+ORDER BY arrived_at, id;
+
+-- name: arrivals_prune
+-- Housekeeping: arrivals older than [arrivals] keep_days, a batch at a time.
+DELETE FROM arrivals
+WHERE id IN (SELECT id FROM arrivals
+             WHERE arrived_at < now() - make_interval(days => %(days)s) LIMIT 5000);
+
+-- name: arrivals_wipe
+-- delete-tenant (and reset): the tenant's arrivals go with its documents.
+DELETE FROM arrivals WHERE tenant = %(tenant)s;

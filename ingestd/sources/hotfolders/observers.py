@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from watchdog.events import (
@@ -46,6 +47,7 @@ from ingestd.sources.hotfolders.folders import (
 )
 from ingestd.sources.hotfolders.pending import Settler
 from ingestd.sources.hotfolders.table import FileTable
+from ingestd.sources.hotfolders.why import folder_report
 
 # The events Handler acts on. Only these are asked of inotify, so opens, reads and
 # closes without writing (intake's own, the writer check's: most events of a busy folder)
@@ -130,9 +132,13 @@ class FolderObservers:
         self._missing_reported: set[str] = set()
         # Folders this process may not list (and why, as last logged): not armed.
         self._unreadable: dict[str, str] = {}
+        # What the last check found wrong with each folder, for `ingestd status`.
+        self._problems: dict[str, dict[str, object]] = {}
         # Arming and disarming (start, reload, the folder check, the rescan) one at a time.
         self.sync_lock = threading.Lock()
         self._check_now = threading.Event()
+        # Run after each folder check (HotFolders: files whose access changed go now).
+        self.after_check: Callable[[], None] | None = None
 
     def is_local(self, key: FolderKey) -> bool:
         return self._local.get(key, False)
@@ -151,6 +157,8 @@ class FolderObservers:
                 break
             try:
                 self.sync()
+                if self.after_check is not None:
+                    self.after_check()
             except Exception:
                 self.log.exception("watch.folder_check_error")
 
@@ -179,6 +187,8 @@ class FolderObservers:
             self._disarm(key, forget_stuck=True)
             self.log.info("watch.removed", folder=key[0])
         self._gone &= set(desired)
+        problems: dict[str, dict[str, object]] = {}
+        self._problems = problems  # filled in as each folder is checked
         for key, folder in desired.items():
             ident = dir_identity(folder.cfg.path)
             if key in self._observers:
@@ -187,6 +197,12 @@ class FolderObservers:
                 if ident == armed and not deaf:
                     with self.table.lock:
                         self.table.folders[key] = folder  # tags/tenant/done/failed may change
+                    # Asked again each check, so `status` shows a fixed mode as fixed.
+                    problem = access_problem(folder.cfg.path)
+                    if problem is not None:
+                        problems[key[0]] = folder_report(folder, problem)
+                    elif self._unreadable.pop(key[0], None) is not None:
+                        self.log.info("watch.folder_writable", folder=key[0])
                     continue
                 # Deleted (and maybe recreated), unmounted or mounted over: the observer
                 # watches an inode that is no longer the folder. Files still in flight
@@ -197,6 +213,7 @@ class FolderObservers:
                 self._gone.add(key)
                 self._report_gone(key, folder, armed, ident)
             if ident is None:
+                problems[key[0]] = folder_report(folder, None)
                 if key not in self._gone and key[0] not in self._missing_reported:
                     # Never create it: an unmounted share would then fill the local disk.
                     self.log.error("watch.folder_missing", folder=key[0], tenant=folder.cfg.tenant)
@@ -204,6 +221,8 @@ class FolderObservers:
                 continue
             was = self._unreadable.get(key[0])
             problem = access_problem(folder.cfg.path)
+            if problem is not None:
+                problems[key[0]] = folder_report(folder, problem)
             if problem is not None and problem.unlistable:
                 if was != "read":
                     self._unreadable[key[0]] = "read"
@@ -246,6 +265,11 @@ class FolderObservers:
                     tenant=folder.cfg.tenant,
                     polling=folder.cfg.polling,
                 )
+
+    def access_report(self) -> list[dict[str, object]]:
+        """The folders the last check found missing or closed to this process, each with
+        what it may not do, the owner and mode, and the command that fixes it."""
+        return [self._problems[name] for name in sorted(self._problems)]
 
     def _report_unreadable(self, name: str, folder: Folder, problem: AccessProblem) -> None:
         fields = problem.fields()

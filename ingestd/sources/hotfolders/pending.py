@@ -114,8 +114,18 @@ class Settler:
     def scan_tree(self, folder: Folder, top: Path) -> int:
         """Note every file below ``top`` (startup, rescan, new sub-folder). No links followed."""
         found = 0
-        for dirpath, dirs, files in os.walk(top, followlinks=False):
+        table = self.table
+
+        def unlistable(err: OSError) -> None:
+            if isinstance(err, PermissionError) and err.filename is not None:
+                with table.lock:
+                    table.unlistable[Path(os.fsdecode(err.filename))] = folder
+
+        for dirpath, dirs, files in os.walk(top, followlinks=False, onerror=unlistable):
             base = Path(dirpath)
+            if table.unlistable:  # listed now: no longer in the way
+                with table.lock:
+                    table.unlistable.pop(base, None)
             keep = []
             for d in dirs:
                 if (base / d).is_symlink():

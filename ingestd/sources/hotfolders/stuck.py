@@ -18,6 +18,7 @@ from typing import Any
 from ingestd.config.pathcheck import ProtectedPaths
 from ingestd.config.settings import HotfoldersConfig
 from ingestd.errors import SourceProtected
+from ingestd.intake.fsops import why_not_removable
 from ingestd.intake.source_file import move_source, remove_source
 from ingestd.log import Logger
 from ingestd.ops import metrics
@@ -25,6 +26,7 @@ from ingestd.ops.events import EventLog
 from ingestd.sources import retry
 from ingestd.sources.hotfolders.folders import Folder
 from ingestd.sources.hotfolders.table import FileTable, PendingFile, StuckAction, StuckFile
+from ingestd.sources.hotfolders.why import access_fix
 
 # The daemon's state file (`ingestd status`) lists this many stuck files, and the total.
 STUCK_SHOWN = 100
@@ -137,6 +139,8 @@ class StuckFiles:
                 if isinstance(exc, SourceProtected):
                     stuck.action, stuck.reason = StuckAction.keep, exc.message
                 elif self.table.stuck.get(path) is stuck:
+                    # As it is now (`ingestd status` must not show a mode fixed since).
+                    stuck.reason = why_not_removable(path, exc)
                     self.table.schedule_stuck(path, stuck, due)
             return
         with self.table.lock:
@@ -166,7 +170,16 @@ class StuckFiles:
                 "since": s.since,
                 "attempts": s.attempts,
                 "trace": s.trace,
+                "fix": _fix(p, s),
             }
             for p, s in items[:STUCK_SHOWN]
         ]
         return shown, len(items)
+
+
+def _fix(path: Path, stuck: StuckFile) -> str | None:
+    """The command that lets this process remove ``path`` (or move it to done), if the
+    folder's permissions are what stops it."""
+    if stuck.action == StuckAction.keep or os.access(path.parent, os.W_OK | os.X_OK):
+        return None
+    return access_fix(path.parent, "wx")

@@ -41,6 +41,11 @@ class PendingFile:
     tenant_reported: tuple[str, float] | None = None
     # The file's correlation id, made when it is first taken (kept across retries).
     trace: str = field(default_factory=new_trace_id)
+    # Why its last attempt left it in place (a retry.Cause) and the error's text.
+    waiting_cause: str | None = None
+    waiting_detail: str = ""
+    # When it was first noticed (wall clock): the arrival time of its arrival row.
+    first_seen: datetime = field(default_factory=lambda: datetime.now(UTC))
 
 
 class StuckAction(enum.StrEnum):
@@ -88,6 +93,9 @@ class FileTable:
         self.pending: dict[Path, PendingFile] = {}
         self.inflight: set[Path] = set()
         self.stuck: dict[Path, StuckFile] = {}
+        # Sub-folders a scan could not list (EACCES): their files are unseen until a
+        # chmod/chown is noticed (unblock.py) or the next rescan.
+        self.unlistable: dict[Path, Folder] = {}
         # The folders armed now: events and results of a folder not here are dropped.
         self.folders: dict[FolderKey, Folder] = {}
         # When each pending / stuck file is due next.
@@ -121,6 +129,8 @@ class FileTable:
         if forget_stuck:
             for path in [p for p, s in self.stuck.items() if s.folder.key == key]:
                 del self.stuck[path]
+        for path in [p for p, f in self.unlistable.items() if f.key == key]:
+            del self.unlistable[path]  # the folder's next scan finds them again
 
     def _push(
         self, heap: list[tuple[float, int, Path, _E]], path: Path, entry: _E, due: float

@@ -19,6 +19,7 @@ Where each file is, and when it is due, is one table under one lock (``table``).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 import time
@@ -27,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ingestd.config.settings import Config
-from ingestd.errors import TenantError
+from ingestd.errors import DatabaseError, TenantError
 from ingestd.intake.fsops import why_not_removable
 from ingestd.intake.ingest import Intake
 from ingestd.intake.items import Disposal, IntakeItem, IntakeResult
@@ -41,6 +42,8 @@ from ingestd.sources.hotfolders.observers import FolderObservers
 from ingestd.sources.hotfolders.pending import Settler
 from ingestd.sources.hotfolders.stuck import StuckFiles, done_dir
 from ingestd.sources.hotfolders.table import FileTable, PendingFile, StuckAction
+from ingestd.sources.hotfolders.unblock import Unblocker
+from ingestd.states import TenantStatus
 
 # A file waiting for its tenant to become active is reported again after this many seconds.
 TENANT_REPORT_INTERVAL = 3600.0
@@ -80,6 +83,9 @@ class HotFolders:
         self.observers = FolderObservers(
             self.files, self.settler, settings, log=self.log, events=events, stats=self.stats
         )
+        # A chmod/chown above a waiting file makes it due now (checked with the folders).
+        self.unblocker = Unblocker(self.files, self.log, lambda f, top: self.scan_tree(f, top))
+        self.observers.after_check = self._unblock
         self._apply_settings(config)
         self._executor = ThreadPoolExecutor(
             max_workers=settings.workers, thread_name_prefix="watch-intake"
@@ -121,6 +127,22 @@ class HotFolders:
                 "watch.reload_deferred",
                 detail="a folder check is still running (a share not answering?)",
             )
+
+    def _unblock(self) -> None:
+        """After each folder check: files whose cause was fixed go now (unblock.py)."""
+        due = self.unblocker.check()
+        tenants = self.unblocker.tenants_waiting()
+        if tenants:
+            try:
+                with self.intake.db.transaction() as tx:
+                    statuses = {r["name"]: r["status"] for r in tx.all("tenant_statuses")}
+            except DatabaseError:
+                statuses = {}  # their own retry takes them once it is back
+            active = {t for t in tenants if statuses.get(t) == TenantStatus.active}
+            if active:
+                due += self.unblocker.tenants_active(active)
+        if due:
+            self.settler.wake.set()
 
     def check_folders_soon(self) -> None:
         """Have the folder check run now (an observer saw its root go)."""
@@ -186,7 +208,9 @@ class HotFolders:
         log = self.log.bind(
             tenant=tenant, folder=folder.name, filename=path.name, trace=pending.trace
         )
-        item = self._item(folder, path, pending.trace)
+        item = dataclasses.replace(
+            self._item(folder, path, pending.trace), arrived=pending.first_seen
+        )
         protected = self.intake.protected
 
         def before_quarantine() -> None:
@@ -212,7 +236,7 @@ class HotFolders:
             if not self._contained(folder, path):
                 log.warning("watch.escape_refused", path=str(path))
                 return
-            cause = self.handoff.attempt(
+            attempt = self.handoff.attempt(
                 self.intake,
                 item,
                 failed_dir=folder.failed,
@@ -223,7 +247,10 @@ class HotFolders:
                 committed=committed,
                 tenant_waiting=lambda exc: self._report_tenant(path, pending, exc),
                 protected=keep,
-            ).cause
+            )
+            cause = attempt.cause
+            pending.waiting_cause = None if cause is None else str(cause)
+            pending.waiting_detail = attempt.detail
         finally:
             self._requeue(path, pending, cause)
 
@@ -288,9 +315,23 @@ class HotFolders:
             return {"pending": len(self.files.pending), "inflight": len(self.files.inflight)}
 
     def status_snapshot(self) -> dict[str, Any]:
-        """For the daemon's state file (`ingestd status`)."""
+        """For the daemon's state file (`ingestd status`): what waits, stuck files and
+        folders this process may not use, each with its reason and fix."""
+        from ingestd.sources.hotfolders.why import unlistable_report, waiting_files
+
         stuck, total = self.stuck.status()
-        return {**self.snapshot(), "stuck": stuck, "stuck_total": total}
+        with self.files.lock:
+            pending = [(p, c) for p, c in self.files.pending.items() if c.attempts > 0]
+            unlistable = dict(self.files.unlistable)
+        waiting = waiting_files(pending)
+        return {
+            **self.snapshot(),
+            "stuck": stuck,
+            "stuck_total": total,
+            "waiting": waiting,
+            "folders": self.observers.access_report(),
+            "unlistable": unlistable_report(unlistable),
+        }
 
     def idle(self) -> bool:
         with self.files.lock:

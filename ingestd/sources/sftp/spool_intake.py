@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
 from pathlib import Path
 
 from ingestd.config.split import SplitPolicy
@@ -152,6 +153,7 @@ class SpoolIntake:
             owned=True,
             trace=entry.id,
             split=self.split_of(entry.account, entry.tenant),
+            arrived=_received(entry.received_at),
         )
 
         def tenant_waiting(exc: TenantError) -> None:
@@ -192,3 +194,12 @@ class SpoolIntake:
         with self._lock:
             inflight = self._inflight
         return inflight == 0 and self.spool.snapshot()["pending"] == 0
+
+
+def _received(text: str) -> datetime | None:
+    """The upload's receipt time as its queue entry says it (None if unreadable)."""
+    try:
+        when = datetime.fromisoformat(text)
+    except (TypeError, ValueError):
+        return None
+    return when if when.tzinfo is not None else when.replace(tzinfo=UTC)

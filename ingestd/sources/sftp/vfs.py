@@ -8,6 +8,7 @@ returns an ``UploadHandle`` (``uploads``); listings show pending uploads too
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 from dataclasses import dataclass
@@ -17,9 +18,11 @@ from typing import Any
 import paramiko
 from paramiko.sftp import SFTP_FAILURE, SFTP_NO_SUCH_FILE, SFTP_OK
 
+from ingestd.arrivals.record import Arrival, ArrivalOutcome
 from ingestd.durable import fsync_dir
 from ingestd.intake.items import Refused
 from ingestd.intake.source_file import check_filename
+from ingestd.log import new_trace_id
 from ingestd.ops import metrics
 from ingestd.sources.handoff import subfolder_tags, tenant_reason, tenant_refusal_text
 from ingestd.sources.sftp.listing import attrs, entry_attrs, listing
@@ -37,6 +40,7 @@ from ingestd.sources.sftp.refusals import (
 from ingestd.sources.sftp.session import Session
 from ingestd.sources.sftp.spool import Entry, label
 from ingestd.sources.sftp.uploads import UploadHandle
+from ingestd.sources.sftp.views import EventSink
 from ingestd.states import TenantStatus
 
 
@@ -84,6 +88,37 @@ class InboxSFTP(paramiko.SFTPServerInterface):
                     "remote_ip": self.session.remote_ip,
                 },
                 dedupe=f"sftp:{acct.username}:{exc.reason}",
+            )
+
+        if events is not None and op in ARRIVAL_OPS and not exc.quiet and _file_refused(exc.reason):
+            self._refused_arrival(events, parts, exc)
+
+    def _refused_arrival(
+        self, events: EventSink, parts: tuple[str, ...] | str, exc: SftpRefusal
+    ) -> None:
+        """A file refused by the server itself (its name, its content, its tenant) is an
+        arrival too (ingestd/arrivals/record.py): written by the supervisor's event log,
+        kept on disk while the database is down."""
+        acct = self.account
+        path = parts if isinstance(parts, str) else vpath_of(parts)
+        folders, _, name = path.strip("/").rpartition("/")
+        arrival = Arrival(
+            trace_id=new_trace_id(),
+            tenant=acct.tenant,
+            source=f"sftp:{acct.username}",
+            name=name or path,
+            outcome=ArrivalOutcome.refused,
+            subdir=folders,
+            reason=exc.reason,
+            detail=exc.message,
+        )
+        with contextlib.suppress(ValueError):  # a tenant name the event log refuses
+            events.emit(
+                arrival.event_type(),
+                "info",
+                acct.tenant,
+                arrival.event_detail(),
+                trace_id=arrival.trace_id,
             )
 
     def _log_refusal(self, op: str, parts: tuple[str, ...] | str, exc: SftpRefusal) -> None:
@@ -415,3 +450,17 @@ class InboxSFTP(paramiko.SFTPServerInterface):
 
     def readlink(self, path: str) -> Any:
         raise refuse("symlink", "symbolic links are not allowed")
+
+
+# Requests that put a file: a refusal of one of them is the refused arrival of that file.
+ARRIVAL_OPS = frozenset({"open", "write", "close", "rename"})
+
+
+def _file_refused(reason: str) -> bool:
+    """Whether a refusal for ``reason`` says the file is not taken (its name, content,
+    size, tenant, the spool), rather than a request about folders or handles."""
+    return (
+        reason in OPERATOR_REASONS
+        or reason.startswith("tenant_")
+        or reason in ("bad_filename", "symlink", "exists")
+    )

@@ -1,0 +1,458 @@
+"""Handing a document out: its original (or searchable PDF) under its original file name,
+re-hashed on the way out, and recorded in the tenant's audit chain.
+
+The bytes are copied into a hidden temp file beside the destination (or an anonymous
+one for stdout) while they are hashed; an original whose SHA-256 is not the one the
+archive recorded is refused and its temp file removed: nothing is written, the refusal
+is logged. Only a verified copy gets its name, with a no-overwrite link (a name taken in
+the directory becomes ``name (2).pdf``), inside the transaction that appends the
+``document.handed_out`` entry (who, what, which variant, the hash): a hand-out and its
+record exist together or not at all. On stdout the entry is committed first, then the
+bytes are written (a reader that leaves early still was handed them).
+
+A searchable PDF has no hash of its own in the archive (it is derived data, made again
+by a re-analysis); its hash is computed on the way out and recorded in the entry.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import email.errors
+import email.header
+import hashlib
+import os
+import pwd
+import re
+import tempfile
+import unicodedata
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any, BinaryIO
+
+from ingestd import log
+from ingestd.archive import audit
+from ingestd.archive.store import CHUNK, ArchiveStore
+from ingestd.db.database import Database, Row
+from ingestd.durable import fsync_dir
+from ingestd.errors import ArchiveError, ExitCode, IngestdError, NotFound
+
+# Bytes one file name may have on Linux file systems (NAME_MAX).
+NAME_MAX = 255
+TEMP_PREFIX = ".ingestd-get-"
+# At most this many "name (n).ext" tried before a directory is called full of clashes.
+MAX_CLASH = 1000
+
+
+class NoSuchDocument(NotFound):
+    """No document with that id (of that tenant): nothing was written."""
+
+
+class NoSearchablePdf(NotFound):
+    """The document has no searchable PDF (yet): the reason says why; nothing written."""
+
+
+class HandoutMismatch(IngestdError):
+    """The archived bytes are not the ones recorded (altered or damaged): nothing was
+    handed out; ``ingestd verify`` reports the damage. A person must look."""
+
+    exit_code = ExitCode.archive_inconsistent
+    attention = True
+
+
+class DestinationTaken(IngestdError):
+    """``-o FILE`` names a file that exists: it is never overwritten."""
+
+    exit_code = ExitCode.refused
+
+
+class DestinationUnusable(IngestdError):
+    """The destination cannot take the copy (no write permission, disk full): nothing was
+    left there."""
+
+    exit_code = ExitCode.refused
+
+
+@dataclass(frozen=True, slots=True)
+class HandedOut:
+    document_id: int
+    tenant: str
+    variant: str  # "original" or "searchable"
+    sha256: str
+    size: int
+    name: str  # the file name written (sanitised), also for stdout
+    path: Path | None  # None: written to stdout
+
+
+# -- names --------------------------------------------------------------------------------
+_ENCODED_WORD = re.compile(r"=\?[^?\s]+\?[bBqQ]\?[^?\s]*\?=")
+_BETWEEN_WORDS = re.compile(r"(?<=\?=)\s+(?==\?)")
+
+
+def decoded(name: str) -> str:
+    """``name`` with its RFC 2047 encoded words (``=?utf-8?q?...?=``, a mail client's way
+    of writing a non-ASCII attachment name) decoded, each in place (the space between two
+    of them dropped, as RFC 2047 says); a word that does not decode stays as it is."""
+    if "=?" not in name:
+        return name
+
+    def one(m: re.Match[str]) -> str:
+        try:
+            return "".join(
+                part.decode(charset or "ascii") if isinstance(part, bytes) else part
+                for part, charset in email.header.decode_header(m.group(0))
+            )
+        except (email.errors.HeaderParseError, LookupError, UnicodeError, ValueError):
+            return m.group(0)
+
+    return _ENCODED_WORD.sub(one, _BETWEEN_WORDS.sub("", name))
+
+
+def safe_name(raw: str, fallback: str) -> str:
+    """A file name that stays in the directory it is written to: RFC 2047 words decoded,
+    undecodable bytes, path separators and control or invisible format characters
+    replaced by ``_``, no leading dots or spaces, at most NAME_MAX bytes (the extension
+    kept); ``fallback`` when nothing is left."""
+    text = decoded(raw)
+    text = text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    text = unicodedata.normalize("NFC", text)
+    text = "".join(
+        "_" if c in "/\\" or c == "\ufffd" or unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp")
+        else c
+        for c in text
+    )  # fmt: skip
+    text = text.strip().lstrip(".").strip()
+    if not text or set(text) <= {".", "_", " "}:
+        text = fallback
+    return _fit(text)
+
+
+def _fit(name: str) -> str:
+    """``name`` cut to NAME_MAX bytes of UTF-8, its extension kept."""
+    if len(name.encode()) <= NAME_MAX:
+        return name
+    stem, dot, ext = name.rpartition(".")
+    if not dot or len(ext.encode()) > 16:
+        stem, ext = name, ""
+    suffix = f".{ext}" if ext else ""
+    room = NAME_MAX - len(suffix.encode())
+    cut = stem.encode()[:room].decode("utf-8", "ignore").rstrip()
+    return cut + suffix
+
+
+def has_extension(name: str) -> bool:
+    """Whether ``name`` ends in something a file manager takes for a type (``.pdf``,
+    ``.tiff``), not just any dot (``_.._etc_passwd``)."""
+    stem, dot, ext = name.rpartition(".")
+    return bool(dot and stem and ext.isalnum() and len(ext) <= 8)
+
+
+def with_extension(name: str, extension: str) -> str:
+    """``name`` with its extension replaced by ``extension`` (the searchable PDF of a
+    ``scan.tif`` is ``scan.pdf``)."""
+    stem, dot, _ = name.rpartition(".")
+    return _fit(f"{stem if dot and stem else name}.{extension}")
+
+
+def clash_names(name: str) -> Iterator[str]:
+    """``name``, then ``name (2).ext``, ``name (3).ext``, ... (MAX_CLASH in all)."""
+    yield name
+    stem, dot, ext = name.rpartition(".")
+    if not dot or not stem:
+        stem, ext = name, ""
+    suffix = f".{ext}" if ext else ""
+    for n in range(2, MAX_CLASH + 1):
+        yield _fit(f"{stem} ({n}){suffix}")
+
+
+# -- who ----------------------------------------------------------------------------------
+def actor() -> dict[str, object]:
+    """Who hands out: the OS user the process runs as and, when run through sudo, the
+    user who ran sudo (SUDO_USER, SUDO_UID)."""
+    uid = os.geteuid()
+    try:
+        user = pwd.getpwuid(uid).pw_name
+    except KeyError:
+        user = str(uid)
+    who: dict[str, object] = {"user": user, "uid": uid}
+    if os.environ.get("SUDO_USER"):
+        who["sudo_user"] = os.environ["SUDO_USER"]
+        if (sudo_uid := os.environ.get("SUDO_UID", "")).isdigit():
+            who["sudo_uid"] = int(sudo_uid)
+    return who
+
+
+# -- the hand-out -------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Destination:
+    """Where the bytes go: a directory (the original name), one file, or stdout."""
+
+    directory: Path | None = None
+    file: Path | None = None
+    stdout: BinaryIO | None = None
+
+    @classmethod
+    def parse(cls, output: str | None, stdout: BinaryIO) -> Destination:
+        """``-o``'s value: ``-`` stdout, an existing directory, else a file to create
+        (its directory must exist; an existing file is refused, never overwritten)."""
+        if output == "-":
+            return cls(stdout=stdout)
+        path = Path(output) if output else Path.cwd()
+        if path.is_dir():
+            return cls(directory=path)
+        if output and output.endswith("/"):
+            raise NotFound(f"{output}: no such directory")
+        if not path.parent.is_dir():
+            raise NotFound(f"{path.parent}: no such directory")
+        if path.exists() or path.is_symlink():
+            raise DestinationTaken(f"{path} exists; it is not overwritten (choose another name)")
+        return cls(file=path)
+
+    @property
+    def where(self) -> Path:
+        """The directory the temp file is made in."""
+        if self.directory is not None:
+            return self.directory
+        assert self.file is not None
+        return self.file.parent
+
+
+def hand_out(
+    db: Database,
+    store: ArchiveStore,
+    derived_root: Path,
+    document_id: int,
+    *,
+    tenant: str | None,
+    searchable: bool,
+    dest: Destination,
+) -> HandedOut:
+    """Write one document's original (or searchable PDF) to ``dest``, verified and
+    recorded; raises NoSuchDocument, NoSearchablePdf, HandoutMismatch, DestinationTaken,
+    DestinationUnusable."""
+    with db.transaction() as tx:
+        doc = tx.one("document_handout", {"id": document_id, "tenant": tenant})
+    if doc is None:
+        where = f" of tenant {tenant}" if tenant else ""
+        raise NoSuchDocument(f"document {document_id}: no such document{where}")
+    variant = "searchable" if searchable else "original"
+    fallback = f"document-{document_id}.{doc['extension'] or 'bin'}"
+    name = safe_name(str(doc["original_filename"] or ""), fallback)
+    if searchable:
+        name = with_extension(name, "pdf")
+    elif not has_extension(name) and doc["extension"]:
+        name = _fit(f"{name}.{doc['extension']}")  # a name without one opens as what it is
+    with _source(store, derived_root, doc, searchable) as src, _temp(dest) as (tmp, tmp_path):
+        digest, size = _copy(src, tmp)
+        expected = None if searchable else str(doc["sha256"])
+        if expected is not None and digest != expected:
+            _refuse(doc, variant, expected, digest, size)
+        tmp.flush()
+        os.fsync(tmp.fileno())
+        detail = {
+            "by": actor(),
+            "variant": variant,
+            "sha256": digest,
+            "size": size,
+            "name": name,
+            "to": "stdout" if dest.stdout is not None else "file",
+        }
+        placed: Path | None = None
+        try:
+            with db.transaction() as tx:
+                audit.append(
+                    tx,
+                    chain=audit.chain_of(tx, str(doc["tenant"])),
+                    tenant=str(doc["tenant"]),
+                    kind=audit.AuditKind.handed_out,
+                    document_id=document_id,
+                    detail=detail,
+                )
+                if tmp_path is not None:
+                    placed = _place(tmp, tmp_path, dest, name)
+        except BaseException:
+            if placed is not None:  # the record did not commit: neither does the file
+                with contextlib.suppress(FileNotFoundError):
+                    placed.unlink()
+            raise
+        if dest.stdout is not None:
+            tmp.seek(0)
+            while chunk := tmp.read(CHUNK):
+                dest.stdout.write(chunk)
+            dest.stdout.flush()
+    who = detail["by"]
+    assert isinstance(who, dict)
+    log.get_logger().info(
+        "document.handed_out",
+        document=document_id,
+        tenant=doc["tenant"],
+        variant=variant,
+        sha256=digest,
+        path=str(placed) if placed else "-",
+        user=who["user"],
+        sudo_user=who.get("sudo_user"),
+    )
+    return HandedOut(
+        document_id,
+        str(doc["tenant"]),
+        variant,
+        digest,
+        size,
+        placed.name if placed else name,
+        placed,
+    )
+
+
+def _refuse(doc: Row, variant: str, expected: str, found: str, size: int) -> None:
+    log.get_logger().error(
+        "document.handout_refused",
+        document=doc["id"],
+        tenant=doc["tenant"],
+        variant=variant,
+        archive_path=doc["archive_path"],
+        expected_sha256=expected,
+        found_sha256=found,
+        size=size,
+    )
+    raise HandoutMismatch(
+        f"document {doc['id']}: the archived file {doc['archive_path']} does not match its "
+        f"recorded SHA-256 (expected {expected}, read {found}, {size} bytes); nothing was "
+        "written. Run `ingestd verify` and restore the file from a backup"
+    )
+
+
+@contextlib.contextmanager
+def _source(
+    store: ArchiveStore, derived_root: Path, doc: Row, searchable: bool
+) -> Iterator[BinaryIO]:
+    """The bytes to hand out, opened for reading."""
+    if not searchable:
+        with contextlib.ExitStack() as stack:
+            try:
+                path = stack.enter_context(store.reading(str(doc["archive_path"])))
+                original = stack.enter_context(open(path, "rb"))
+            except FileNotFoundError:
+                raise HandoutMismatch(
+                    f"document {doc['id']}: its archived file {doc['archive_path']} is "
+                    "missing; run `ingestd verify`"
+                ) from None
+            except OSError as exc:  # e.g. not run as the archive's owner
+                raise ArchiveError(
+                    f"document {doc['id']}: cannot read {doc['archive_path']}: {exc.strerror}"
+                ) from None
+            yield original
+        return
+    path = searchable_path(derived_root, doc)
+    try:
+        f = open(path, "rb")  # noqa: SIM115 (closed below; the error needs its own words)
+    except FileNotFoundError:
+        raise NoSearchablePdf(
+            f"document {doc['id']}: its searchable PDF was made but is missing ({path}); "
+            f"make it again: `ingestd documents analyze --tenant {doc['tenant']} --force "
+            f"{doc['id']}`"
+        ) from None
+    with f:
+        yield f
+
+
+def searchable_path(derived_root: Path, doc: Row) -> Path:
+    """Where the document's searchable PDF is; NoSearchablePdf with the reason when it
+    has none (not analysed yet, needs attention, accepted without text)."""
+    rel = doc["searchable_pdf"]
+    if rel is None:
+        raise NoSearchablePdf(f"document {doc['id']}: {_no_searchable_reason(doc)}")
+    root = derived_root.resolve()
+    path = (root / str(rel)).resolve()
+    if root not in path.parents:
+        raise ArchiveError(f"document {doc['id']}: its searchable PDF path escapes {root}")
+    return path
+
+
+def _no_searchable_reason(doc: Row) -> str:
+    status = doc["processing_status"]
+    if status in ("queued", "processing"):
+        return (
+            f"no searchable PDF yet: its analysis is {status} (try again when "
+            "`ingestd documents show` says done)"
+        )
+    if status == "attention":
+        return (
+            "no searchable PDF: it needs attention "
+            f"({doc['attention_reason'] or 'no reason recorded'}); the original is there "
+            "(without --searchable)"
+        )
+    if status == "failed":
+        return "no searchable PDF: its analysis failed (`ingestd jobs list --status failed`)"
+    if status == "split":
+        return "no searchable PDF: a split batch; its documents have one each"
+    if doc["has_content"]:
+        return "no searchable PDF: it was accepted without text (the original is there)"
+    return f"no searchable PDF (status {status}); the original is there (without --searchable)"
+
+
+@contextlib.contextmanager
+def _temp(dest: Destination) -> Iterator[tuple[IO[bytes], Path | None]]:
+    """A private temp file: beside the destination (removed unless it got its name), or
+    anonymous for stdout."""
+    if dest.stdout is not None:
+        with tempfile.TemporaryFile() as f:
+            yield f, None
+        return
+    try:
+        fd, name = tempfile.mkstemp(prefix=TEMP_PREFIX, dir=dest.where)
+    except OSError as exc:
+        raise DestinationUnusable(f"cannot write into {dest.where}: {exc.strerror}") from None
+    path = Path(name)
+    try:
+        with os.fdopen(fd, "w+b") as f:
+            yield f, path
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+
+
+def _copy(src: BinaryIO, out: IO[bytes]) -> tuple[str, int]:
+    """Copy ``src`` to ``out``; its SHA-256 and size. A read error is the archive's
+    (ArchiveError), a write error the destination's (DestinationUnusable)."""
+    digest = hashlib.sha256()
+    size = 0
+    while True:
+        try:
+            chunk = src.read(CHUNK)
+        except OSError as exc:
+            raise ArchiveError(f"cannot read the stored file: {exc.strerror}") from None
+        if not chunk:
+            return digest.hexdigest(), size
+        digest.update(chunk)
+        size += len(chunk)
+        try:
+            out.write(chunk)
+        except OSError as exc:
+            raise DestinationUnusable(f"cannot write the copy: {exc.strerror}") from None
+
+
+def _umask() -> int:
+    mask = os.umask(0o077)
+    os.umask(mask)
+    return mask
+
+
+def _place(tmp: IO[bytes], tmp_path: Path, dest: Destination, name: str) -> Path:
+    """Give the verified temp file its name without replacing anything: ``-o FILE``
+    exactly (refused if it appeared meanwhile), in a directory the first free one of
+    ``name``, ``name (2)``, ..."""
+    os.fchmod(tmp.fileno(), 0o666 & ~_umask())
+    candidates: Any = [dest.file] if dest.file else (dest.where / n for n in clash_names(name))
+    for target in candidates:
+        try:
+            os.link(tmp_path, target, follow_symlinks=False)
+        except FileExistsError:
+            if dest.file is not None:
+                raise DestinationTaken(f"{target} exists; it is not overwritten") from None
+            continue
+        with contextlib.suppress(OSError):
+            fsync_dir(Path(target).parent)
+        return Path(target)
+    raise DestinationTaken(
+        f"{dest.where}: {name} and {MAX_CLASH - 1} numbered variants exist; choose -o FILE"
+    )
