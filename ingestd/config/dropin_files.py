@@ -43,8 +43,9 @@ def account_file(config_path: Path, username: str) -> Path:
 
 def slug(path: Path) -> str:
     """A file-name form of a folder path: ``/srv/hot/acme/Buchhaltung`` ->
-    ``srv-hot-acme-buchhaltung``; a short hash when nothing of the path is left."""
-    text = re.sub(r"[^a-z0-9]+", "-", str(path).lower()).strip("-")[:80].strip("-")
+    ``srv-hot-acme-buchhaltung``; a long path keeps its last 80 characters (the folder's
+    own name says most); a short hash when nothing of the path is left."""
+    text = re.sub(r"[^a-z0-9]+", "-", str(path).lower()).strip("-")[-80:].strip("-")
     return text or hashlib.sha256(str(path).encode()).hexdigest()[:12]
 
 
