@@ -44,6 +44,7 @@ from ingestd.db.schema import migrate
 from ingestd.demo.batches import letter_lines
 from ingestd.errors import QueryCanceled
 from ingestd.search import limits, tsquery
+from ingestd.search.query import name_pattern
 
 # scripts/demo.py's sample scans and hot-folder drops, as their text reads.
 SAMPLES = (
@@ -123,7 +124,13 @@ def compound_scan(tx: Tx, tenant_id: int, query: str) -> str:
     """How the plan of the compound tier found its candidates (EXPLAIN ANALYZE)."""
     terms = tx.one("search_terms", {"tenant_id": tenant_id, "query": query})
     assert terms is not None
-    params = {**terms, "tenant_id": tenant_id, "limit": 20, "compounds": True}
+    params = {
+        **terms,
+        "tenant_id": tenant_id,
+        "limit": 20,
+        "compounds": True,
+        "name_pattern": name_pattern(query),
+    }
     plan = tx.raw("EXPLAIN (ANALYZE, FORMAT JSON) " + sql.query("search"), params)
     found: list[str] = []
 
