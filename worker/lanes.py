@@ -50,6 +50,9 @@ class StatusBoard:
         self._labels = list(labels)
         self._texts = ["starting"] * len(self._labels)
         self._lock = threading.Lock()
+        # Held while READY, STATUS or STOPPING goes out and its flag changes: a lane's
+        # STATUS can never overtake lane 1's READY, nor follow STOPPING.
+        self.sending = threading.Lock()
         self.ready = False
         self.stopping = False
 
@@ -76,18 +79,21 @@ class LaneNotifier(Notifier):
         return self.shared.send(*fields)
 
     def ready(self, status: str | None = None) -> bool:
-        joined = self.board.set(self.lane, status) if status else None
         if self.lane != 1:
             return self.status(status) if status else True
         # READY comes first, from lane 1; the others' statuses wait for it.
-        self.board.ready = True
-        return self.shared.ready(joined)
+        with self.board.sending:
+            joined = self.board.set(self.lane, status) if status else None
+            sent = self.shared.ready(joined)
+            self.board.ready = True
+            return sent
 
     def status(self, text: str) -> bool:
-        joined = self.board.set(self.lane, text)
-        # Nothing after STOPPING=1 (systemd reads the last STATUS as the reason).
-        live = self.board.ready and not self.board.stopping
-        return self.shared.status(joined) if live else True
+        with self.board.sending:
+            joined = self.board.set(self.lane, text)
+            # Nothing after STOPPING=1 (systemd reads the last STATUS as the reason).
+            live = self.board.ready and not self.board.stopping
+            return self.shared.status(joined) if live else True
 
     def reloading(self) -> bool:
         return self.shared.reloading() if self.lane == 1 else True
@@ -95,8 +101,9 @@ class LaneNotifier(Notifier):
     def stopping(self, status: str | None = None) -> bool:
         if self.lane != 1:
             return True
-        self.board.stopping = True
-        return self.shared.stopping(status)
+        with self.board.sending:
+            self.board.stopping = True
+            return self.shared.stopping(status)
 
     def close(self) -> None:
         """The shared socket stays open for the other lanes."""
