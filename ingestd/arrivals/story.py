@@ -10,10 +10,9 @@ operator events (notifications are relayed from them) and the audit entries.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime, time, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 from ingestd.arrivals.record import OUTCOMES
@@ -30,52 +29,6 @@ AUDIT_SAID = {
     "hold.set": " (a legal hold)",
     "hold.released": " (the legal hold lifted)",
 }
-_RELATIVE = re.compile(r"^(\d+)\s*([mhdw])$")
-_UNITS = {"m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
-
-
-def parse_when(text: str, *, now: datetime | None = None) -> datetime:
-    """A point in time as a helpdesk person types it: an ISO date or date-time (local
-    time if it has no zone), ``today``, ``yesterday``, or ``30m``/``2h``/``3d``/``1w`` ago."""
-    now = now or datetime.now(UTC)
-    word = text.strip().lower()
-    local_midnight = datetime.combine(now.astimezone().date(), time()).astimezone()
-    if word in ("today", "yesterday"):
-        return local_midnight - timedelta(days=1 if word == "yesterday" else 0)
-    if word == "now":
-        return now
-    m = _RELATIVE.match(word)
-    if m:
-        return now - timedelta(**{_UNITS[m.group(2)]: int(m.group(1))})
-    try:
-        if len(word) == 10:
-            return datetime.combine(date.fromisoformat(word), time()).astimezone()
-        when = datetime.fromisoformat(text.strip())
-    except ValueError:
-        raise UsageError(
-            f"cannot read the time {text!r}: give an ISO date (2026-12-04), a date and time "
-            "(2026-12-04T09:30), today, yesterday, or an age like 30m, 2h, 3d, 1w"
-        ) from None
-    return when if when.tzinfo is not None else when.astimezone()
-
-
-def like_pattern(glob: str) -> str:
-    """A case-insensitive shell glob (``*``, ``?``) as a LIKE pattern (escape ``\\``). A
-    name without wildcards matches as a part of the name: ``0815`` finds ``Scan_0815.pdf``."""
-    text = glob.lower()
-    if "*" not in text and "?" not in text:
-        text = f"*{text}*"
-    out = []
-    for ch in text:
-        if ch in "\\%_":
-            out.append("\\" + ch)
-        elif ch == "*":
-            out.append("%")
-        elif ch == "?":
-            out.append("_")
-        else:
-            out.append(ch)
-    return "".join(out)
 
 
 def check_status(status: str | None) -> str | None:
@@ -90,7 +43,7 @@ def find(
     db: Database,
     *,
     tenant: str | None = None,
-    name: str | None = None,
+    name_like: str | None = None,
     source: str | None = None,
     since: datetime | None = None,
     until: datetime | None = None,
@@ -98,10 +51,10 @@ def find(
     limit: int = 200,
 ) -> list[dict[str, Any]]:
     """Arrivals (and documents from before arrivals were recorded) matching every filter
-    given, newest first."""
+    given, newest first; ``name_like`` a lower-case LIKE pattern (cli/timebounds.py)."""
     params = {
         "tenant": tenant,
-        "name": like_pattern(name) if name else None,
+        "name": name_like,
         "source": source,
         "since": since,
         "until": until,

@@ -4,6 +4,7 @@ and asking before a bulk action."""
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import sys
 from collections.abc import Callable, Collection, Iterable, Sequence
@@ -23,6 +24,12 @@ CONFIRM_ABOVE = 100
 
 # Between two columns of a table: titles and tags have spaces of their own.
 _GAP = "  "
+
+
+def local_time(when: datetime.datetime | None, missing: str = "-") -> str:
+    """A moment as every listing shows it: local time, to the second (``missing`` for
+    none)."""
+    return when.astimezone().strftime("%Y-%m-%d %H:%M:%S") if when else missing
 
 
 def print_json(data: Any) -> None:

@@ -3,14 +3,21 @@
 from __future__ import annotations
 
 import argparse
-import datetime
 import sys
 from pathlib import Path
 from typing import Any
 
 from ingestd.cli import tenants as tenant_cli
 from ingestd.cli import timebounds
-from ingestd.cli.common import CONFIRM_ABOVE, confirm, load, print_json, print_table, shown
+from ingestd.cli.common import (
+    CONFIRM_ABOVE,
+    confirm,
+    load,
+    local_time,
+    print_json,
+    print_table,
+    shown,
+)
 from ingestd.config.settings import Config
 from ingestd.errors import ExitCode, IngestdError
 from ingestd.intake.items import IntakeItem, Outcome
@@ -280,7 +287,7 @@ def cmd_documents(args: argparse.Namespace) -> int:
             [
                 r["id"],
                 r["tenant"],
-                arrived(r["created_at"]),
+                local_time(r["created_at"]),
                 shown(r["source"]),
                 r["processing_status"],
                 r["issued_date"].isoformat() if r["issued_date"] else "-",
@@ -294,11 +301,6 @@ def cmd_documents(args: argparse.Namespace) -> int:
         right=("ID",),
     )
     return ExitCode.ok
-
-
-def arrived(when: datetime.datetime) -> str:
-    """An arrival time as a listing shows it: local time, to the second."""
-    return when.astimezone().strftime("%Y-%m-%d %H:%M:%S")
 
 
 def source_parts(source: str) -> tuple[str, str | None]:
@@ -336,7 +338,7 @@ def cmd_documents_show(args: argparse.Namespace) -> int:
     kind, via = source_parts(str(doc["source"]))
     shown_doc = {
         **doc,
-        "arrived": arrived(doc["created_at"]),
+        "arrived": local_time(doc["created_at"]),
         "source": kind,
         "via": via,
         "source_subdir": doc["source_subdir"] or None,
@@ -417,7 +419,7 @@ def cmd_documents_attention(args: argparse.Namespace) -> int:
             [
                 r["id"],
                 r["tenant"],
-                arrived(r["created_at"]),
+                local_time(r["created_at"]),
                 shown(r["original_filename"]),
                 shown(r["attention_reason"] or "-"),
             ]

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ingestd.cli.password_input import add_rounds_option
 from ingestd.config import dropin_files
 from ingestd.config.dropins import dropin_dir
 from ingestd.config.load import default_config_path, load_config
@@ -58,6 +59,27 @@ def _apply(config_path: Path, change: Callable[[], object], undo: Callable[[], o
         raise ConfigError(
             f"{exc.message}; the change was undone, the config is as it was", exc.problems
         ) from None
+
+
+def _add_file(config_path: Path, path: Path, text: str) -> Config:
+    """Write the new drop-in ``path``, check the whole config, remove it again if the
+    check fails."""
+    return _apply(
+        config_path,
+        lambda: dropin_files.write_new(config_path, path, text),
+        lambda: dropin_files.remove(path),
+    )
+
+
+def _remove_file(config_path: Path, path: Path) -> Config:
+    """Delete the drop-in ``path``, check the config without it, write it back if the
+    check fails."""
+    saved: list[str] = []
+    return _apply(
+        config_path,
+        lambda: saved.append(dropin_files.remove(path)),
+        lambda: dropin_files.write_new(config_path, path, saved[0]),
+    )
 
 
 def _reloaded(config: Config) -> None:
@@ -117,11 +139,7 @@ def cmd_account_add(args: argparse.Namespace) -> int:
         password_hash = hash_password(password, args.rounds)
     path = dropin_files.account_file(config_path, name)
     text = dropin_files.render_account(name, args.tenant, password_hash, keys)
-    config = _apply(
-        config_path,
-        lambda: dropin_files.write_new(config_path, path, text),
-        lambda: dropin_files.remove(path),
-    )
+    config = _add_file(config_path, path, text)
     print(f"account {name} (tenant {args.tenant}) added: {path}")
     _reloaded(config)
     return ExitCode.ok
@@ -139,12 +157,7 @@ def cmd_account_remove(args: argparse.Namespace) -> int:
                 f"[[sftp.accounts]] table where it is written ({config_path} or conf.d/)"
             )
         raise NotFound(f"no account {name}: {path} does not exist")
-    saved: list[str] = []
-    config = _apply(
-        config_path,
-        lambda: saved.append(dropin_files.remove(path)),
-        lambda: dropin_files.write_new(config_path, path, saved[0]),
-    )
+    config = _remove_file(config_path, path)
     print(f"account {name} removed ({path} deleted)")
     _reloaded(config)
     return ExitCode.ok
@@ -168,11 +181,7 @@ def cmd_watch_add(args: argparse.Namespace) -> int:
         )
     path = dropin_files.watch_file(config_path, folder)
     text = dropin_files.render_watch(folder, args.tenant, args.tag or [], args.polling)
-    config = _apply(
-        config_path,
-        lambda: dropin_files.write_new(config_path, path, text),
-        lambda: dropin_files.remove(path),
-    )
+    config = _add_file(config_path, path, text)
     print(f"hot folder {folder} (tenant {args.tenant}) added: {path}")
     _reloaded(config)
     return ExitCode.ok
@@ -190,12 +199,7 @@ def cmd_watch_remove(args: argparse.Namespace) -> int:
                 f"it is written ({config_path} or conf.d/)"
             )
         raise NotFound(f"no hot folder {folder} in {dropin_dir(config_path)}")
-    saved: list[str] = []
-    config = _apply(
-        config_path,
-        lambda: saved.append(dropin_files.remove(path)),
-        lambda: dropin_files.write_new(config_path, path, saved[0]),
-    )
+    config = _remove_file(config_path, path)
     print(f"hot folder {folder} removed ({path} deleted); files in it stay where they are")
     _reloaded(config)
     return ExitCode.ok
@@ -224,14 +228,7 @@ def add_account_parsers(asub: Any, common: argparse.ArgumentParser) -> None:
         metavar="FILE",
         help="a public key file (authorized_keys lines) to log in with (repeatable)",
     )
-    a.add_argument(
-        "--rounds",
-        type=int,
-        default=12,
-        choices=range(4, 32),
-        metavar="4..31",
-        help="bcrypt cost of the password hash (default 12)",
-    )
+    add_rounds_option(a)
     a.set_defaults(func=cmd_account_add)
     a = asub.add_parser(
         "remove",

@@ -7,15 +7,11 @@ Registered below ``documents`` by ``cli/main.py`` (``add_parser``), over the arr
 from __future__ import annotations
 
 import argparse
-from datetime import datetime
 from typing import Any
 
-from ingestd.cli.common import load, print_json, print_table, shown
+from ingestd.cli import timebounds
+from ingestd.cli.common import load, local_time, print_json, print_table, shown
 from ingestd.errors import ExitCode
-
-
-def _when(value: datetime | None) -> str:
-    return value.astimezone().strftime("%Y-%m-%d %H:%M:%S") if value else "-"
 
 
 def outcome_text(row: dict[str, Any]) -> str:
@@ -34,17 +30,15 @@ def cmd_find(args: argparse.Namespace) -> int:
     from ingestd.ops.runtime import open_database
 
     config = load(args)
-    since = story.parse_when(args.since) if args.since else None
-    until = story.parse_when(args.until) if args.until else None
     story.check_status(args.status)
     with open_database(config) as db:
         rows = story.find(
             db,
             tenant=args.tenant,
-            name=args.name,
+            name_like=timebounds.like_pattern(args.name) if args.name else None,
             source=args.source,
-            since=since,
-            until=until,
+            since=args.since,
+            until=args.until,
             status=args.status,
             limit=args.limit,
         )
@@ -58,7 +52,7 @@ def cmd_find(args: argparse.Namespace) -> int:
         ("ARRIVED", "TENANT", "SOURCE", "NAME", "SIZE", "OUTCOME", "TRACE"),
         (
             [
-                _when(r["arrived_at"]),
+                local_time(r["arrived_at"]),
                 r["tenant"],
                 shown(f"{r['source']}:{r['origin']}" if r["origin"] else r["source"]),
                 shown(f"{r['subdir']}/{r['original_name']}" if r["subdir"] else r["original_name"]),
@@ -101,10 +95,17 @@ def add_parser(
     d.add_argument(
         "--since",
         default=None,
+        type=timebounds.since,
         metavar="WHEN",
         help="arrived at or after: 2026-12-04, 2026-12-04T09:30, today, yesterday, 2h, 3d",
     )
-    d.add_argument("--until", default=None, metavar="WHEN", help="arrived before (as --since)")
+    d.add_argument(
+        "--until",
+        default=None,
+        type=timebounds.until,
+        metavar="WHEN",
+        help="arrived before (as --since; a date: to its end, the day included)",
+    )
     d.add_argument(
         "--status",
         default=None,

@@ -3,7 +3,20 @@ Shared by ``account hash-password`` and ``account add``."""
 
 from __future__ import annotations
 
+import argparse
 import sys
+
+
+def add_rounds_option(parser: argparse.ArgumentParser) -> None:
+    """``--rounds``: the bcrypt cost of a password hash a command makes."""
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=12,
+        choices=range(4, 32),
+        metavar="4..31",
+        help="bcrypt cost of the password hash (default 12)",
+    )
 
 
 def read_new_password(*, stdin_only: bool = False) -> str | None:

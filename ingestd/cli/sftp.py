@@ -8,6 +8,7 @@ from typing import Any
 
 from ingestd.cli import dropins
 from ingestd.cli.common import load, print_json
+from ingestd.cli.password_input import add_rounds_option
 from ingestd.errors import ExitCode
 
 
@@ -105,14 +106,7 @@ def add_parsers(
         parents=[common],
         help="bcrypt hash for sftp.accounts[].password_hash (password on stdin or prompted)",
     )
-    a.add_argument(
-        "--rounds",
-        type=int,
-        default=12,
-        choices=range(4, 32),
-        metavar="4..31",
-        help="bcrypt cost (default 12)",
-    )
+    add_rounds_option(a)
     a.set_defaults(func=cmd_hash_password)
     # #30 (confd): account add|remove write conf.d drop-ins (ingestd/cli/dropins.py).
     dropins.add_account_parsers(asub, common)

@@ -1,8 +1,10 @@
-"""``--since``/``--until`` values and ``--name`` globs as the listings take them.
+"""``--since``/``--until`` values and ``--name`` globs as every listing takes them
+(``documents list``, ``documents find``): one reading of what a helpdesk person types.
 
 A time is a date (``2026-12-04``, local midnight; as ``--until`` the end of that day), a
 local date and time (``2026-12-04 08:30``, ``2026-12-04T08:30:15``, or with an offset),
-``today``, ``yesterday``, or an age (``90m``, ``2h``, ``3d``: that long before now).
+``today``, ``yesterday``, ``now``, or an age (``90m``, ``2h``, ``3d``, ``1w``: that long
+before now).
 """
 
 from __future__ import annotations
@@ -11,8 +13,8 @@ import argparse
 import datetime
 import re
 
-_AGE = re.compile(r"(\d+)\s*([smhd])")
-_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}
+_AGE = re.compile(r"(\d+)\s*([smhdw])")
+_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
 
 
 def _local_midnight(day: datetime.date) -> datetime.datetime:
@@ -25,6 +27,8 @@ def moment(text: str, *, end_of_day: bool = False) -> datetime.datetime:
     value = text.strip().lower()
     now = datetime.datetime.now().astimezone()
     day: datetime.date | None = None
+    if value == "now":
+        return now
     if value in ("today", "yesterday"):
         day = now.date() - datetime.timedelta(days=value == "yesterday")
     elif m := _AGE.fullmatch(value):
@@ -40,8 +44,8 @@ def moment(text: str, *, end_of_day: bool = False) -> datetime.datetime:
         when = datetime.datetime.fromisoformat(text.strip())
     except ValueError:
         raise argparse.ArgumentTypeError(
-            f"not a time: {text!r} (a date 2026-12-04, a time 2026-12-04T08:30, today, "
-            "yesterday, or an age like 2h or 3d)"
+            f"cannot read the time {text!r}: not a time (a date 2026-12-04, a time "
+            "2026-12-04T08:30, today, yesterday, or an age like 30m, 2h, 3d, 1w)"
         ) from None
     return when if when.tzinfo is not None else when.astimezone()
 
@@ -57,10 +61,15 @@ def until(text: str) -> datetime.datetime:
 
 
 def like_pattern(glob: str) -> str:
-    """A shell glob (``*`` any text, ``?`` one character) as a LIKE pattern, every other
-    character literal (``%``, ``_`` and ``\\`` escaped)."""
+    """A shell glob (``*`` any text, ``?`` one character) as a lower-case LIKE pattern for
+    a case-insensitive match, every other character literal (``%``, ``_`` and ``\\``
+    escaped). A name without wildcards matches as a part: ``0815`` finds
+    ``Scan_0815.pdf``."""
+    text = glob.lower()
+    if "*" not in text and "?" not in text:
+        text = f"*{text}*"
     out = []
-    for c in glob:
+    for c in text:
         if c == "*":
             out.append("%")
         elif c == "?":

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 
-from ingestd.cli.common import load, print_json, shown
+from ingestd.cli.common import load, local_time, print_json, shown
 from ingestd.errors import ExitCode, NotFound
 
 
@@ -36,7 +36,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
         doc = f", document {s.document_id}" if s.document_id else ""
         print(f"{shown(s.name)}  (tenant {s.tenant}, trace {s.trace_id or '-'}{doc}): {s.outcome}")
         for step in s.steps:
-            when = step.at.astimezone().strftime("%Y-%m-%d %H:%M:%S") if step.at else " " * 19
+            when = local_time(step.at, missing=" " * 19)
             print(f"  {when}  {step.what:<12} {shown(step.text)}")
     return ExitCode.ok
 
