@@ -72,17 +72,13 @@ FROM documents d JOIN tenants t ON t.id = d.tenant_id
 GROUP BY t.name, d.processing_status ORDER BY 1, 2;
 
 -- name: status_jobs
--- A failed job that left its document in 'attention' (an encrypted PDF: job_fail wrote the
--- same text as the job's error and the document's reason) is counted as 'attention', not
--- failed; also once an operator marked the document done (document_mark_done's prefix).
+-- A job that ended because its document needs an operator (an encrypted PDF; job_fail's
+-- needs_attention, migration 0018) is counted as 'attention', not failed, also once an
+-- operator marked the document done.
 SELECT t.name AS tenant, j.kind,
-       CASE WHEN j.status = 'failed' AND d.attention_reason IN (
-                     left(j.error_message, 2000),
-                     'marked done without text by an operator: ' || left(j.error_message, 2000))
-            THEN 'attention' ELSE j.status END AS status,
+       CASE WHEN j.needs_attention THEN 'attention' ELSE j.status END AS status,
        count(*) AS n
 FROM processing_jobs j JOIN tenants t ON t.id = j.tenant_id
-LEFT JOIN documents d ON d.id = j.document_id
 GROUP BY 1, 2, 3 ORDER BY 1, 2, 3;
 
 -- name: verify_documents
@@ -217,6 +213,7 @@ WITH j AS (
         next_attempt_at = ingestd_retry_at(retry_count, %(base)s, %(jitter)s),
         finished_at = CASE WHEN %(permanent)s OR retry_count + 1 > %(max_retries)s
                            THEN now() END,
+        needs_attention = %(attention)s AND (%(permanent)s OR retry_count + 1 > %(max_retries)s),
         error_message = %(error)s, lease_expires_at = NULL, updated_at = now()
     WHERE id = %(id)s AND status = 'processing' AND attempt = %(attempt)s::uuid
     RETURNING id, tenant_id, kind, document_id, status, retry_count, next_attempt_at, payload
@@ -605,7 +602,7 @@ WHERE j.id = %(id)s;
 WITH j AS (
     UPDATE processing_jobs
     SET status = 'queued', retry_count = 0, next_attempt_at = now(), finished_at = NULL,
-        lease_expires_at = NULL, worker_id = NULL, updated_at = now()
+        lease_expires_at = NULL, worker_id = NULL, needs_attention = false, updated_at = now()
     WHERE id = ANY(%(ids)s::bigint[])
       AND (status = 'failed' OR (status = 'queued' AND next_attempt_at > now()))
     RETURNING id, document_id, kind
@@ -652,13 +649,9 @@ SELECT t.name AS tenant,
            AS oldest_ready_seconds,
        count(*) FILTER (WHERE j.status = 'failed' AND j.finished_at > now() - interval '1 hour'
                           -- a document in attention is not a failed job (status_jobs)
-                          AND NOT coalesce(d.attention_reason IN (
-                              left(j.error_message, 2000),
-                              'marked done without text by an operator: '
-                                  || left(j.error_message, 2000)), false))
+                          AND NOT j.needs_attention)
            AS failed_last_hour
 FROM tenants t JOIN processing_jobs j ON j.tenant_id = t.id
-LEFT JOIN documents d ON d.id = j.document_id AND j.status = 'failed'
 WHERE j.status IN ('queued', 'processing')
    OR (j.status = 'failed' AND j.finished_at > now() - interval '1 hour')
 GROUP BY t.name ORDER BY t.name;
