@@ -516,8 +516,8 @@ FROM q;
 -- positions). Searched only while the exact tier leaves room below the limit (else no
 -- compound hit would be shown). Snippets mark the words the query was found in.
 -- name (issue 30): the query as typed occurs in the original file name (%(name_pattern)s,
--- a case-insensitive LIKE pattern, NULL for a query under 3 characters; read from the
--- tenant's documents under the search's statement timeout): `Scan_0815` finds the scan
+-- a case-insensitive LIKE pattern, NULL for a query under 3 characters; found through
+-- the trigram index of migration 0019): `Scan_0815` finds the scan
 -- whose title became its sender's name, analysed or not. Ranked above the others (a file
 -- name is what the user remembers); a document is listed once, in its best tier.
 WITH q AS (
