@@ -80,6 +80,46 @@ def write_new(path: Path, data: bytes, mode: int) -> None:
     os.close(fd)
 
 
+def replace_whole(
+    path: Path, data: bytes, mode: int, *, prepare: Callable[[Path], None] | None = None
+) -> None:
+    """``path`` says ``data``, whole, replacing what it said: written and fsynced under a
+    hidden temp name beside it, ``prepare(temp)`` (a chown), renamed over ``path``, the
+    directory fsynced. A reader sees the old text or the new, never a part."""
+    tmp = path.with_name(f".tmp-{secrets.token_hex(6)}-{path.name}")
+    write_new(tmp, data, mode)
+    try:
+        if prepare is not None:
+            prepare(tmp)
+        os.replace(tmp, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+    fsync_dir(path.parent)
+
+
+def copy_whole(source: Path, path: Path, *, prepare: Callable[[Path], None] | None = None) -> None:
+    """``path`` becomes a durable copy of ``source`` (its mode and times too), as
+    ``replace_whole`` writes: never a half-copied file under the name, even after a crash."""
+    import shutil
+
+    tmp = path.with_name(f".tmp-{secrets.token_hex(6)}-{path.name}")
+    try:
+        shutil.copy2(source, tmp)
+        fd = os.open(tmp, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        if prepare is not None:
+            prepare(tmp)
+        os.replace(tmp, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+    fsync_dir(path.parent)
+
+
 def publish_new(
     path: Path, data: bytes, mode: int, *, prepare: Callable[[Path], None] | None = None
 ) -> bool:

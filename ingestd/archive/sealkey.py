@@ -40,7 +40,7 @@ from ingestd.archive.export_check import (
 )
 from ingestd.config.filemodes import read_secret_file
 from ingestd.db.database import Database, Tx
-from ingestd.durable import fsync_dir, publish_new, write_new
+from ingestd.durable import fsync_dir, publish_new, replace_whole
 from ingestd.errors import ConfigError, ExitCode, IngestdError
 from ingestd.ops import statedir
 
@@ -137,25 +137,23 @@ def _write_key_files(state_dir: Path, key: Ed25519PrivateKey, private: Path) -> 
 
 def _write_public(state_dir: Path, pub: str) -> None:
     """``seal-ed25519.pub`` says ``pub`` (written whole, replacing a stale one)."""
-    path = public_path(state_dir)
-    tmp = path.with_name(f".tmp-{os.getpid()}-{path.name}")
-    tmp.unlink(missing_ok=True)
-    write_new(tmp, pub.encode() + b"\n", 0o644)
-    statedir.adopt(state_dir, tmp)
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
+    replace_whole(
+        public_path(state_dir),
+        pub.encode() + b"\n",
+        0o644,
+        prepare=lambda tmp: statedir.adopt(state_dir, tmp),
+    )
 
 
 def write_witness(state_dir: Path, *, seal: int, seq: int, body_sha256: str) -> None:
     """Record the appliance's newest seal in ``last-seal.json`` (written whole)."""
-    path = state_dir / KEY_DIR / WITNESS_FILE
-    tmp = path.with_name(f".tmp-{os.getpid()}-{path.name}")
-    tmp.unlink(missing_ok=True)
     data = {"seal": seal, "chain": SYSTEM_CHAIN, "seq": seq, "body_sha256": body_sha256}
-    write_new(tmp, json.dumps(data).encode() + b"\n", 0o644)
-    statedir.adopt(state_dir, tmp)
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
+    replace_whole(
+        state_dir / KEY_DIR / WITNESS_FILE,
+        json.dumps(data).encode() + b"\n",
+        0o644,
+        prepare=lambda tmp: statedir.adopt(state_dir, tmp),
+    )
 
 
 def read_witness(state_dir: Path) -> dict[str, object] | None:

@@ -21,6 +21,7 @@ import tomllib
 from collections.abc import Iterable
 from pathlib import Path
 
+from ingestd import durable
 from ingestd.config.dropins import dropin_dir
 from ingestd.errors import ConfigError
 
@@ -119,14 +120,6 @@ def render_watch(folder: Path, tenant: str, tags: list[str], polling: bool) -> s
     return "\n".join(lines) + "\n"
 
 
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _group_of(config_path: Path) -> int | None:
     """The group drop-ins get: the config file's (only root may give a file away)."""
     if os.geteuid() != 0:
@@ -149,7 +142,7 @@ def ensure_dir(config_path: Path) -> Path:
         gid = _group_of(config_path)
         if gid is not None:
             os.chown(directory, -1, gid)
-        _fsync_dir(directory.parent)
+        durable.fsync_dir(directory.parent)
         return directory
     if not stat.S_ISDIR(st.st_mode):
         raise ConfigError(f"{directory}: not a directory (a symlink is refused)")
@@ -157,34 +150,23 @@ def ensure_dir(config_path: Path) -> Path:
 
 
 def write_new(config_path: Path, path: Path, text: str) -> None:
-    """Write ``text`` to the drop-in ``path`` atomically (mode 0640, fsynced); a
-    ConfigError if a file of that name is already there."""
-    directory = ensure_dir(config_path)
-    tmp = directory / f".{path.name}.{os.getpid()}.tmp"
+    """Write ``text`` to the drop-in ``path`` whole or not at all (durable.publish_new:
+    a hidden temp file, fsynced, given mode 0640 and the config file's group, linked to
+    its name, the directory fsynced); a ConfigError if a file of that name is there."""
+    ensure_dir(config_path)
+    gid = _group_of(config_path)
+
+    def prepare(tmp: Path) -> None:
+        os.chmod(tmp, MODE)  # whatever the umask
+        if gid is not None:
+            os.chown(tmp, -1, gid)
+
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, MODE)
+        made = durable.publish_new(path, text.encode("utf-8"), MODE, prepare=prepare)
     except OSError as exc:
-        raise ConfigError(f"{tmp}: cannot create: {exc.strerror}") from None
-    try:
-        try:
-            os.fchmod(fd, MODE)  # whatever the umask
-            gid = _group_of(config_path)
-            if gid is not None:
-                os.fchown(fd, -1, gid)
-            os.write(fd, text.encode("utf-8"))
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        try:
-            os.link(tmp, path)  # never replaces a file of that name
-        except FileExistsError:
-            raise ConfigError(f"{path}: already exists; nothing was changed") from None
-        except OSError as exc:
-            raise ConfigError(f"{path}: cannot write: {exc.strerror}") from None
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
-    _fsync_dir(directory)
+        raise ConfigError(f"{path}: cannot write: {exc.strerror}") from None
+    if not made:
+        raise ConfigError(f"{path}: already exists; nothing was changed")
 
 
 def remove(path: Path) -> str:
@@ -196,5 +178,5 @@ def remove(path: Path) -> str:
         raise ConfigError(f"{path}: no such file") from None
     except OSError as exc:
         raise ConfigError(f"{path}: cannot remove: {exc.strerror}") from None
-    _fsync_dir(path.parent)
+    durable.fsync_dir(path.parent)
     return text

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ingestd import __version__
+from ingestd import __version__, durable
 from ingestd.archive import sealkey
 from ingestd.archive.s3 import S3Archive
 from ingestd.archive.store import is_temp
@@ -232,9 +232,10 @@ def make_backup(config: Config, config_path: Path, db: Database, target: Path) -
             for f in walk_files(target)
         },
     }
-    tmp = target / f".{MANIFEST}.tmp"
-    tmp.write_text(json.dumps(manifest, indent=1) + "\n")
-    os.replace(tmp, target / MANIFEST)
+    # Last and durable: a manifest only once everything it names is there.
+    durable.replace_whole(
+        target / MANIFEST, (json.dumps(manifest, indent=1) + "\n").encode(), 0o640
+    )
     report.manifest = manifest
     return report
 

@@ -21,10 +21,10 @@ import re
 import shutil
 import signal
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 
+from ingestd import durable
 from ingestd.ops.daemonlock import LOCK_NAME
 
 RECORD = Path("run") / "reload.json"
@@ -39,16 +39,7 @@ def record_reload(state_dir: Path, count: int, problems: list[str] | None) -> No
     body = {"pid": os.getpid(), "count": count, "ok": problems is None, "problems": problems}
     with contextlib.suppress(OSError):  # a report for the command, never the daemon's end
         path.parent.mkdir(mode=0o750, parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".reload-", dir=path.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump(body, f)
-            os.chmod(tmp, 0o640)
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-            raise
+        durable.replace_whole(path, json.dumps(body).encode(), 0o640)
 
 
 def _read_record(state_dir: Path) -> dict[str, object] | None:

@@ -21,6 +21,7 @@ Order, and who does what:
 from __future__ import annotations
 
 import contextlib
+import functools
 import grp
 import json
 import os
@@ -32,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ingestd import durable
 from ingestd.config.load import load_config
 from ingestd.config.settings import Config
 from ingestd.db.database import Database
@@ -216,14 +218,18 @@ def put_config(source: Path, manifest: dict[str, Any], config_path: Path) -> Non
     for item in manifest.get("config") or []:
         dest = config_path if item["name"] == "ingestd.toml" else config_path.parent / item["name"]
         dest.parent.mkdir(parents=True, exist_ok=True)
-        tmp = dest.with_name(f".restore-{dest.name}")
-        shutil.copyfile(source / CONFIG / item["name"], tmp)
-        os.chmod(tmp, int(item["mode"]))
-        if os.geteuid() == 0:
-            uid = _id(pwd.getpwnam, item.get("owner"), 0)
-            gid = _id(grp.getgrnam, item.get("group"), 0)
-            os.chown(tmp, uid, gid)
-        os.replace(tmp, dest)
+        durable.copy_whole(
+            source / CONFIG / item["name"], dest, prepare=functools.partial(_own, item=item)
+        )
+
+
+def _own(path: Path, item: dict[str, Any]) -> None:
+    """A restored config file gets the mode, and as root the owner and group, it had."""
+    os.chmod(path, int(item["mode"]))
+    if os.geteuid() == 0:
+        uid = _id(pwd.getpwnam, item.get("owner"), 0)
+        gid = _id(grp.getgrnam, item.get("group"), 0)
+        os.chown(path, uid, gid)
 
 
 def _id(lookup: Any, name: str | None, default: int) -> int:
@@ -283,12 +289,7 @@ def _put_tree(src: Path, dest: Path, owner: tuple[int, int] | None, *, archive: 
                     "file is never rewritten; nothing of it was changed"
                 )
             continue
-        tmp = out.with_name(f".restore-{out.name}")
-        tmp.unlink(missing_ok=True)
-        shutil.copy2(f, tmp)
-        if owner:
-            os.chown(tmp, *owner)
-        os.replace(tmp, out)
+        durable.copy_whole(f, out, prepare=(lambda tmp: os.chown(tmp, *owner)) if owner else None)
         n += 1
     return n
 
