@@ -55,3 +55,13 @@ def test_shown_is_one_line_and_bounded() -> None:
 def test_the_audit_trail_uses_the_same_rule() -> None:
     """``audit.recordable`` is the one in textsafe, not a copy."""
     assert audit.recordable is recordable
+
+
+def test_sftp_log_fields_use_the_one_escaping() -> None:
+    """A user name or client version an SSH client sends reaches the log on one line:
+    CR/LF, controls and bidi escaped as everywhere else, cut to 64 characters."""
+    from ingestd.sources.sftp.auth import safe
+
+    assert safe('scan\r\n{"event": "forged"}') == 'scan\\r\\n{"event": "forged"}'
+    assert safe("m\u00fcller\u202e") == "m\u00fcller\\u202e"
+    assert len(safe("x" * 500)) == 64

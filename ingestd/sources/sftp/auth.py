@@ -27,14 +27,17 @@ from ingestd.sources.sftp.accounts import Verdict
 from ingestd.sources.sftp.connections import Connection
 from ingestd.sources.sftp.session import Session
 from ingestd.states import TenantStatus
+from ingestd.textsafe import shown
 
 if TYPE_CHECKING:
     from ingestd.sources.sftp.server import SessionHost
 
 
 def safe(value: str) -> str:
-    """A client-chosen string (user name) as it may appear in a log line: short, one line."""
-    return value[:64].encode("utf-8", "backslashreplace").decode("ascii", "backslashreplace")
+    """A client-chosen string (user name, client version) as it may appear in a log line:
+    the one escaping of outside text (ingestd/textsafe.py: CR/LF, controls, bidi and
+    undecodable bytes escaped), cut to 64 characters."""
+    return shown(value, limit=64)
 
 
 # How long a refused login's channel waits for the client's first bytes before it says why.
