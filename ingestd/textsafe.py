@@ -31,8 +31,10 @@ ELLIPSIS = "…"
 _ESCAPED_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp"})
 
 
-def _bytes_escaped(text: str) -> str:
-    """``text`` with its undecodable bytes (surrogate escapes) written as ``\\xNN``."""
+def bytes_escaped(text: str) -> str:
+    """``text`` with its undecodable bytes (surrogate escapes) written as ``\\xNN``:
+    what every string sent to the database becomes (ingestd/db/database.py), so a name
+    typed on a command line finds the name stored from a file system."""
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
@@ -51,7 +53,7 @@ def escaped(text: str) -> str:
     unchanged."""
     if text.isprintable():
         return text
-    text = _bytes_escaped(text)
+    text = bytes_escaped(text)
     return "".join(
         _escape_char(c) if unicodedata.category(c) in _ESCAPED_CATEGORIES else c for c in text
     )
@@ -68,7 +70,7 @@ def recordable_text(text: str) -> str:
     NUL escaped, everything else kept."""
     if text.isascii() and "\x00" not in text:
         return text
-    return _bytes_escaped(text).replace("\x00", "\\x00")
+    return bytes_escaped(text).replace("\x00", "\\x00")
 
 
 @overload

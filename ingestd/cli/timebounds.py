@@ -13,6 +13,8 @@ import argparse
 import datetime
 import re
 
+from ingestd.textsafe import bytes_escaped
+
 _AGE = re.compile(r"(\d+)\s*([smhdw])")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
 
@@ -65,7 +67,7 @@ def like_pattern(glob: str) -> str:
     a case-insensitive match, every other character literal (``%``, ``_`` and ``\\``
     escaped). A name without wildcards matches as a part: ``0815`` finds
     ``Scan_0815.pdf``."""
-    text = glob.lower()
+    text = bytes_escaped(glob).lower()  # as the name was stored (ingestd/textsafe.py)
     if "*" not in text and "?" not in text:
         text = f"*{text}*"
     out = []

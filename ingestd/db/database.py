@@ -38,6 +38,7 @@ import psycopg
 import psycopg_pool
 from psycopg.rows import dict_row
 from psycopg.types.json import Jsonb
+from psycopg.types.string import StrDumperUnknown
 
 from ingestd.db import sql
 from ingestd.errors import (
@@ -47,8 +48,25 @@ from ingestd.errors import (
     QueryCanceled,
     SchemaMissing,
 )
+from ingestd.textsafe import bytes_escaped
 
 Row = dict[str, Any]
+
+
+class _OutsideTextDumper(StrDumperUnknown):
+    """Every string sent to PostgreSQL: one with bytes that are not UTF-8 (a file name or
+    an argument decoded with ``surrogateescape``) is sent as the text the archive records
+    for it (``\\xNN``, ingestd/textsafe.py), never a UnicodeEncodeError from the driver."""
+
+    def dump(self, obj: str) -> Any:
+        try:
+            return super().dump(obj)
+        except UnicodeEncodeError:
+            return super().dump(bytes_escaped(obj))
+
+
+# The one seam: every connection this process makes copies the global adapters.
+psycopg.adapters.register_dumper(str, _OutsideTextDumper)
 
 # SQLSTATE classes that mean "try again later", not "your query is wrong":
 # 08 connection exception, 57P0x operator intervention (shutdown, cannot connect now),

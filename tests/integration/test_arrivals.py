@@ -242,3 +242,28 @@ def test_documents_find_filters_by_name_source_time_and_status(
     assert "archived #" in lines[0] and "refused (bad_type)" in lines[1]
     bad = run_cli(env, "documents", "find", "--since", "last tuesday")
     assert bad.returncode == 2 and "cannot read the time" in bad.stderr
+
+
+def test_a_name_that_is_not_utf8_is_found_as_typed_on_the_command_line(
+    env: Env, db: Database, tenant: str
+) -> None:
+    """A file whose name holds bytes that are not UTF-8 is refused (bad_filename) and
+    recorded escaped (``\\xNN``); the same bytes typed as `documents find --name`,
+    `documents list --name`, `trace` and a tenant name reach the database the same way:
+    found, or a clear "nothing", never an internal error (exit 15)."""
+    raw = "Eingang_\udce4\udcff.pdf"  # bytes e4 ff as the file system gives them
+    intake = make_intake(env.config, db)
+    intake.ingest(IntakeItem(path=write(env.root / "in" / raw, pdf_bytes(seed=23)), tenant=tenant))
+
+    found = run_cli(env, "documents", "find", "--json", "--name", "eingang_\udce4*")
+    assert found.returncode == 0, found.stderr
+    [row] = json.loads(found.stdout)
+    assert (row["original_name"], row["reason"]) == ("Eingang_\\xe4\\xff.pdf", "bad_filename")
+    listed = run_cli(env, "documents", "list", "--json", "--name", "*\udcff.pdf")
+    assert listed.returncode == 0, listed.stderr
+    assert json.loads(listed.stdout) == []  # refused: no document
+    traced = run_cli(env, "trace", raw)
+    assert traced.returncode == 0, traced.stderr
+    assert "Eingang_\\xe4\\xff.pdf" in traced.stdout and "refused" in traced.stdout
+    nobody = run_cli(env, "documents", "find", "--tenant", "x\udcff")
+    assert nobody.returncode == 0 and "no file arrived" in nobody.stdout, nobody.stderr

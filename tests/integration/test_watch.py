@@ -191,7 +191,10 @@ def test_bad_files_go_to_failed_with_a_reason(hot_env: Any, db: Database, tmp_pa
     write(folder / "invoice.pdf", b"\x7fELF\x02\x01\x01" + os.urandom(4000))
     os.symlink(outside.parent, folder / "linkdir")
     failed = tmp_path / "failed"
-    wait_until(lambda: len(list(failed.glob("*.error.txt"))) == 4, timeout=30)
+    # A note is written before its file is moved (quarantine.py): wait for both.
+    wait_until(
+        lambda: len(list(failed.glob("*.error.txt"))) == 4 and not any(folder.iterdir()), timeout=30
+    )
     notes = {p.name: p.read_text() for p in failed.glob("*.error.txt")}
     assert "reason: symlink" in notes["link.pdf.error.txt"]
     assert "reason: not_regular" in notes["pipe.pdf.error.txt"]
