@@ -1098,15 +1098,14 @@ SELECT archive_path FROM documents;
 
 -- ===================================================================== status says why (#30)
 -- name: status_refusals
--- Files refused (SFTP: one event per account and reason in a few minutes, so at least
--- this many) and quarantined (each one) in the last %(hours)s hours, by tenant and reason,
--- from the operator events.
-SELECT coalesce(tenant, '') AS tenant,
-       CASE type WHEN 'file.quarantined' THEN 'quarantined' ELSE 'refused' END AS outcome,
-       coalesce(detail->>'reason', '') AS reason, count(*) AS n, max(created_at) AS last_at
-FROM operator_events
-WHERE type IN ('file.quarantined', 'file.refused')
-  AND created_at > now() - make_interval(hours => %(hours)s)
+-- Files refused and quarantined in the last %(hours)s hours, by tenant and reason: every
+-- one, from their arrival rows (0017; written by intake, the hot folders and the SFTP
+-- server alike). Files that arrived in the window (the arrived_at index; a refusal is
+-- decided as the file arrives).
+SELECT tenant, outcome, reason, count(*) AS n, max(decided_at) AS last_at
+FROM arrivals
+WHERE outcome IN ('refused', 'quarantined')
+  AND arrived_at > now() - make_interval(hours => %(hours)s)
 GROUP BY 1, 2, 3 ORDER BY 1, 2, 3;
 
 -- name: status_attention_documents
