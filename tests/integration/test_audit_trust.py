@@ -531,3 +531,22 @@ def test_the_appliance_chain_cut_back_to_an_older_seal_shows_against_the_witness
         "chain lost its newest seals, or the database was restored from a backup older than "
         "the state directory"
     ]
+
+
+def test_a_key_made_before_any_seal_is_intact_and_every_seal_deleted_shows(
+    env: Env, db: Database, tenant: str
+) -> None:
+    """`migrate` makes the sealing key before any seal (so the first backup holds it): a
+    trail with that key and no seal yet is intact. Once a seal run has recorded its
+    witness, the superuser deleting every seal is found."""
+    assert run_cli(env, "migrate").returncode == 0
+    _docs(env, db, tenant)
+    code, out = _verify_cli(env)
+    assert code == 0, _details(out)
+    _seal(env)
+    with db.transaction() as tx:  # as the superuser, past the append-only trigger
+        tx.raw("SET LOCAL session_replication_role = replica")
+        tx.raw("DELETE FROM audit_seals")
+    code, out = _verify_cli(env)
+    assert code == 5, _details(out)
+    assert any("recorded in" in p["detail"] and "is gone" in p["detail"] for p in out["problems"])
