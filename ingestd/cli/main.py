@@ -268,7 +268,10 @@ def _as_service_user(args: argparse.Namespace) -> None:
     command = " ".join(parts)
     if command in service_user.STAY_ROOT or os.geteuid() != 0:
         return
-    to = service_user.target(service_user.peek_state_dir(args.config or default_config_path()))
+    # check-config FILE...: the state directory of the first file checked.
+    files = getattr(args, "files", None) or []
+    config_path = args.config or (files[0].absolute() if files else default_config_path())
+    to = service_user.target(service_user.peek_state_dir(config_path))
     if to is None:
         return
     prepare = getattr(args, "before_switch", None)

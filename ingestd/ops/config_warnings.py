@@ -13,6 +13,9 @@ at every daemon start (``config.warning``). Each is one line starting with its k
 
 from __future__ import annotations
 
+import os
+import pwd
+import stat
 from collections.abc import Collection
 
 from ingestd.config.settings import Config
@@ -54,14 +57,31 @@ def unknown_tenants(config: Config, known: Collection[str]) -> list[str]:
 
 
 def missing_folders(config: Config) -> list[str]:
-    """A line per hot folder that does not exist or is not a directory."""
+    """A line per hot folder that does not exist, is not a directory, or cannot be
+    reached by the user this runs as (the service user, when run as root)."""
     lines = []
     for i, w in enumerate(config.watch):
-        if not w.path.exists():
+        try:
+            st = w.path.stat()
+        except FileNotFoundError:
             lines.append(f"watch[{i}].path: {w.path} does not exist: nothing can arrive there")
-        elif not w.path.is_dir():
+            continue
+        except OSError as exc:
+            lines.append(
+                f"watch[{i}].path: {w.path} cannot be reached by {_user()}: "
+                f"{exc.strerror} (a folder above it closed to that user?)"
+            )
+            continue
+        if not stat.S_ISDIR(st.st_mode):
             lines.append(f"watch[{i}].path: {w.path} is not a directory")
     return lines
+
+
+def _user() -> str:
+    try:
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        return f"uid {os.geteuid()}"
 
 
 def offline_warnings(config: Config) -> list[str]:

@@ -34,6 +34,12 @@ CLI = [sys.executable, "-m", "ingestd.cli"]
 
 
 def _run(*args: str, timeout: float = 120, **kwargs: Any) -> subprocess.CompletedProcess[str]:
+    # These configs use the default state directory, /var/lib/ingestd, which the package
+    # tests may have given to the `ingestd` user meanwhile: stay root (INGESTD_USER) so
+    # that what is checked is the message, not the machine (tests that switch set it).
+    env = kwargs.pop("env", None) or dict(os.environ)
+    env.setdefault("INGESTD_USER", "root")
+    kwargs["env"] = env
     return subprocess.run(
         [*CLI, *args], capture_output=True, text=True, timeout=timeout, check=False, **kwargs
     )

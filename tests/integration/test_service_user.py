@@ -112,3 +112,24 @@ def test_ingestd_user_names_the_user_and_an_unknown_one_is_refused(
     assert missing.returncode == 3, missing.stderr
     assert "INGESTD_USER=no-such-user-30: no such user" in missing.stderr
     assert sorted(os.listdir(inst.state_dir)) == before
+
+
+def test_check_config_as_root_names_a_hot_folder_the_service_user_cannot_reach(
+    service_install: ServiceInstall,
+) -> None:
+    """check-config as root runs as the service user: a hot folder below a directory
+    closed to that user is a warning naming the user and the reason (exit 0), never an
+    internal error (exit 15)."""
+    inst = service_install
+    locked = inst.root / "root-only-hot"
+    (locked / "einkauf").mkdir(parents=True)
+    locked.chmod(0o700)
+    inst.write({})
+    text = inst.config_path.read_text()
+    inst.config_path.write_text(
+        text + f'\n[[watch]]\npath = "{locked / "einkauf"}"\ntenant = "acme"\n'
+    )
+    done = _cli(inst, "check-config")
+    assert done.returncode == 0, done.stdout + done.stderr
+    said = done.stdout + done.stderr
+    assert f"cannot be reached by {inst.user.pw_name}: Permission denied" in said
