@@ -157,11 +157,19 @@ def _os_user() -> str:
 
 def _role_hint(role: str) -> str:
     if role == _os_user():
-        # libpq's default role is the login name: `sudo ingestd status` asks for "root".
-        run = "runuser -u ingestd --" if os.geteuid() == 0 else "sudo -u ingestd"
+        # libpq's default role is the login name. As root, ingestd switches to the owner
+        # of paths.state_dir (or INGESTD_USER) by itself; reaching here as root means it
+        # found no such user, so say how to name one.
+        if os.geteuid() == 0:
+            return (
+                f"this command ran as the OS user {role!r}, and PostgreSQL has no role of "
+                "that name: run it as the service user, INGESTD_USER=ingestd ingestd ... "
+                "(ingestd switches to the owner of paths.state_dir by itself: "
+                "chown it to the service user)"
+            )
         return (
             f"this command ran as the OS user {role!r}, and PostgreSQL has no role of "
-            f"that name: run as the ingestd user: {run} ingestd ..."
+            "that name: run as the ingestd user: sudo -u ingestd ingestd ..."
         )
     return (
         f"create it (sudo -u postgres createuser {role}) or name an existing role "

@@ -81,10 +81,10 @@ def _without_user(conninfo: str) -> str:
 
 # -- the database ----------------------------------------------------------------------------
 @pytest.mark.skipif(os.geteuid() != 0, reason="libpq's default role is the login name: root")
-def test_root_without_a_role_exits_3_with_the_runuser_hint_at_once(
+def test_root_without_a_role_exits_3_with_the_service_user_hint_at_once(
     pg_server: PgServer, template_db: str, tmp_path: Path
 ) -> None:
-    """As root, no user= in the URL: exit 3 naming role "root" and the runuser command,
+    """As root, no user= in the URL: exit 3 naming role "root" and how to run as the service user,
     long before the pool's 30 s connect_timeout would have run out."""
     cfg = _config(tmp_path / "c.toml", _without_user(pg_server.conninfo(template_db)))
     t0 = time.monotonic()
@@ -93,7 +93,7 @@ def test_root_without_a_role_exits_3_with_the_runuser_hint_at_once(
     assert proc.returncode == 3, proc.stderr
     error = _the_error(proc.stderr)
     assert 'role "root" does not exist' in error
-    assert "runuser -u ingestd -- ingestd" in error
+    assert "INGESTD_USER=ingestd ingestd" in error
 
 
 def test_a_wrong_database_name_exits_3_with_createdb(pg_server: PgServer, tmp_path: Path) -> None:
