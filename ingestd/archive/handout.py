@@ -23,6 +23,7 @@ import hashlib
 import os
 import pwd
 import re
+import stat
 import tempfile
 import unicodedata
 from collections.abc import Iterator
@@ -198,12 +199,13 @@ class Destination:
         if output == "-":
             return cls(stdout=stdout)
         path = Path(output) if output else Path.cwd()
-        if path.is_dir():
-            return cls(directory=path)
+        if _is_dir(path):
+            return cls(directory=_writable(path))
         if output and output.endswith("/"):
             raise NotFound(f"{output}: no such directory")
-        if not path.parent.is_dir():
+        if not _is_dir(path.parent):
             raise NotFound(f"{path.parent}: no such directory")
+        _writable(path.parent)
         if path.exists() or path.is_symlink():
             raise DestinationTaken(f"{path} exists; it is not overwritten (choose another name)")
         return cls(file=path)
@@ -215,6 +217,28 @@ class Destination:
             return self.directory
         assert self.file is not None
         return self.file.parent
+
+
+def _is_dir(path: Path) -> bool:
+    """Whether ``path`` is a directory; one this user may not even look at is refused
+    here, not mistaken for "no such directory"."""
+    try:
+        return stat.S_ISDIR(os.stat(path).st_mode)
+    except PermissionError as exc:
+        raise DestinationUnusable(f"cannot reach {path}: {exc.strerror}{_as_whom(exc)}") from None
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+
+
+def _writable(directory: Path) -> Path:
+    """``directory``, if this user may create a file in it: refused before the database
+    is asked anything, naming whom the command runs as."""
+    if not os.access(directory, os.W_OK | os.X_OK):
+        denied = PermissionError(13, "Permission denied")
+        raise DestinationUnusable(
+            f"cannot write into {directory}: {denied.strerror}{_as_whom(denied)}"
+        )
+    return directory
 
 
 def hand_out(
@@ -403,7 +427,9 @@ def _temp(dest: Destination) -> Iterator[tuple[IO[bytes], Path | None]]:
     try:
         fd, name = tempfile.mkstemp(prefix=TEMP_PREFIX, dir=dest.where)
     except OSError as exc:
-        raise DestinationUnusable(f"cannot write into {dest.where}: {exc.strerror}") from None
+        raise DestinationUnusable(
+            f"cannot write into {dest.where}: {exc.strerror}{_as_whom(exc)}"
+        ) from None
     path = Path(name)
     try:
         with os.fdopen(fd, "w+b") as f:
@@ -411,6 +437,18 @@ def _temp(dest: Destination) -> Iterator[tuple[IO[bytes], Path | None]]:
     finally:
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
+
+
+def _as_whom(exc: OSError) -> str:
+    """For a permission refusal: whom the command ran as (root's commands switch to the
+    service user, who may not reach root's own directories)."""
+    if not isinstance(exc, PermissionError):
+        return ""
+    try:
+        user = pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        user = str(os.geteuid())
+    return f" (this command runs as the user {user}: choose a directory it may write, or -o -)"
 
 
 def _copy(src: BinaryIO, out: IO[bytes]) -> tuple[str, int]:

@@ -133,3 +133,25 @@ def test_check_config_as_root_names_a_hot_folder_the_service_user_cannot_reach(
     assert done.returncode == 0, done.stdout + done.stderr
     said = done.stdout + done.stderr
     assert f"cannot be reached by {inst.user.pw_name}: Permission denied" in said
+
+
+def test_documents_get_as_root_into_a_directory_the_service_user_cannot_write_says_whom(
+    service_install: ServiceInstall,
+) -> None:
+    """`documents get -o DIR` as root runs as the service user: a directory closed to that
+    user (root's own, or below one) is refused at once naming the user and the way out
+    (-o -), never "no such directory" and never an internal error; nothing is asked of
+    the database and nothing is written."""
+    inst = service_install
+    inst.write({})
+    closed = inst.root / "root-only"  # the 0700 working directory _cli runs in
+    name = inst.user.pw_name
+    for target in (str(closed), f"{closed}/sub/", f"{closed}/letter.pdf", None):
+        args = ["documents", "get", "1"] + (["-o", target] if target else [])
+        done = _cli(inst, *args)
+        assert done.returncode == 1, (target, done.stdout + done.stderr)
+        assert f"this command runs as the user {name}" in done.stderr, done.stderr
+        assert "no such directory" not in done.stderr
+        assert "-o -" in done.stderr
+    assert sorted(os.listdir(closed)) == []
+    assert not (inst.state_dir / "pgdata").exists()
