@@ -7,6 +7,8 @@ Modelled on OCRmyPDF's ``ExitCode``: the CLI maps any ``IngestdError`` to its
 from __future__ import annotations
 
 import enum
+import os
+import pwd
 
 
 class ExitCode(enum.IntEnum):
@@ -192,3 +194,22 @@ class SourceProtected(IngestdError):
     after start). Permanent: the same file would be refused again, so it is not retried."""
 
     exit_code = ExitCode.refused
+
+
+class OutputUnusable(IngestdError):
+    """A file or directory a command was told to write into cannot take it (no write
+    permission, disk full): nothing was left there."""
+
+    exit_code = ExitCode.refused
+
+
+def as_whom(exc: OSError) -> str:
+    """For a permission refusal, whom the command ran as (root's commands switch to the
+    service user, who may not reach root's own directories) and the way out; else ""."""
+    if not isinstance(exc, PermissionError):
+        return ""
+    try:
+        user = pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        user = str(os.geteuid())
+    return f" (this command runs as the user {user}: choose a directory it may write, or -o -)"

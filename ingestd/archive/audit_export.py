@@ -25,7 +25,7 @@ from typing import IO, Any
 from ingestd.archive import sealkey
 from ingestd.archive.export_check import FORMAT, Rotation, fingerprint
 from ingestd.db.database import Database
-from ingestd.errors import ExitCode, IngestdError
+from ingestd.errors import ExitCode, IngestdError, OutputUnusable, as_whom
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 FAR = datetime(9999, 1, 1, tzinfo=UTC)
@@ -117,7 +117,12 @@ def write_export(
 ) -> int:
     """``export_chain`` into a new file (never over an existing one), fsynced; a failed
     export leaves no half a file behind."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o640)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o640)
+    except FileExistsError:
+        raise OutputUnusable(f"{path} exists; it is not overwritten (choose a new name)") from None
+    except OSError as exc:
+        raise OutputUnusable(f"cannot write {path}: {exc.strerror}{as_whom(exc)}") from None
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as out:
             n = export_chain(db, tenant, out, since=since, until=until)

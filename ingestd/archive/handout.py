@@ -36,7 +36,7 @@ from ingestd.archive import audit
 from ingestd.archive.store import CHUNK, ArchiveStore
 from ingestd.db.database import Database, Row
 from ingestd.durable import fsync_dir
-from ingestd.errors import ArchiveError, ExitCode, IngestdError, NotFound
+from ingestd.errors import ArchiveError, ExitCode, IngestdError, NotFound, OutputUnusable, as_whom
 
 # Bytes one file name may have on Linux file systems (NAME_MAX).
 NAME_MAX = 255
@@ -67,11 +67,9 @@ class DestinationTaken(IngestdError):
     exit_code = ExitCode.refused
 
 
-class DestinationUnusable(IngestdError):
+class DestinationUnusable(OutputUnusable):
     """The destination cannot take the copy (no write permission, disk full): nothing was
     left there."""
-
-    exit_code = ExitCode.refused
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,7 +223,7 @@ def _is_dir(path: Path) -> bool:
     try:
         return stat.S_ISDIR(os.stat(path).st_mode)
     except PermissionError as exc:
-        raise DestinationUnusable(f"cannot reach {path}: {exc.strerror}{_as_whom(exc)}") from None
+        raise DestinationUnusable(f"cannot reach {path}: {exc.strerror}{as_whom(exc)}") from None
     except (FileNotFoundError, NotADirectoryError):
         return False
 
@@ -236,7 +234,7 @@ def _writable(directory: Path) -> Path:
     if not os.access(directory, os.W_OK | os.X_OK):
         denied = PermissionError(13, "Permission denied")
         raise DestinationUnusable(
-            f"cannot write into {directory}: {denied.strerror}{_as_whom(denied)}"
+            f"cannot write into {directory}: {denied.strerror}{as_whom(denied)}"
         )
     return directory
 
@@ -428,7 +426,7 @@ def _temp(dest: Destination) -> Iterator[tuple[IO[bytes], Path | None]]:
         fd, name = tempfile.mkstemp(prefix=TEMP_PREFIX, dir=dest.where)
     except OSError as exc:
         raise DestinationUnusable(
-            f"cannot write into {dest.where}: {exc.strerror}{_as_whom(exc)}"
+            f"cannot write into {dest.where}: {exc.strerror}{as_whom(exc)}"
         ) from None
     path = Path(name)
     try:
@@ -437,18 +435,6 @@ def _temp(dest: Destination) -> Iterator[tuple[IO[bytes], Path | None]]:
     finally:
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
-
-
-def _as_whom(exc: OSError) -> str:
-    """For a permission refusal: whom the command ran as (root's commands switch to the
-    service user, who may not reach root's own directories)."""
-    if not isinstance(exc, PermissionError):
-        return ""
-    try:
-        user = pwd.getpwuid(os.geteuid()).pw_name
-    except KeyError:
-        user = str(os.geteuid())
-    return f" (this command runs as the user {user}: choose a directory it may write, or -o -)"
 
 
 def _copy(src: BinaryIO, out: IO[bytes]) -> tuple[str, int]:

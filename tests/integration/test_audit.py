@@ -346,6 +346,11 @@ def test_an_export_checks_on_its_own_and_shows_tampering(
     out = tmp_path / "acme.jsonl"
     done = run_cli(env, "audit", "export", "--tenant", tenant, "-o", str(out))
     assert done.returncode == 0, done.stderr
+    before = out.read_bytes()
+    again = run_cli(env, "audit", "export", "--tenant", tenant, "-o", str(out))
+    assert again.returncode == 1, again.stderr  # an existing file is never overwritten
+    assert f"{out} exists; it is not overwritten" in again.stderr
+    assert out.read_bytes() == before
     lines = out.read_text().splitlines()
     assert json.loads(lines[0])["complete"] is True
     assert sum(1 for line in lines if '"entry"' in line[:10]) == 6  # 5 archived + the seal
