@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import enum
 import hashlib
+import os
+import pwd
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -38,11 +40,18 @@ class AuditKind(enum.StrEnum):
     hold_released = "hold.released"
     sealed = "seal.made"
     handed_out = "document.handed_out"  # `documents get`: who, which variant, its SHA-256
+    member_added = "member.added"  # a person became a member, with a capability set
+    member_changed = "member.changed"  # a member's capability set changed (from, to)
+    member_removed = "member.removed"  # a person is no longer a member
     # -- the appliance's chain ------------------------------------------------------------
     chain_opened = "chain.opened"  # a tenant's chain started (written by audit_append)
     verify_run = "verify.run"
     key_created = "key.created"  # the first sealing key, at the first seal (its fingerprint)
     key_rotated = "key.rotated"  # a new sealing key, the statement signed by old and new
+    person_password_set = "person.password_set"  # noqa: S105 (an event name; never the hash)
+    admin_granted = "admin.granted"  # a person became an appliance admin
+    admin_revoked = "admin.revoked"
+    person_removed = "person.removed"  # a person's login is gone
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,3 +105,19 @@ def chain_of(tx: Tx, tenant: str) -> int:
     that name exists (a hot folder or account naming a tenant never created)."""
     row = tx.one("audit_chain_of_tenant", {"tenant": tenant})
     return int(row["chain"]) if row is not None else SYSTEM_CHAIN
+
+
+def actor() -> dict[str, object]:
+    """Who acts from the command line: the OS user the process runs as and, when run
+    through sudo, the user who ran sudo (SUDO_USER, SUDO_UID)."""
+    uid = os.geteuid()
+    try:
+        user = pwd.getpwuid(uid).pw_name
+    except KeyError:
+        user = str(uid)
+    who: dict[str, object] = {"user": user, "uid": uid}
+    if os.environ.get("SUDO_USER"):
+        who["sudo_user"] = os.environ["SUDO_USER"]
+        if (sudo_uid := os.environ.get("SUDO_UID", "")).isdigit():
+            who["sudo_uid"] = int(sudo_uid)
+    return who

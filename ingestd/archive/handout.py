@@ -21,7 +21,6 @@ import email.errors
 import email.header
 import hashlib
 import os
-import pwd
 import re
 import stat
 import tempfile
@@ -164,23 +163,6 @@ def clash_names(name: str) -> Iterator[str]:
         yield _fit(f"{stem} ({n}){suffix}")
 
 
-# -- who ----------------------------------------------------------------------------------
-def actor() -> dict[str, object]:
-    """Who hands out: the OS user the process runs as and, when run through sudo, the
-    user who ran sudo (SUDO_USER, SUDO_UID)."""
-    uid = os.geteuid()
-    try:
-        user = pwd.getpwuid(uid).pw_name
-    except KeyError:
-        user = str(uid)
-    who: dict[str, object] = {"user": user, "uid": uid}
-    if os.environ.get("SUDO_USER"):
-        who["sudo_user"] = os.environ["SUDO_USER"]
-        if (sudo_uid := os.environ.get("SUDO_UID", "")).isdigit():
-            who["sudo_uid"] = int(sudo_uid)
-    return who
-
-
 # -- the hand-out -------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class Destination:
@@ -272,7 +254,7 @@ def hand_out(
         tmp.flush()
         os.fsync(tmp.fileno())
         detail = {
-            "by": actor(),
+            "by": audit.actor(),
             "variant": variant,
             "sha256": digest,
             "size": size,

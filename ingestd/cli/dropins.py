@@ -109,7 +109,7 @@ def _read_keys(files: list[Path]) -> list[str]:
 
 def cmd_account_add(args: argparse.Namespace) -> int:
     from ingestd.cli.password_input import read_new_password
-    from ingestd.sources.sftp.accounts import hash_password
+    from ingestd.passwords import hash_password
 
     config_path = _config_path(args)
     name: str = args.name

@@ -24,6 +24,7 @@ from ingestd.cli import samples as samples_cli
 from ingestd.cli import search as search_cli
 from ingestd.cli import tenants as tenant_cli
 from ingestd.cli import trace as trace_cli
+from ingestd.cli import users as users_cli
 from ingestd.cli.common import Handler, load
 from ingestd.config.settings import DEFAULT_POOL, Config
 from ingestd.errors import ConfigError, ExitCode, IngestdError, UsageError
@@ -180,6 +181,7 @@ def build_parser() -> argparse.ArgumentParser:
     # Issue 30, arrivals: `documents find` (below `documents`) and `trace`.
     find_cli.add_parser(_subcommands(sub.choices["documents"]), common, jsonopt)
     trace_cli.add_parser(sub, common, jsonopt)
+    users_cli.add_parsers(sub, common, jsonopt)  # issue 31: people and capability sets
 
     return p
 

@@ -25,7 +25,7 @@ def read_new_password(*, stdin_only: bool = False) -> str | None:
     Never from argv: a password there is in every `ps` and the shell history."""
     import getpass
 
-    from ingestd.sources.sftp.accounts import new_password_problem
+    from ingestd.passwords import new_password_problem
 
     if sys.stdin.isatty() and not stdin_only:
         password = getpass.getpass("Password: ")

@@ -46,7 +46,7 @@ def cmd_hostkeys(args: argparse.Namespace) -> int:
 
 def cmd_hash_password(args: argparse.Namespace) -> int:
     from ingestd.cli.password_input import read_new_password
-    from ingestd.sources.sftp.accounts import hash_password
+    from ingestd.passwords import hash_password
 
     password = read_new_password()
     if password is None:

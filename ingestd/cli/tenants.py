@@ -25,6 +25,7 @@ from ingestd.archive import retention
 from ingestd.config.settings import Config
 from ingestd.db.database import Tx
 from ingestd.errors import ExitCode, TenantError
+from ingestd.people import accounts
 from ingestd.queue.enqueue import enqueue
 from ingestd.queue.kinds import JobKind
 from ingestd.states import TenantStatus
@@ -73,19 +74,22 @@ def cmd_tenant(args: argparse.Namespace) -> int:
             if args.tenant_cmd == "limits":
                 return _limits(tx, args)
             if args.tenant_cmd == "create":
+                members = list(dict.fromkeys(args.member))
+                for member in members:  # before anything is made: provisioning stores them
+                    accounts.check_login(member)
                 row = tx.one("tenant_insert", {"name": args.name, "status": TenantStatus.creating})
                 if row is None:
                     raise TenantError(f"tenant {args.name!r} already exists")
-                job = _enqueue(
-                    tx,
-                    int(row["id"]),
-                    JobKind.provision_tenant,
-                    {"members": list(dict.fromkeys(args.member))},
-                )
+                job = _enqueue(tx, int(row["id"]), JobKind.provision_tenant, {"members": members})
                 print(
                     f"created tenant {row['name']} (id {row['id']}, creating); "
                     f"provision-tenant job {job} queued"
                 )
+                if members:
+                    print(
+                        f"members {', '.join(members)} become its owners when it is active; "
+                        "each logs in once given a password: ingestd user passwd LOGIN"
+                    )
             elif args.tenant_cmd in ("delete", "reset"):
                 return _delete(tx, args, config)
             else:

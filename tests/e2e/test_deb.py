@@ -19,7 +19,7 @@ import pytest
 
 from ingestd.config.dropin_files import slug
 from ingestd.db.database import Database
-from ingestd.sources.sftp.accounts import hash_password
+from ingestd.passwords import hash_password
 from tests.conftest import read_events, wait_until, write_config
 from tests.fixtures.deb import (
     CLEAN_ENV,

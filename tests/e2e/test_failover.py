@@ -20,7 +20,7 @@ import pytest
 
 from ingestd.db.database import Database, connect_once
 from ingestd.db.schema import migrate
-from ingestd.sources.sftp.accounts import hash_password
+from ingestd.passwords import hash_password
 from tests.conftest import Env, read_events, run_cli, wait_until, write_config
 from tests.fixtures.files import pdf_bytes, write
 from tests.fixtures.replication import Pair, streaming_pair

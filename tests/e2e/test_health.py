@@ -24,8 +24,8 @@ from ingestd.ops.events import EventLog
 from ingestd.ops.health import Health, Loop
 from ingestd.ops.metrics_server import MetricsEndpoint
 from ingestd.ops.runtime import make_intake
+from ingestd.passwords import hash_password
 from ingestd.sources.hotfolders import HotFolders
-from ingestd.sources.sftp.accounts import hash_password
 from tests.conftest import Env, private_cluster, wait_until, write_config
 from tests.e2e.test_serve_sftp import Serve, _free_port
 from tests.fixtures.mounts import immutable

@@ -26,8 +26,8 @@ from ingestd.db.database import Database
 from ingestd.db.pgcluster import EmbeddedPostgres
 from ingestd.db.schema import migrate
 from ingestd.errors import ExitCode
+from ingestd.passwords import hash_password
 from ingestd.queue.claims import Queue
-from ingestd.sources.sftp.accounts import hash_password
 from tests.conftest import Env, private_cluster, read_events, run_cli, wait_until, write_config
 from tests.e2e.test_serve_sftp import Serve, _free_port
 from tests.fixtures.files import pdf_bytes

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ingestd.errors import ExitCode
-from ingestd.sources.sftp.accounts import hash_password
+from ingestd.passwords import hash_password
 from tests.conftest import write_config
 from tests.e2e.test_serve_sftp import Serve, _free_port
 

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from ingestd.sources.sftp.accounts import hash_password
+from ingestd.passwords import hash_password
 from tests.conftest import Env, PgServer, read_events, wait_until, write_config
 from tests.fixtures.service_user import as_root_prefix
 

@@ -13,7 +13,7 @@ from typing import Any
 import paramiko
 
 from ingestd.db.database import Database
-from ingestd.sources.sftp.accounts import hash_password
+from ingestd.passwords import hash_password
 from tests.conftest import Env, run_cli, wait_until, write_config
 from tests.e2e.test_serve_sftp import Serve, _free_port
 from tests.fixtures.files import pdf_bytes

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ingestd.db.database import Database
-from ingestd.sources.sftp.accounts import hash_password
+from ingestd.passwords import hash_password
 from tests.conftest import Env, private_cluster, read_events, run_cli, wait_until, write_config
 from tests.fixtures.files import pdf_bytes
 

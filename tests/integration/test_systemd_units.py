@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 
 from ingestd.config.settings import WorkerConfig
-from ingestd.sources.sftp.accounts import hash_password
+from ingestd.passwords import hash_password
 
 UNIT_DIR = Path(__file__).resolve().parents[2] / "systemd"
 EXPECTED_UNITS = {

@@ -19,7 +19,7 @@ import pytest
 
 from ingestd import log
 from ingestd.config.load import parse_config
-from ingestd.sources.sftp.accounts import hash_password
+from ingestd.passwords import hash_password
 from ingestd.sources.sftp.auth import ServerPolicy
 from ingestd.sources.sftp.bans import BanList
 from ingestd.sources.sftp.connections import Connection

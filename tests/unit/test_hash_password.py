@@ -14,7 +14,7 @@ import bcrypt
 import pytest
 
 from ingestd.errors import ExitCode
-from ingestd.sources.sftp.accounts import MIN_PASSWORD_LENGTH, new_password_problem
+from ingestd.passwords import MIN_PASSWORD_LENGTH, new_password_problem
 
 COMMAND = [sys.executable, "-m", "ingestd.cli", "account", "hash-password", "--rounds", "4"]
 

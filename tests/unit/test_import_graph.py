@@ -19,6 +19,7 @@ LAYERS: list[list[str]] = [
         "ingestd.errors",
         "ingestd.log",
         "ingestd.textsafe",
+        "ingestd.passwords",
         "ingestd.durable",
         "ingestd.queue.kinds",
         "ingestd.intake.titles",
@@ -36,7 +37,14 @@ LAYERS: list[list[str]] = [
         "ingestd.ops.sdnotify",
     ],
     ["ingestd.arrivals"],  # (issue 30) the arrival rows; the event log writes them too
-    ["ingestd.archive", "ingestd.queue", "ingestd.tenants", "ingestd.ops.events", "ingestd.search"],
+    [
+        "ingestd.archive",
+        "ingestd.queue",
+        "ingestd.tenants",
+        "ingestd.ops.events",
+        "ingestd.search",
+        "ingestd.people",  # (issue 31) people, their capability sets, logins
+    ],
     ["ingestd.intake"],  # the one hand-off: archive + row + job in one transaction
     ["ingestd.sources"],  # hot folders and SFTP decide when a file is complete
     ["ingestd.ops", "ingestd.demo"],  # the daemon wiring it all; demo data

@@ -31,27 +31,13 @@ from ingestd.config.settings import TENANT_NAME, Config
 from ingestd.db.database import Tx, jsonb
 from ingestd.errors import ArchiveLocked, IngestdError
 from ingestd.ops.runtime import make_archive
+from ingestd.people import capabilities
 from ingestd.queue.claims import Job
 from ingestd.queue.kinds import JobKind
 from ingestd.states import TenantStatus
 from ingestd.tenants import signing
 from worker.jobs import JobContext, PermanentError, register
 
-# The system capability sets every tenant has (seed 004), by name.
-CAPABILITY_SETS: dict[str, list[str]] = {
-    "owner": [
-        "documents.read",
-        "documents.write",
-        "documents.delete",
-        "tenant.admin",
-        "members.manage",
-        "taxonomy.manage",
-    ],
-    "user": ["documents.read", "documents.write", "taxonomy.use"],
-    "readonly": ["documents.read"],
-    "webdav": ["documents.read", "documents.write", "webdav.mount"],
-}
-MEMBER_SET = "owner"  # the initial members administer their tenant
 # tesseract language -> Postgres text search configuration for the tenant's documents.
 SEARCH_CONFIGS = {
     "deu": "german",
@@ -93,8 +79,12 @@ def tenant_dirs(config: Config, tenant: str) -> list[Path]:
 # -- provision ------------------------------------------------------------------------------
 def apply_provision(tx: Tx, job: Job, data: dict[str, Any]) -> None:
     ids = {"tenant_id": job.tenant_id}
-    tx.run("capability_sets_ensure", {**ids, "sets": jsonb(CAPABILITY_SETS)})
-    tx.run("tenant_members_add", {**ids, "members": data["members"], "capability_set": MEMBER_SET})
+    tx.run("capability_sets_ensure", {**ids, "sets": jsonb(capabilities.system_sets())})
+    tx.run("people_ensure", {"members": data["members"]})
+    tx.run(
+        "tenant_members_add",
+        {**ids, "members": data["members"], "capability_set": capabilities.MEMBER_SET},
+    )
     tx.run("tenant_search_ensure", {**ids, "config": data["search_config"]})
     tx.run("tenant_activate_provisioned", ids)
 
@@ -146,7 +136,8 @@ def apply_delete(tx: Tx, job: Job, data: dict[str, Any]) -> None:
         tx.run("tenant_remove", {"tenant_id": job.tenant_id})
     else:  # reset: an empty tenant, ready again (capability sets kept, search recreated)
         tx.run(
-            "capability_sets_ensure", {"tenant_id": job.tenant_id, "sets": jsonb(CAPABILITY_SETS)}
+            "capability_sets_ensure",
+            {"tenant_id": job.tenant_id, "sets": jsonb(capabilities.system_sets())},
         )
         tx.run(
             "tenant_search_ensure", {"tenant_id": job.tenant_id, "config": data["search_config"]}

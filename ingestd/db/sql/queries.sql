@@ -388,11 +388,20 @@ INSERT INTO capability_sets (tenant_id, name, capabilities, system)
 SELECT %(tenant_id)s, s.name, s.caps, true
 FROM jsonb_each(%(sets)s::jsonb) AS e(name, caps_json),
      LATERAL (SELECT e.name, ARRAY(SELECT jsonb_array_elements_text(e.caps_json)) AS caps) s
-ON CONFLICT (tenant_id, name) DO NOTHING;
+ON CONFLICT (tenant_id, name) DO UPDATE SET capabilities = EXCLUDED.capabilities
+WHERE capability_sets.system;
+
+-- name: people_ensure
+-- The members named at `tenant create` as people (no password yet); a login known in
+-- another spelling of case is that person (people_login_lower).
+INSERT INTO people (login)
+SELECT m FROM unnest(%(members)s::text[]) AS m
+ON CONFLICT DO NOTHING;
 
 -- name: tenant_members_add
 INSERT INTO tenant_members (tenant_id, member, capability_set)
-SELECT %(tenant_id)s, m, %(capability_set)s FROM unnest(%(members)s::text[]) AS m
+SELECT %(tenant_id)s, p.login, %(capability_set)s
+FROM unnest(%(members)s::text[]) AS m JOIN people p ON lower(p.login) = lower(m)
 ON CONFLICT (tenant_id, member) DO NOTHING;
 
 -- name: tenant_search_ensure
@@ -1223,3 +1232,73 @@ WHERE id IN (SELECT id FROM arrivals
 -- name: arrivals_wipe
 -- delete-tenant (and reset): the tenant's arrivals go with its documents.
 DELETE FROM arrivals WHERE tenant = %(tenant)s;
+
+-- ===================================================================== people (issue 31)
+-- name: person_get
+SELECT login, password_hash, admin, created_at, password_set_at
+FROM people WHERE lower(login) = lower(%(login)s);
+
+-- name: person_insert
+INSERT INTO people (login, password_hash, admin, password_set_at)
+VALUES (%(login)s, %(password_hash)s, %(admin)s,
+        CASE WHEN %(password_hash)s::text IS NULL THEN NULL ELSE now() END)
+ON CONFLICT DO NOTHING
+RETURNING login;
+
+-- name: person_set_password
+UPDATE people SET password_hash = %(password_hash)s, password_set_at = now()
+WHERE login = %(login)s
+RETURNING login;
+
+-- name: person_set_admin
+UPDATE people SET admin = %(admin)s WHERE login = %(login)s
+RETURNING login;
+
+-- name: person_memberships
+SELECT t.name AS tenant, m.capability_set
+FROM tenant_members m JOIN tenants t ON t.id = m.tenant_id
+WHERE m.member = %(login)s
+ORDER BY t.name;
+
+-- name: member_set
+-- Add the membership, or change its set; `previous` is the set it had (NULL: new), as
+-- the statement's snapshot saw it (no FOR UPDATE: evaluated for RETURNING, after the
+-- update, a locking read skips the row this statement changed).
+WITH old AS MATERIALIZED (
+    SELECT capability_set FROM tenant_members
+    WHERE tenant_id = %(tenant_id)s AND member = %(login)s
+)
+INSERT INTO tenant_members (tenant_id, member, capability_set)
+VALUES (%(tenant_id)s, %(login)s, %(capability_set)s)
+ON CONFLICT (tenant_id, member) DO UPDATE SET capability_set = EXCLUDED.capability_set
+RETURNING (SELECT capability_set FROM old) AS previous;
+
+-- name: member_remove
+DELETE FROM tenant_members WHERE tenant_id = %(tenant_id)s AND member = %(login)s
+RETURNING capability_set;
+
+-- name: person_remove
+-- The person and every membership; each membership removed is returned with its tenant.
+WITH m AS (
+    DELETE FROM tenant_members WHERE member = %(login)s RETURNING tenant_id, capability_set
+), p AS (
+    DELETE FROM people WHERE login = %(login)s RETURNING login
+)
+SELECT t.name AS tenant, m.capability_set FROM m JOIN tenants t ON t.id = m.tenant_id
+ORDER BY t.name;
+
+-- name: person_remove_if_idle
+-- A person who is no tenant's member and no admin is nobody's login: removed.
+DELETE FROM people p
+WHERE login = %(login)s AND NOT admin
+  AND NOT EXISTS (SELECT 1 FROM tenant_members m WHERE m.member = p.login)
+RETURNING login;
+
+-- name: people_list
+SELECT p.login, p.admin, p.password_hash IS NOT NULL AS has_password, p.password_set_at,
+       t.name AS tenant, m.capability_set, m.added_at
+FROM people p
+LEFT JOIN tenant_members m ON m.member = p.login
+LEFT JOIN tenants t ON t.id = m.tenant_id
+WHERE %(tenant)s::text IS NULL OR t.name = %(tenant)s
+ORDER BY lower(p.login), t.name;

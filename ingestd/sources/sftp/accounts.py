@@ -10,21 +10,14 @@ from __future__ import annotations
 import base64
 import enum
 import hmac
-import re
 from dataclasses import dataclass
 from ipaddress import IPv4Address, IPv6Address, ip_address
 
-import bcrypt
 import paramiko
 
+from ingestd import passwords
 from ingestd.config.settings import SftpAccountConfig
-
-# bcrypt only looks at the first 72 bytes; hash-password refuses longer passwords.
-BCRYPT_MAX_BYTES = 72
-DEFAULT_ROUNDS = 12
-# `account hash-password` refuses shorter ones: a scanner stores its password, so a long
-# one costs nobody anything, and the SFTP port may face a whole network.
-MIN_PASSWORD_LENGTH = 8
+from ingestd.passwords import DEFAULT_ROUNDS, rounds_of
 
 
 class Verdict(enum.StrEnum):
@@ -33,36 +26,6 @@ class Verdict(enum.StrEnum):
     wrong_password = "wrong_password"  # noqa: S105 (a verdict name, not a secret)
     wrong_key = "wrong_key"
     source_not_allowed = "source_not_allowed"
-
-
-def new_password_problem(password: str) -> str | None:
-    """Why ``password`` may not become an account's password (empty, shorter than
-    MIN_PASSWORD_LENGTH characters, longer than bcrypt reads), else None."""
-    if not password:
-        return "the password is empty"
-    if len(password) < MIN_PASSWORD_LENGTH:
-        return (
-            f"the password is too short ({len(password)} characters; "
-            f"at least {MIN_PASSWORD_LENGTH})"
-        )
-    size = len(password.encode("utf-8"))
-    if size > BCRYPT_MAX_BYTES:
-        return f"the password is {size} bytes; bcrypt uses at most {BCRYPT_MAX_BYTES}"
-    return None
-
-
-def hash_password(password: str, rounds: int = DEFAULT_ROUNDS) -> str:
-    data = password.encode("utf-8")
-    if not data:
-        raise ValueError("the password is empty")
-    if len(data) > BCRYPT_MAX_BYTES:
-        raise ValueError(f"the password is {len(data)} bytes; bcrypt uses at most 72")
-    return bcrypt.hashpw(data, bcrypt.gensalt(rounds=rounds)).decode()
-
-
-def _rounds_of(hashed: str) -> int:
-    m = re.match(r"^\$2[aby]\$(\d\d)\$", hashed)
-    return int(m.group(1)) if m else DEFAULT_ROUNDS
 
 
 @dataclass(frozen=True)
@@ -85,9 +48,9 @@ class Accounts:
     def __init__(self, accounts: list[SftpAccountConfig]) -> None:
         self._by_name = {a.username: a for a in accounts}
         self._keys = {a.username: _parse_keys(a.authorized_keys) for a in accounts}
-        costs = [_rounds_of(a.password_hash) for a in accounts if a.password_hash]
+        costs = [rounds_of(a.password_hash) for a in accounts if a.password_hash]
         rounds = max(costs) if costs else DEFAULT_ROUNDS
-        self._dummy = bcrypt.hashpw(b"not a password", bcrypt.gensalt(rounds=rounds))
+        self._dummy = passwords.dummy_hash(rounds)
 
     def get(self, username: str) -> SftpAccountConfig | None:
         return self._by_name.get(username)
@@ -104,11 +67,10 @@ class Accounts:
     def check_password(self, username: str, password: str, remote_ip: str) -> Verdict:
         acct = self._by_name.get(username)
         hashed = acct.password_hash if acct and acct.password_hash else None
-        candidate = password.encode("utf-8", "surrogateescape")[:BCRYPT_MAX_BYTES]
-        matched = bcrypt.checkpw(candidate, hashed.encode() if hashed else self._dummy)
+        matched = passwords.matches(password, hashed, self._dummy)
         if acct is None:
             return Verdict.unknown_user
-        if not (matched and hashed):
+        if not matched:
             return Verdict.wrong_password
         return self._source_verdict(acct, remote_ip)
 

@@ -26,7 +26,7 @@ from ingestd.config.settings import Config
 from ingestd.db.database import Database
 from ingestd.ops.events import EventLog
 from ingestd.ops.runtime import make_intake
-from ingestd.sources.sftp.accounts import hash_password
+from ingestd.passwords import hash_password
 from ingestd.sources.sftp.service import SftpService
 from tests.conftest import read_events, wait_until
 from tests.fixtures.files import pdf_bytes

@@ -742,7 +742,7 @@ def test_unknown_user_checks_a_dummy_hash(
 ) -> None:
     """Unknown users and password-less accounts cost one bcrypt check of a same-cost dummy."""
     import ingestd.config.settings as cfgmod
-    from ingestd.sources.sftp import accounts as accounts_module
+    from ingestd import passwords as passwords_module
 
     pub = "ssh-ed25519 " + base64.b64encode(b"\0\0\0\x0bssh-ed25519\0\0\0\x20" + b"k" * 32).decode()
     accts = Accounts(
@@ -754,13 +754,13 @@ def test_unknown_user_checks_a_dummy_hash(
         ]
     )
     checked: list[bytes] = []
-    real = accounts_module.bcrypt.checkpw
+    real = passwords_module.bcrypt.checkpw
 
     def spy(candidate: bytes, hashed: bytes) -> bool:
         checked.append(hashed)
         return bool(real(candidate, hashed))
 
-    monkeypatch.setattr(accounts_module.bcrypt, "checkpw", spy)
+    monkeypatch.setattr(passwords_module.bcrypt, "checkpw", spy)
     assert accts.check_password("nobody", "x", "127.0.0.1") is Verdict.unknown_user
     assert accts.check_password("keyonly", "x", "127.0.0.1") is Verdict.wrong_password
     assert accts.check_password("scan1", "wrong", "127.0.0.1") is Verdict.wrong_password
