@@ -25,7 +25,7 @@ import re
 import stat
 import tempfile
 import unicodedata
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, BinaryIO
@@ -230,10 +230,13 @@ def hand_out(
     tenant: str | None,
     searchable: bool,
     dest: Destination,
+    by: Mapping[str, object] | None = None,
+    to: str | None = None,
 ) -> HandedOut:
     """Write one document's original (or searchable PDF) to ``dest``, verified and
-    recorded; raises NoSuchDocument, NoSearchablePdf, HandoutMismatch, DestinationTaken,
-    DestinationUnusable."""
+    recorded as handed out ``by`` (default: the OS user, audit.actor()) ``to`` (default:
+    stdout or file); raises NoSuchDocument, NoSearchablePdf, HandoutMismatch,
+    DestinationTaken, DestinationUnusable."""
     with db.transaction() as tx:
         doc = tx.one("document_handout", {"id": document_id, "tenant": tenant})
     if doc is None:
@@ -254,12 +257,12 @@ def hand_out(
         tmp.flush()
         os.fsync(tmp.fileno())
         detail = {
-            "by": audit.actor(),
+            "by": dict(by) if by is not None else audit.actor(),
             "variant": variant,
             "sha256": digest,
             "size": size,
             "name": name,
-            "to": "stdout" if dest.stdout is not None else "file",
+            "to": to or ("stdout" if dest.stdout is not None else "file"),
         }
         placed: Path | None = None
         try:
@@ -295,7 +298,7 @@ def hand_out(
         variant=variant,
         sha256=digest,
         path=str(placed) if placed else "-",
-        user=who["user"],
+        user=who.get("user") or who.get("login"),
         sudo_user=who.get("sudo_user"),
     )
     return HandedOut(

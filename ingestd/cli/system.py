@@ -330,6 +330,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return serve(config, args.config)
 
 
+def cmd_web(args: argparse.Namespace) -> int:
+    from ingestd.web.server import serve
+
+    config = load(args)
+    return serve(config)
+
+
 def add_parsers(
     sub: Any, common: argparse.ArgumentParser, jsonopt: argparse.ArgumentParser
 ) -> None:
@@ -360,6 +367,12 @@ def add_run_parsers(
         "serve", parents=[common], help="run the daemon: SFTP server, spool intake, hot folders"
     )
     s.set_defaults(func=cmd_serve)
+    w = sub.add_parser(
+        "web",
+        parents=[common],
+        help="run the web console for tenant members ([web] listen, default 127.0.0.1:8088)",
+    )
+    w.set_defaults(func=cmd_web)
 
 
 def add_report_parsers(

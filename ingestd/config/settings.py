@@ -836,6 +836,47 @@ class MetricsConfig(_Section):
         return v
 
 
+# -- the web console (issue 31) -------------------------------------------------------------
+class WebConfig(_Section):
+    """The web console (`ingestd web`, unit `ingestd-web.service`): people search, view and
+    download their tenants' documents. Loopback by default: put it behind a reverse proxy
+    that speaks HTTPS (`behind_proxy`), or give it a certificate."""
+
+    listen: str = "127.0.0.1:8088"
+    """`address:port` it serves on."""
+    tls_certificate: Path | None = None
+    """A PEM certificate (chain) to serve HTTPS with itself; with `tls_key`."""
+    tls_key: Path | None = None
+    """The certificate's PEM private key (readable by the service user only)."""
+    behind_proxy: bool = False
+    """A reverse proxy on this host speaks HTTPS for it: the proxy's X-Forwarded-For and
+    X-Forwarded-Proto are believed (from 127.0.0.1 and ::1 only) and cookies are Secure."""
+    session_minutes: Annotated[int, Field(ge=5, le=7 * 24 * 60)] = 480
+    """A login lasts this long without being asked again."""
+    login_failures: Annotated[int, Field(ge=1, le=1000)] = 10
+    """Failed logins from one address, or for one login, within `login_window_seconds`
+    after which further attempts are refused (429) until the window has passed."""
+    login_window_seconds: Annotated[int, Field(ge=10, le=86400)] = 600
+    """The window `login_failures` counts in."""
+
+    @field_validator("listen")
+    @classmethod
+    def _listen(cls, v: str) -> str:
+        parse_listen(v)
+        return v
+
+    @model_validator(mode="after")
+    def _tls_pair(self) -> WebConfig:
+        if (self.tls_certificate is None) != (self.tls_key is None):
+            raise ValueError("tls_certificate and tls_key go together: give both or neither")
+        return self
+
+    @property
+    def secure(self) -> bool:
+        """Whether browsers reach it over HTTPS (its own TLS, or the proxy's)."""
+        return self.tls_certificate is not None or self.behind_proxy
+
+
 class LogConfig(_Section):
     level: Literal["debug", "info", "warning", "error"] = "info"
     """The least severe level logged."""
@@ -883,6 +924,8 @@ class Config(_Section):
     their own, so a receiver that is down fails only its delivery."""
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
     """The Prometheus endpoint (`/metrics`) of each process; loopback by default."""
+    web: WebConfig = Field(default_factory=WebConfig)
+    """The web console for tenant members (`ingestd web`); loopback by default."""
     taxonomy: list[TaxonomyRule] = Field(default_factory=list)
     """Taxonomy rules (paperless-ngx's matching): each assigns a tag, a correspondent or a
     document type to a document of its tenant whose text matches."""

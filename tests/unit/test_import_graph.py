@@ -48,6 +48,7 @@ LAYERS: list[list[str]] = [
     ["ingestd.intake"],  # the one hand-off: archive + row + job in one transaction
     ["ingestd.sources"],  # hot folders and SFTP decide when a file is complete
     ["ingestd.ops", "ingestd.demo"],  # the daemon wiring it all; demo data
+    ["ingestd.web"],  # (issue 31) the web console: pages over people, search, hand-out
     ["worker"],  # the runtime and job handlers build on the core
     ["ingestd.cli"],  # the entry point: the only part of ingestd that may import worker
 ]

@@ -1302,3 +1302,22 @@ LEFT JOIN tenant_members m ON m.member = p.login
 LEFT JOIN tenants t ON t.id = m.tenant_id
 WHERE %(tenant)s::text IS NULL OR t.name = %(tenant)s
 ORDER BY lower(p.login), t.name;
+
+-- ===================================================================== web console (issue 31)
+-- name: web_filter_ids
+-- Which of a search's hits pass the page's filters (each NULL: not applied), in the
+-- tenant: the search ranks, this only keeps or drops.
+SELECT d.id FROM documents d
+WHERE d.id = ANY(%(ids)s::bigint[]) AND d.tenant_id = %(tenant_id)s
+  AND (%(name)s::text IS NULL OR d.original_filename ILIKE %(name)s::text)
+  AND (%(source)s::text IS NULL OR d.source = %(source)s::text
+       OR split_part(d.source, ':', 1) = %(source)s::text)
+  AND (%(since)s::timestamptz IS NULL OR d.created_at >= %(since)s::timestamptz)
+  AND (%(until)s::timestamptz IS NULL OR d.created_at < %(until)s::timestamptz);
+
+-- name: web_document_lineage
+-- A split batch's parts (with pages) and a part's batch, in the tenant.
+SELECT p.parent_id, p.child_id, p.position, p.first_page, p.last_page
+FROM document_parts p JOIN documents d ON d.id = p.parent_id
+WHERE (p.parent_id = %(id)s OR p.child_id = %(id)s) AND d.tenant_id = %(tenant_id)s
+ORDER BY p.parent_id, p.position;

@@ -1,0 +1,404 @@
+"""The console's pages, top-down: who is asking (the session), in which tenant (the URL),
+may they (the capability table), then the page.
+
+    GET  /login, POST /login, POST /logout
+    GET  /                                   the archives the person is a member of
+    GET  /t/{tenant}/                        search and filters            (search)
+    GET  /t/{tenant}/d/{id}                  a document: record, lineage, history (view)
+    GET  /t/{tenant}/d/{id}/original         the original, re-hashed       (download)
+    GET  /t/{tenant}/d/{id}/searchable       the searchable PDF            (download)
+
+Scope rule, enforced in ``_scope``: a tenant the person is no member of, or a name that
+could not be a tenant, is 404 (its existence is not told); a member whose set lacks the
+action gets 403. Every query below names the tenant, so an id of another tenant is 404.
+"""
+
+from __future__ import annotations
+
+import re
+import tempfile
+import time
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.background import BackgroundTask
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.middleware.sessions import SessionMiddleware
+from starlette.requests import Request
+from starlette.responses import FileResponse, RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.templating import Jinja2Templates
+
+from ingestd import log
+from ingestd.archive import audit, handout
+from ingestd.archive.store import ArchiveStore
+from ingestd.config.settings import TENANT_NAME, Config
+from ingestd.db.database import Database
+from ingestd.errors import QueryCanceled
+from ingestd.people.accounts import Logins, Person, person
+from ingestd.people.capabilities import Action, may
+from ingestd.search import limits
+from ingestd.search.query import search
+from ingestd.tenants import lookup
+from ingestd.textsafe import shown
+from ingestd.web import guard, i18n
+
+HERE = Path(__file__).resolve().parent
+PAGE_SIZE = 50
+MAX_FILTERED = 1000  # a query's hits the filters choose from
+_TENANT = re.compile(TENANT_NAME)
+
+
+@dataclass
+class Console:
+    """What the pages share: config, database, archive, the login check and limiter."""
+
+    config: Config
+    db: Database
+    store: ArchiveStore
+    logins: Logins
+    limiter: guard.LoginLimiter
+    templates: Jinja2Templates
+    spool: Path  # where a download is verified before it is sent
+
+
+def _console(request: Request) -> Console:
+    console: Console = request.app.state.console
+    return console
+
+
+def _lang(request: Request) -> str:
+    return i18n.language(request.headers.get("accept-language"))
+
+
+def _address(request: Request) -> str:
+    return request.client.host if request.client else "-"
+
+
+def _page(request: Request, template: str, status_code: int = 200, **context: Any) -> Response:
+    lang = _lang(request)
+    console = _console(request)
+    return console.templates.TemplateResponse(
+        request,
+        template,
+        {
+            "lang": lang,
+            "t": lambda key: i18n.text(lang, key),
+            "csrf": guard.csrf_token(request.session),
+            "me": context.pop("me", None),
+            **context,
+        },
+        status_code=status_code,
+    )
+
+
+# -- who is asking ----------------------------------------------------------------------------
+def _who(request: Request) -> Person | None:
+    """The logged-in person, read from the database on every request (a membership
+    removed a second ago counts now); None when not logged in or the login expired."""
+    login = request.session.get("login")
+    at = request.session.get("at")
+    if not isinstance(login, str) or not isinstance(at, int | float):
+        return None
+    if time.time() - at > _console(request).config.web.session_minutes * 60:
+        request.session.clear()
+        return None
+    with _console(request).db.transaction() as tx:
+        found = person(tx, login)
+    if found is None:
+        request.session.clear()
+    return found
+
+
+def _required(request: Request) -> Person:
+    me = _who(request)
+    if me is None:
+        raise HTTPException(303, headers={"location": "/login"})
+    return me
+
+
+def _scope(request: Request, action: Action) -> tuple[Person, str, int]:
+    """(person, tenant, tenant id) if the person may do ``action`` in the URL's tenant;
+    404 when they are no member (or it is no tenant), 403 when their set does not allow."""
+    me = _required(request)
+    tenant = str(request.path_params["tenant"])
+    capability_set = me.set_in(tenant) if _TENANT.fullmatch(tenant) else None
+    if capability_set is None:
+        raise HTTPException(404)
+    if not may(capability_set, action):
+        raise HTTPException(403)
+    with _console(request).db.transaction() as tx:
+        row = lookup.by_name(tx, tenant)
+    return me, tenant, int(row["id"])
+
+
+# -- login ----------------------------------------------------------------------------------
+def login_form(request: Request) -> Response:
+    if _who(request) is not None:
+        return RedirectResponse("/", status_code=303)
+    return _page(request, "login.html")
+
+
+async def login_post(request: Request) -> Response:
+    form = await request.form()
+    if not guard.csrf_ok(request.session, form.get("csrf")):
+        raise HTTPException(403)
+    login = str(form.get("login") or "")[:200]
+    password = str(form.get("password") or "")[:1024]
+    console = _console(request)
+    address = _address(request)
+    wait = console.limiter.refused(address, login)
+    if wait > 0:
+        log.get_logger().warning(
+            "web.login_throttled", address=address, login=shown(login), retry_after=int(wait)
+        )
+        response = _page(request, "login.html", 429, error="login_throttled")
+        response.headers["retry-after"] = str(int(wait) + 1)
+        return response
+    found = await run_in_threadpool(console.logins.check, login, password)
+    if found is None:
+        console.limiter.failed(address, login)
+        log.get_logger().warning("web.login_failed", address=address, login=shown(login))
+        return _page(request, "login.html", 401, error="login_failed")
+    request.session.clear()  # a new session: nothing of the one before the login survives
+    request.session.update({"login": found.login, "at": int(time.time())})
+    guard.csrf_token(request.session)
+    log.get_logger().info("web.login", address=address, login=found.login)
+    return RedirectResponse("/", status_code=303)
+
+
+async def logout(request: Request) -> Response:
+    form = await request.form()
+    if not guard.csrf_ok(request.session, form.get("csrf")):
+        raise HTTPException(403)
+    request.session.clear()
+    return RedirectResponse("/login", status_code=303)
+
+
+# -- pages ----------------------------------------------------------------------------------
+def home(request: Request) -> Response:
+    me = _required(request)
+    if len(me.memberships) == 1:
+        (tenant,) = me.memberships
+        return RedirectResponse(f"/t/{tenant}/", status_code=303)
+    return _page(request, "home.html", me=me, memberships=sorted(me.memberships.items()))
+
+
+def _day(value: str | None, field: str) -> datetime | None:
+    """A YYYY-MM-DD filter as the start of that day (UTC); 400 for anything else."""
+    if not value:
+        return None
+    try:
+        return datetime.combine(date.fromisoformat(value[:10]), datetime.min.time(), UTC)
+    except ValueError:
+        raise HTTPException(400, detail=f"{field}: a date as YYYY-MM-DD") from None
+
+
+def _like(text: str | None) -> str | None:
+    if not text:
+        return None
+    escaped = text[:200].replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"%{escaped}%"
+
+
+def search_page(request: Request) -> Response:
+    me, tenant, tenant_id = _scope(request, Action.search)
+    p = request.query_params
+    q = (p.get("q") or "").strip()
+    since = _day(p.get("since"), "since")
+    until_day = _day(p.get("until"), "until")
+    until = until_day + timedelta(days=1) if until_day else None
+    filters = {
+        "name": _like(p.get("name")),
+        "source": (p.get("source") or "")[:100] or None,
+        "since": since,
+        "until": until,
+    }
+    filtered = any(v is not None for v in filters.values())
+    error = None
+    rows: list[dict[str, Any]] = []
+    db = _console(request).db
+    try:
+        with db.transaction() as tx:
+            if q:
+                hits = search(tx, tenant_id, q, MAX_FILTERED if filtered else PAGE_SIZE)
+                if filtered:
+                    keep = {
+                        r["id"]
+                        for r in tx.all(
+                            "web_filter_ids",
+                            {"ids": [h["id"] for h in hits], "tenant_id": tenant_id, **filters},
+                        )
+                    }
+                    hits = [h for h in hits if h["id"] in keep]
+                rows = hits[:PAGE_SIZE]
+            else:
+                rows = tx.all("documents_list", {"tenant": tenant, "limit": PAGE_SIZE, **filters})
+    except limits.QueryRefused as exc:
+        error = str(exc)
+    except QueryCanceled:
+        error = str(limits.SearchTooSlow())
+    return _page(
+        request,
+        "search.html",
+        me=me,
+        tenant=tenant,
+        role=me.set_in(tenant),
+        rows=rows,
+        query=q,
+        params={k: (p.get(k) or "")[:200] for k in ("name", "source", "since", "until")},
+        searched=bool(q),
+        error=error,
+    )
+
+
+def _web_actor(request: Request, me: Person) -> dict[str, object]:
+    return {"login": me.login, "address": _address(request), "via": "web"}
+
+
+def document_page(request: Request) -> Response:
+    me, tenant, tenant_id = _scope(request, Action.view)
+    doc_id = _doc_id(request)
+    db = _console(request).db
+    with db.transaction() as tx:
+        doc = tx.one("document_show", {"id": doc_id, "tenant": tenant})
+        if doc is None:
+            raise HTTPException(404)
+        lineage = tx.all("web_document_lineage", {"id": doc_id, "tenant_id": tenant_id})
+        history = tx.all("trace_audit", {"id": doc_id, "tenant": tenant})
+        audit.append(
+            tx,
+            chain=tenant_id,
+            tenant=tenant,
+            kind=audit.AuditKind.viewed,
+            document_id=doc_id,
+            detail={"by": _web_actor(request, me)},
+        )
+    return _page(
+        request,
+        "document.html",
+        me=me,
+        tenant=tenant,
+        role=me.set_in(tenant),
+        doc=doc,
+        parts=[r for r in lineage if r["parent_id"] == doc_id],
+        batch=next((r for r in lineage if r["child_id"] == doc_id), None),
+        history=history,
+    )
+
+
+def _doc_id(request: Request) -> int:
+    raw = str(request.path_params["doc"])
+    if not raw.isdigit() or len(raw) > 18:
+        raise HTTPException(404)
+    return int(raw)
+
+
+def _download(request: Request, searchable: bool) -> Response:
+    me, tenant, _ = _scope(request, Action.download)
+    doc_id = _doc_id(request)
+    console = _console(request)
+    console.spool.mkdir(mode=0o700, parents=True, exist_ok=True)
+    where = Path(tempfile.mkdtemp(prefix="get-", dir=console.spool))
+    try:
+        done = handout.hand_out(
+            console.db,
+            console.store,
+            console.config.paths.derived_dir,
+            doc_id,
+            tenant=tenant,
+            searchable=searchable,
+            dest=handout.Destination(directory=where),
+            by=_web_actor(request, me),
+            to="web",
+        )
+    except (handout.NoSuchDocument, handout.NoSearchablePdf):
+        _cleanup(where)
+        raise HTTPException(404) from None
+    except BaseException:
+        _cleanup(where)
+        raise
+    assert done.path is not None
+    return FileResponse(
+        done.path,
+        filename=done.name,
+        media_type="application/pdf" if searchable else None,
+        background=BackgroundTask(_cleanup, where),
+        headers={"cache-control": "private, no-store"},
+    )
+
+
+def _cleanup(where: Path) -> None:
+    for f in where.iterdir():
+        f.unlink(missing_ok=True)
+    where.rmdir()
+
+
+def download_original(request: Request) -> Response:
+    return _download(request, searchable=False)
+
+
+def download_searchable(request: Request) -> Response:
+    return _download(request, searchable=True)
+
+
+# -- errors ---------------------------------------------------------------------------------
+_ERROR_TEXT = {400: "bad_request", 403: "forbidden", 404: "not_found"}
+
+
+async def http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    if exc.status_code in (301, 302, 303, 307) and exc.headers:
+        return RedirectResponse(exc.headers["location"], status_code=exc.status_code)
+    key = _ERROR_TEXT.get(exc.status_code, "bad_request")
+    return _page(request, "error.html", exc.status_code, message=key, detail=exc.detail)
+
+
+def make_app(config: Config, db: Database, store: ArchiveStore) -> Starlette:
+    """The console as an ASGI app."""
+    web = config.web
+    templates = Jinja2Templates(directory=str(HERE / "templates"))
+    templates.env.autoescape = True
+    console = Console(
+        config=config,
+        db=db,
+        store=store,
+        logins=Logins(db),
+        limiter=guard.LoginLimiter(web.login_failures, web.login_window_seconds),
+        templates=templates,
+        spool=config.paths.state_dir / "web" / "out",
+    )
+    routes = [
+        Route("/login", login_form, methods=["GET"]),
+        Route("/login", login_post, methods=["POST"]),
+        Route("/logout", logout, methods=["POST"]),
+        Route("/", home, methods=["GET"]),
+        Route("/t/{tenant}/", search_page, methods=["GET"]),
+        Route("/t/{tenant}/d/{doc}", document_page, methods=["GET"]),
+        Route("/t/{tenant}/d/{doc}/original", download_original, methods=["GET"]),
+        Route("/t/{tenant}/d/{doc}/searchable", download_searchable, methods=["GET"]),
+        Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
+    ]
+    app = Starlette(
+        routes=routes,
+        middleware=[
+            Middleware(guard.SecurityHeaders, https=web.secure),
+            Middleware(
+                SessionMiddleware,
+                secret_key=guard.session_key(config.paths.state_dir),
+                session_cookie="ingestd_session",
+                max_age=web.session_minutes * 60,
+                same_site="strict",
+                https_only=web.secure,
+            ),
+        ],
+        exception_handlers={HTTPException: http_error},
+    )
+    app.state.console = console
+    return app

@@ -1,0 +1,111 @@
+"""German and English, chosen by the browser's Accept-Language: one table of the console's
+texts. A key missing in German falls back to English; a text missing in both is the key."""
+
+from __future__ import annotations
+
+import re
+
+LANGUAGES = ("en", "de")
+
+TEXTS: dict[str, dict[str, str]] = {
+    "en": {
+        "title": "ingestd archive",
+        "login": "Log in",
+        "logout": "Log out",
+        "login_name": "Login",
+        "password": "Password",
+        "login_failed": "Login or password is wrong.",
+        "login_throttled": "Too many failed logins. Try again later.",
+        "tenants": "Your archives",
+        "search": "Search",
+        "query": "Words, a phrase in quotes, -word to exclude",
+        "since": "Arrived from",
+        "until": "to",
+        "source": "Source",
+        "name": "File name",
+        "no_hits": "No documents match.",
+        "document": "Document",
+        "title_col": "Title",
+        "date_col": "Date",
+        "arrived": "Arrived",
+        "file": "Original file",
+        "size": "Size",
+        "status": "Status",
+        "tags": "Tags",
+        "correspondent": "Correspondent",
+        "doc_type": "Type",
+        "download_original": "Download the original",
+        "download_searchable": "Download the searchable PDF",
+        "history": "History",
+        "not_found": "Not found.",
+        "forbidden": "Your role in this archive does not allow that.",
+        "bad_request": "The request could not be understood.",
+        "role": "Your role",
+        "bytes": "bytes",
+        "parts": "parts",
+        "part_of": "Part of",
+        "back": "Back to the search",
+    },
+    "de": {
+        "title": "ingestd Archiv",
+        "login": "Anmelden",
+        "logout": "Abmelden",
+        "login_name": "Anmeldename",
+        "password": "Passwort",
+        "login_failed": "Anmeldename oder Passwort ist falsch.",
+        "login_throttled": "Zu viele fehlgeschlagene Anmeldungen. Bitte später erneut versuchen.",
+        "tenants": "Ihre Archive",
+        "search": "Suchen",
+        "query": "Wörter, eine Phrase in Anführungszeichen, -Wort schließt aus",
+        "since": "Eingegangen ab",
+        "until": "bis",
+        "source": "Quelle",
+        "name": "Dateiname",
+        "no_hits": "Keine Dokumente gefunden.",
+        "document": "Dokument",
+        "title_col": "Titel",
+        "date_col": "Datum",
+        "arrived": "Eingegangen",
+        "file": "Originaldatei",
+        "size": "Größe",
+        "status": "Status",
+        "tags": "Schlagworte",
+        "correspondent": "Korrespondent",
+        "doc_type": "Dokumenttyp",
+        "download_original": "Original herunterladen",
+        "download_searchable": "Durchsuchbares PDF herunterladen",
+        "history": "Verlauf",
+        "not_found": "Nicht gefunden.",
+        "forbidden": "Ihre Rolle in diesem Archiv erlaubt das nicht.",
+        "bad_request": "Die Anfrage ist ungültig.",
+        "role": "Ihre Rolle",
+        "bytes": "Bytes",
+        "parts": "Teile",
+        "part_of": "Teil von",
+        "back": "Zurück zur Suche",
+    },
+}
+
+_RANGE = re.compile(
+    r"^\s*([A-Za-z]{1,8})(?:-[A-Za-z0-9]{1,8})*\s*(?:;\s*q\s*=\s*([01](?:\.\d{0,3})?))?\s*$"
+)
+
+
+def language(accept_language: str | None) -> str:
+    """The language to answer in: the browser's most preferred one we have, else English.
+    A header we cannot read is English too (it is input from outside)."""
+    best, best_q = "en", -1.0
+    for position, part in enumerate((accept_language or "")[:500].split(",")[:20]):
+        m = _RANGE.match(part)
+        if not m:
+            continue
+        lang = m.group(1).lower()
+        q = float(m.group(2)) if m.group(2) else 1.0
+        if lang in LANGUAGES and (q > best_q) and q > 0:
+            best, best_q = lang, q - position * 1e-6  # the first listed wins a tie
+    return best
+
+
+def text(lang: str, key: str) -> str:
+    """The text ``key`` in ``lang``."""
+    return TEXTS.get(lang, {}).get(key) or TEXTS["en"].get(key) or key

@@ -1,0 +1,40 @@
+"""`ingestd web`: the console on uvicorn, one process, its database pool opened here.
+SIGTERM and SIGINT stop it after the requests in flight (uvicorn's own handlers)."""
+
+from __future__ import annotations
+
+import ssl
+
+import uvicorn
+
+from ingestd import log
+from ingestd.config.settings import Config, parse_listen
+from ingestd.ops.runtime import make_archive, open_database
+from ingestd.web.app import make_app
+
+
+def serve(config: Config) -> int:
+    """Serve until stopped; the exit code."""
+    host, port = parse_listen(config.web.listen)
+    web = config.web
+    with open_database(config, name="ingestd-web") as db:
+        app = make_app(config, db, make_archive(config))
+        settings = uvicorn.Config(
+            app,
+            host=host,
+            port=port,
+            log_config=None,  # our structlog lines, not uvicorn's own format
+            access_log=False,
+            proxy_headers=web.behind_proxy,
+            forwarded_allow_ips="127.0.0.1,::1" if web.behind_proxy else "",
+            server_header=False,
+            ssl_certfile=str(web.tls_certificate) if web.tls_certificate else None,
+            ssl_keyfile=str(web.tls_key) if web.tls_key else None,
+            ssl_version=ssl.PROTOCOL_TLS_SERVER,
+            timeout_graceful_shutdown=20,
+        )
+        server = uvicorn.Server(settings)
+        log.get_logger().info("web.ready", listen=web.listen, https=web.tls_certificate is not None)
+        server.run()
+    log.get_logger().info("web.stopped")
+    return 0

@@ -1,0 +1,265 @@
+"""The web console (issue 31) as a real `ingestd web` process on loopback, asked by a real
+HTTP client: login with CSRF and a throttle, strict cookies and security headers, search
+with a filter, a document's page and its download (the archive's SHA-256, audited), and
+the tenant scope: another tenant's archive and documents are 404 on every route.
+(The browser tests drive the same server with Debian's chromium.)"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from ingestd.db.database import Database
+from ingestd.intake.items import IntakeItem, Outcome
+from ingestd.ops.runtime import make_intake
+from ingestd.passwords import hash_password
+from ingestd.people import accounts
+from tests.conftest import Env, wait_until
+from tests.fixtures.files import pdf_bytes, write
+
+PASSWORD = "correct horse battery"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Console:
+    url: str
+    env: Env
+    db: Database
+    docs: dict[str, int]  # name -> document id
+    shas: dict[str, str]
+
+    def client(self, **kw: Any) -> httpx.Client:
+        return httpx.Client(base_url=self.url, timeout=60, **kw)
+
+    @contextlib.contextmanager
+    def login(self, login: str, password: str = PASSWORD, **kw: Any) -> Iterator[httpx.Client]:
+        with self.client(**kw) as c:
+            r = c.post("/login", data={"login": login, "password": password, "csrf": _csrf(c)})
+            assert r.status_code == 303, r.text
+            yield c
+
+
+def _csrf(c: httpx.Client, path: str = "/login") -> str:
+    page = c.get(path)
+    m = re.search(r'name="csrf" value="([^"]+)"', page.text)
+    assert m, page.text
+    return m.group(1)
+
+
+def _ingest(env: Env, db: Database, tenant: str, name: str, seed: int) -> tuple[int, str]:
+    data = pdf_bytes(seed=seed)
+    src = write(env.root / "in" / f"{tenant}-{seed}.pdf", data)
+    res = make_intake(env.config, db).ingest(IntakeItem(path=src, tenant=tenant, filename=name))
+    assert res.outcome is Outcome.ingested and res.document_id is not None
+    return res.document_id, hashlib.sha256(data).hexdigest()
+
+
+@pytest.fixture
+def console(make_env: Any, db: Database) -> Iterator[Console]:
+    """Tenants acme and beta with a document each; anna (acme user), rita (acme
+    readonly), bert (beta owner); `ingestd web` serving on a free loopback port."""
+    port = _free_port()
+    env: Env = make_env(web={"listen": f"127.0.0.1:{port}", "login_failures": 3})
+    hashed = hash_password(PASSWORD, rounds=4)
+    with db.transaction() as tx:
+        for name in ("acme", "beta"):
+            tx.one("tenant_insert", {"name": name, "status": "active"})
+        accounts.add_member(tx, "anna", "acme", "user", hashed)
+        accounts.add_member(tx, "rita", "acme", "readonly", hashed)
+        accounts.add_member(tx, "bert", "beta", "owner", hashed)
+    docs, shas = {}, {}
+    for tenant, name, seed in (("acme", "Scan_0815.pdf", 1), ("beta", "Beta_geheim.pdf", 2)):
+        docs[name], shas[name] = _ingest(env, db, tenant, name, seed)
+    log = (env.root / "web.log").open("wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ingestd.cli", "web", "--config", str(env.config_path)],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env={**os.environ},
+    )
+    url = f"http://127.0.0.1:{port}"
+
+    def up() -> bool:
+        assert proc.poll() is None, (env.root / "web.log").read_text()
+        try:
+            return httpx.get(url + "/login", timeout=5).status_code == 200
+        except httpx.TransportError:
+            return False
+
+    try:
+        wait_until(up, timeout=120, interval=0.2)
+        yield Console(url, env, db, docs, shas)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+
+def _entries(db: Database, kind: str) -> list[dict[str, Any]]:
+    with db.transaction() as tx:
+        rows = tx.raw(
+            "SELECT tenant, document_id, body FROM audit_events WHERE kind = %(k)s "
+            "ORDER BY chain, seq",
+            {"k": kind},
+        )
+    return [{**r, "detail": json.loads(r["body"])["detail"]} for r in rows]
+
+
+def test_every_page_has_the_security_headers_and_strict_cookies(console: Console) -> None:
+    """A strict CSP without inline script, no framing, no sniffing; the session cookie is
+    HttpOnly and SameSite=Strict (not Secure over plain loopback HTTP)."""
+    with console.client() as c:
+        r = c.get("/login")
+    csp = r.headers["content-security-policy"]
+    assert "default-src 'self'" in csp and "frame-ancestors 'none'" in csp
+    assert "unsafe-inline" not in csp and "unsafe-eval" not in csp
+    assert r.headers["x-frame-options"] == "DENY"
+    assert r.headers["x-content-type-options"] == "nosniff"
+    cookie = r.headers["set-cookie"].lower()
+    assert "httponly" in cookie and "samesite=strict" in cookie and "secure" not in cookie
+    assert "<script" not in r.text and not re.search(r"\son[a-z]+=", r.text)  # no inline code
+    assert "server" not in r.headers
+
+
+def test_login_needs_the_form_s_token_and_the_right_password(console: Console) -> None:
+    """No token: 403 and no session. A wrong password: 401, said in the browser's
+    language. The right one: the person's only archive."""
+    with console.client() as c:
+        c.get("/login")
+        r = c.post("/login", data={"login": "anna", "password": PASSWORD})
+        assert r.status_code == 403
+        r = c.post("/login", data={"login": "anna", "password": PASSWORD, "csrf": "x" * 43})
+        assert r.status_code == 403
+        assert c.get("/t/acme/").status_code == 303  # still not logged in
+    with console.client(headers={"accept-language": "de-DE,de;q=0.9,en;q=0.5"}) as c:
+        r = c.post("/login", data={"login": "anna", "password": "wrong!", "csrf": _csrf(c)})
+        assert r.status_code == 401
+        assert "Anmeldename oder Passwort ist falsch." in r.text
+        assert '<html lang="de">' in r.text
+    with console.login("ANNA") as c:  # a login matches in any case
+        r = c.get("/")
+        assert r.status_code == 303 and r.headers["location"] == "/t/acme/"
+        page = c.get("/t/acme/")
+        assert page.status_code == 200 and "anna" in page.text and ">user<" in page.text
+
+
+def test_search_with_a_filter_a_document_and_its_download(console: Console) -> None:
+    """The name finds the scan; an arrival filter after today drops it; its page is an
+    audit entry; the download is the archive's bytes under the original name, audited."""
+    doc = console.docs["Scan_0815.pdf"]
+    with console.login("anna") as c:
+        hits = c.get("/t/acme/", params={"q": "Scan_0815"})
+        assert f'href="/t/acme/d/{doc}"' in hits.text
+        later = c.get("/t/acme/", params={"q": "Scan_0815", "since": "2999-01-01"})
+        assert f'href="/t/acme/d/{doc}"' not in later.text
+        listed = c.get("/t/acme/", params={"name": "0815"})
+        assert f'href="/t/acme/d/{doc}"' in listed.text
+        assert c.get("/t/acme/", params={"since": "yesterday"}).status_code == 400
+        page = c.get(f"/t/acme/d/{doc}")
+        assert page.status_code == 200 and "Scan_0815.pdf" in page.text
+        got = c.get(f"/t/acme/d/{doc}/original")
+        assert got.status_code == 200
+        assert hashlib.sha256(got.content).hexdigest() == console.shas["Scan_0815.pdf"]
+        assert 'filename="Scan_0815.pdf"' in got.headers["content-disposition"]
+        assert got.headers["content-disposition"].startswith("attachment")
+        assert c.get(f"/t/acme/d/{doc}/searchable").status_code == 404  # not analysed yet
+    viewed = _entries(console.db, "document.viewed")
+    assert [(v["document_id"], v["detail"]["by"]["login"]) for v in viewed] == [(doc, "anna")]
+    handed = _entries(console.db, "document.handed_out")
+    assert [(h["detail"]["by"]["login"], h["detail"]["to"]) for h in handed] == [("anna", "web")]
+    assert not list((console.env.root / "state" / "web" / "out").glob("*/*"))  # cleaned up
+
+
+def test_another_tenant_is_404_on_every_route(console: Console) -> None:
+    """anna (acme) never learns that beta or its document exist: the archive, the
+    document through beta's URL and through acme's, its downloads, odd names: all 404."""
+    beta_doc = console.docs["Beta_geheim.pdf"]
+    with console.login("anna") as c:
+        for path in (
+            "/t/beta/",
+            f"/t/beta/d/{beta_doc}",
+            f"/t/beta/d/{beta_doc}/original",
+            f"/t/acme/d/{beta_doc}",
+            f"/t/acme/d/{beta_doc}/original",
+            f"/t/acme/d/{beta_doc}/searchable",
+            "/t/nosuch/",
+            "/t/ACME/",
+            "/t/acme/d/-1",
+            "/t/acme/d/99999999999999999999999",
+        ):
+            r = c.get(path)
+            assert r.status_code == 404, path
+            assert "Beta_geheim" not in r.text
+        hits = c.get("/t/acme/", params={"q": "Beta_geheim"})
+        assert f"/d/{beta_doc}" not in hits.text and "No documents match." in hits.text
+    assert _entries(console.db, "document.handed_out") == []
+
+
+def test_a_readonly_member_may_not_do_what_the_set_lacks_and_removal_counts_at_once(
+    console: Console,
+) -> None:
+    """rita (readonly) searches and downloads; once her membership is removed, her next
+    request is 404 without logging in again."""
+    doc = console.docs["Scan_0815.pdf"]
+    with console.login("rita") as c:
+        assert c.get(f"/t/acme/d/{doc}/original").status_code == 200
+        with console.db.transaction() as tx:
+            accounts.remove(tx, "rita", tenant="acme")
+        assert c.get("/t/acme/").status_code == 303  # the person is gone: logged out
+    with console.login("anna") as c:
+        with console.db.transaction() as tx:
+            accounts.add_member(tx, "anna", "beta", "webdav")
+        assert c.get("/t/beta/").status_code == 403  # a member, but webdav cannot search
+
+
+def test_failed_logins_are_throttled_before_the_password_is_checked(console: Console) -> None:
+    """After 3 failures for a login, the 4th attempt is 429 with Retry-After even with
+    the right password; logout needs the token and ends the session."""
+    with console.login("anna") as c:
+        assert c.post("/logout", data={}).status_code == 403
+        assert c.get("/t/acme/").status_code == 200
+        assert c.post("/logout", data={"csrf": _csrf(c, "/t/acme/")}).status_code == 303
+        assert c.get("/t/acme/").status_code == 303
+    with console.client() as c:
+        for _ in range(3):
+            r = c.post("/login", data={"login": "bert", "password": "nope", "csrf": _csrf(c)})
+            assert r.status_code == 401
+        r = c.post("/login", data={"login": "bert", "password": PASSWORD, "csrf": _csrf(c)})
+        assert r.status_code == 429 and int(r.headers["retry-after"]) > 0
+        # The address counts too: another login from it waits as well.
+        r = c.post("/login", data={"login": "anna", "password": PASSWORD, "csrf": _csrf(c)})
+        assert r.status_code == 429
+    log = (console.env.root / "web.log").read_text()
+    assert '"web.login_throttled"' in log and '"web.login_failed"' in log
+    assert PASSWORD not in log
+
+
+def test_the_session_key_is_the_service_user_s_alone(console: Console) -> None:
+    """<state_dir>/web/session.key exists, 0600, and is not in any page or log."""
+    key = console.env.root / "state" / "web" / "session.key"
+    assert oct(key.stat().st_mode & 0o777) == "0o600"
+    secret = key.read_text().strip()
+    assert secret not in (console.env.root / "web.log").read_text()
+    assert Path(key).parent.stat().st_mode & 0o077 == 0
