@@ -42,6 +42,7 @@ EXPECTED_UNITS = {
     "ingestd-verify.timer",
     "ingestd-audit-seal.service",
     "ingestd-audit-seal.timer",
+    "ingestd-web.service",  # issue 31: the web console
 }
 MAX_EXPOSURE = 2.5
 HOST_UNIT_DIRS = (Path("/usr/lib/systemd/system"), Path("/lib/systemd/system"))
@@ -111,7 +112,7 @@ def unit_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 # -- the unit files ------------------------------------------------------------------------
 def test_the_unit_files_are_all_there() -> None:
     """systemd/ holds exactly the target, daemon, worker template, migrate, verify + timer,
-    audit seal + timer."""
+    audit seal + timer, web console."""
     assert {p.name for p in unit_files()} == EXPECTED_UNITS
     assert (UNIT_DIR / "sysusers.d" / "ingestd.conf").is_file()
     assert (UNIT_DIR / "tmpfiles.d" / "ingestd.conf").is_file()
@@ -224,6 +225,7 @@ def test_exposure_of_every_service_is_at_most_2_5(unit_root: Path) -> None:
         "ingestd-migrate.service",
         "ingestd-verify.service",
         "ingestd-audit-seal.service",
+        "ingestd-web.service",
     }
     assert all(score <= MAX_EXPOSURE for score in scores.values()), table
 
