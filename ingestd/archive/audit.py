@@ -41,6 +41,7 @@ class AuditKind(enum.StrEnum):
     sealed = "seal.made"
     handed_out = "document.handed_out"  # `documents get`: who, which variant, its SHA-256
     viewed = "document.viewed"  # its page was shown in the web console (who, from where)
+    edited = "document.edited"  # a person changed its title or date (from, to; never the file)
     member_added = "member.added"  # a person became a member, with a capability set
     member_changed = "member.changed"  # a member's capability set changed (from, to)
     member_removed = "member.removed"  # a person is no longer a member

@@ -89,8 +89,7 @@ def cmd_documents_analyze(args: argparse.Namespace) -> int:
     A re-analysis sends no workflow webhook unless --redeliver: receivers heard of the
     document when it arrived."""
     from ingestd.ops.runtime import open_database
-    from ingestd.queue.enqueue import enqueue
-    from ingestd.queue.kinds import JobKind
+    from ingestd.queue.reanalyze import reanalyze
 
     config = load(args)
     if args.all:
@@ -101,29 +100,16 @@ def cmd_documents_analyze(args: argparse.Namespace) -> int:
     with open_database(config) as db, db.transaction() as tx:
         tenant = lookup.by_name(tx, args.tenant)
         for doc_id in args.ids:
-            row = tx.one("job_document", {"id": doc_id, "tenant_id": tenant["id"]})
-            if row is None:
-                missing.append(doc_id)
-                continue
-            state = tx.one("split_state", {"id": doc_id, "tenant_id": tenant["id"]})
-            if state is not None and state["parts"]:
-                # A batch is analysed only through its children (its pages are theirs).
-                split.append({"document_id": doc_id, "parts": int(state["parts"])})
-                continue
-            job_id = enqueue(
-                tx,
-                tenant_id=int(tenant["id"]),
-                document_id=doc_id,
-                kind=JobKind.analyze_document,
-                trace=row["trace_id"],
-                payload={
-                    "document_id": doc_id,
-                    "force": args.force,
-                    "reanalysis": True,
-                    "redeliver": args.redeliver,
-                },
+            done = reanalyze(
+                tx, int(tenant["id"]), doc_id, force=args.force, redeliver=args.redeliver
             )
-            queued.append({"document_id": doc_id, "job_id": job_id})
+            if done.missing:
+                missing.append(doc_id)
+            elif done.parts:
+                split.append({"document_id": doc_id, "parts": done.parts})
+            else:
+                assert done.job_id is not None
+                queued.append({"document_id": doc_id, "job_id": done.job_id})
     if args.json:
         print_json({"queued": queued, "not_found": missing, "split": split})
     else:

@@ -7,6 +7,10 @@ may they (the capability table), then the page.
     GET  /t/{tenant}/d/{id}                  a document: record, lineage, history (view)
     GET  /t/{tenant}/d/{id}/original         the original, re-hashed       (download)
     GET  /t/{tenant}/d/{id}/searchable       the searchable PDF            (download)
+    POST /t/{tenant}/d/{id}/edit             title and date                (edit)
+    POST /t/{tenant}/upload                  files into the intake         (upload)
+    GET  /t/{tenant}/attention               documents in attention        (attention)
+    POST /t/{tenant}/d/{id}/requeue|done     analyse again / accept as is  (attention)
 
 Scope rule, enforced in ``_scope``: a tenant the person is no member of, or a name that
 could not be a tenant, is 404 (its existence is not told); a member whose set lacks the
@@ -15,6 +19,7 @@ action gets 403. Every query below names the tenant, so an id of another tenant 
 
 from __future__ import annotations
 
+import os
 import re
 import tempfile
 import time
@@ -40,7 +45,7 @@ from ingestd.archive import audit, handout
 from ingestd.archive.store import ArchiveStore
 from ingestd.config.settings import TENANT_NAME, Config
 from ingestd.db.database import Database
-from ingestd.errors import QueryCanceled
+from ingestd.errors import IngestdError, QueryCanceled
 from ingestd.people.accounts import Logins, Person, person
 from ingestd.people.capabilities import Action, may
 from ingestd.search import limits
@@ -84,6 +89,7 @@ def _address(request: Request) -> str:
 def _page(request: Request, template: str, status_code: int = 200, **context: Any) -> Response:
     lang = _lang(request)
     console = _console(request)
+    role = context.get("role")
     return console.templates.TemplateResponse(
         request,
         template,
@@ -92,6 +98,7 @@ def _page(request: Request, template: str, status_code: int = 200, **context: An
             "t": lambda key: i18n.text(lang, key),
             "csrf": guard.csrf_token(request.session),
             "me": context.pop("me", None),
+            "can": {str(a): may(role, a) for a in Action},
             **context,
         },
         status_code=status_code,
@@ -348,8 +355,192 @@ def download_searchable(request: Request) -> Response:
     return _download(request, searchable=True)
 
 
+# -- changes: each a POST with the session's CSRF token ------------------------------------
+async def _form(request: Request) -> Any:
+    form = await request.form(max_files=0, max_fields=20)
+    if not guard.csrf_ok(request.session, form.get("csrf")):
+        raise HTTPException(403)
+    return form
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+async def edit_document(request: Request) -> Response:
+    form = await _form(request)
+    me, tenant, tenant_id = await run_in_threadpool(_scope, request, Action.edit)
+    doc_id = _doc_id(request)
+    title = " ".join(str(form.get("title") or "").split())
+    if not 1 <= len(title) <= 500 or _CONTROL.search(title):
+        raise HTTPException(400, detail="title: 1 to 500 characters")
+    raw_date = str(form.get("issued_date") or "").strip()
+    try:
+        issued = date.fromisoformat(raw_date) if raw_date else None
+    except ValueError:
+        raise HTTPException(400, detail="date: YYYY-MM-DD") from None
+
+    def change() -> None:
+        with _console(request).db.transaction() as tx:
+            row = tx.one(
+                "web_document_edit",
+                {"id": doc_id, "tenant_id": tenant_id, "title": title, "issued_date": issued},
+            )
+            if row is None:
+                raise HTTPException(404)
+            audit.append(
+                tx,
+                chain=tenant_id,
+                tenant=tenant,
+                kind=audit.AuditKind.edited,
+                document_id=doc_id,
+                detail={
+                    "by": _web_actor(request, me),
+                    "title": [row["was_title"], title],
+                    "issued_date": [
+                        row["was_date"].isoformat() if row["was_date"] else None,
+                        issued.isoformat() if issued else None,
+                    ],
+                },
+            )
+
+    await run_in_threadpool(change)
+    return RedirectResponse(f"/t/{tenant}/d/{doc_id}", status_code=303)
+
+
+def _upload_name(raw: str | None) -> str:
+    """The file's own name: whatever path a browser sent before it is dropped."""
+    name = re.split(r"[/\\]", raw or "")[-1].strip()
+    return name or "upload"
+
+
+async def upload(request: Request) -> Response:
+    """Files from the browser into the same intake as every source (source web:LOGIN):
+    the same type and size checks, refusals said on the page."""
+    console = _console(request)
+    limit = int(console.config.intake.max_file_size)
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > 20 * limit + 1_000_000:
+        raise HTTPException(413)
+    me, tenant, _ = await run_in_threadpool(_scope, request, Action.upload)
+    form = await request.form(max_files=20, max_fields=5)
+    if not guard.csrf_ok(request.session, form.get("csrf")):
+        raise HTTPException(403)
+    inbox = _inbox(console.config)
+    inbox.mkdir(mode=0o700, parents=True, exist_ok=True)
+    results: list[dict[str, Any]] = []
+    for part in form.getlist("file"):
+        if isinstance(part, str):
+            continue
+        name = _upload_name(part.filename)
+        fd, tmp_name = tempfile.mkstemp(prefix="up-", dir=inbox)
+        tmp = Path(tmp_name)
+        size = 0
+        too_large = False
+        with open(fd, "wb") as out:
+            while chunk := await part.read(1 << 20):
+                size += len(chunk)
+                if size > limit:
+                    too_large = True
+                    break
+                out.write(chunk)
+            out.flush()
+            os.fsync(out.fileno())  # ours, like the SFTP spool's: linked into the archive
+        if too_large:
+            tmp.unlink(missing_ok=True)
+            results.append({"name": name, "outcome": "refused", "reason": "too_large"})
+            continue
+        results.append(await run_in_threadpool(_ingest_upload, console, tenant, me, tmp, name))
+    if not results:
+        raise HTTPException(400, detail="no file")
+    log.get_logger().info(
+        "web.upload", tenant=tenant, login=me.login, files=len(results),
+        outcomes=[r["outcome"] for r in results],
+    )  # fmt: skip
+    role = me.set_in(tenant)
+    return _page(request, "uploaded.html", me=me, tenant=tenant, role=role, results=results)
+
+
+def _ingest_upload(
+    console: Console, tenant: str, me: Person, tmp: Path, name: str
+) -> dict[str, Any]:
+    from ingestd.intake.items import IntakeItem
+    from ingestd.ops.runtime import make_intake
+
+    try:
+        res = make_intake(console.config, console.db).ingest(
+            IntakeItem(path=tmp, tenant=tenant, source=f"web:{me.login}", filename=name, owned=True)
+        )
+    except IngestdError as exc:  # the tenant suspended meanwhile, the database gone
+        return {"name": name, "outcome": "refused", "reason": str(exc), "document_id": None}
+    finally:
+        tmp.unlink(missing_ok=True)
+    return {
+        "name": name,
+        "outcome": str(res.outcome),
+        "document_id": res.document_id,
+        "reason": str(res.reason) if res.reason else None,
+    }
+
+
+def _inbox(config: Config) -> Path:
+    """Where a browser's upload is written before intake takes it: a folder of the spool
+    (intake may take and remove its own files there, never from the state directory)."""
+    return config.paths.spool / "web"
+
+
+def _forget_unfinished(config: Config) -> None:
+    """Uploads a stopped console left half-written: no browser was told they arrived."""
+    inbox = _inbox(config)
+    if inbox.is_dir():
+        for stale in inbox.glob("up-*"):
+            stale.unlink(missing_ok=True)
+
+
+def attention_page(request: Request) -> Response:
+    me, tenant, _ = _scope(request, Action.attention)
+    with _console(request).db.transaction() as tx:
+        rows = tx.all("documents_attention", {"tenant": tenant, "limit": 200})
+    return _page(request, "attention.html", me=me, tenant=tenant, role=me.set_in(tenant), rows=rows)
+
+
+async def requeue(request: Request) -> Response:
+    await _form(request)
+    me, tenant, tenant_id = await run_in_threadpool(_scope, request, Action.attention)
+    doc_id = _doc_id(request)
+
+    def run() -> None:
+        from ingestd.queue.reanalyze import reanalyze
+
+        with _console(request).db.transaction() as tx:
+            done = reanalyze(tx, tenant_id, doc_id, force=True)
+        if done.missing:
+            raise HTTPException(404)
+        log.get_logger().info(
+            "web.requeued", tenant=tenant, document=doc_id, job=done.job_id, login=me.login
+        )
+
+    await run_in_threadpool(run)
+    return RedirectResponse(f"/t/{tenant}/attention", status_code=303)
+
+
+async def mark_done(request: Request) -> Response:
+    await _form(request)
+    me, tenant, tenant_id = await run_in_threadpool(_scope, request, Action.attention)
+    doc_id = _doc_id(request)
+
+    def run() -> None:
+        with _console(request).db.transaction() as tx:
+            row = tx.one("document_mark_done", {"id": doc_id, "tenant_id": tenant_id})
+        if row is None:
+            raise HTTPException(404)
+        log.get_logger().info("web.marked_done", tenant=tenant, document=doc_id, login=me.login)
+
+    await run_in_threadpool(run)
+    return RedirectResponse(f"/t/{tenant}/attention", status_code=303)
+
+
 # -- errors ---------------------------------------------------------------------------------
-_ERROR_TEXT = {400: "bad_request", 403: "forbidden", 404: "not_found"}
+_ERROR_TEXT = {400: "bad_request", 403: "forbidden", 404: "not_found", 413: "too_large"}
 
 
 async def http_error(request: Request, exc: Exception) -> Response:
@@ -374,6 +565,7 @@ def make_app(config: Config, db: Database, store: ArchiveStore) -> Starlette:
         templates=templates,
         spool=config.paths.state_dir / "web" / "out",
     )
+    _forget_unfinished(config)
     routes = [
         Route("/login", login_form, methods=["GET"]),
         Route("/login", login_post, methods=["POST"]),
@@ -383,6 +575,11 @@ def make_app(config: Config, db: Database, store: ArchiveStore) -> Starlette:
         Route("/t/{tenant}/d/{doc}", document_page, methods=["GET"]),
         Route("/t/{tenant}/d/{doc}/original", download_original, methods=["GET"]),
         Route("/t/{tenant}/d/{doc}/searchable", download_searchable, methods=["GET"]),
+        Route("/t/{tenant}/d/{doc}/edit", edit_document, methods=["POST"]),
+        Route("/t/{tenant}/upload", upload, methods=["POST"]),
+        Route("/t/{tenant}/attention", attention_page, methods=["GET"]),
+        Route("/t/{tenant}/d/{doc}/requeue", requeue, methods=["POST"]),
+        Route("/t/{tenant}/d/{doc}/done", mark_done, methods=["POST"]),
         Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
     ]
     app = Starlette(

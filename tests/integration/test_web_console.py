@@ -263,3 +263,101 @@ def test_the_session_key_is_the_service_user_s_alone(console: Console) -> None:
     secret = key.read_text().strip()
     assert secret not in (console.env.root / "web.log").read_text()
     assert Path(key).parent.stat().st_mode & 0o077 == 0
+
+
+def test_a_user_uploads_and_edits_a_readonly_member_sees_no_control_and_is_refused(
+    console: Console,
+) -> None:
+    """anna (user) uploads a PDF (archived, source web:anna) and a text file (refused,
+    said on the page) and edits a title (audited from/to); rita (readonly) has no upload
+    or edit control, and posting them anyway is 403 with nothing changed."""
+    doc = console.docs["Scan_0815.pdf"]
+    pdf = pdf_bytes(seed=7)
+    with console.login("anna") as c:
+        token = _csrf(c, "/t/acme/")
+        r = c.post(
+            "/t/acme/upload",
+            data={"csrf": token},
+            files=[
+                ("file", ("C:\\fakepath\\Brief vom Amt.pdf", pdf, "application/pdf")),
+                ("file", ("notes.txt", b"not a scan\n", "text/plain")),
+            ],
+        )
+        assert r.status_code == 200, r.text
+        assert "Brief vom Amt.pdf" in r.text and "fakepath" not in r.text
+        assert "archived" in r.text and "refused" in r.text
+        new_id = int(re.search(r'href="/t/acme/d/(\d+)"', r.text).group(1))  # type: ignore[union-attr]
+        assert (
+            c.post(
+                "/t/acme/upload", files=[("file", ("x.pdf", pdf, "application/pdf"))]
+            ).status_code
+            == 403
+        )
+        page = c.get(f"/t/acme/d/{doc}")
+        assert f'action="/t/acme/d/{doc}/edit"' in page.text
+        r = c.post(
+            f"/t/acme/d/{doc}/edit",
+            data={"csrf": token, "title": "Rechnung März", "issued_date": "2026-03-01"},
+        )
+        assert r.status_code == 303
+        assert "Rechnung März" in c.get(f"/t/acme/d/{doc}").text
+        bad = c.post(f"/t/acme/d/{doc}/edit", data={"csrf": token, "title": "x\x00y"})
+        assert bad.status_code == 400
+    with console.db.transaction() as tx:
+        row = tx.raw(
+            "SELECT source, original_filename FROM documents WHERE id = %(i)s", {"i": new_id}
+        )[0]
+    assert row == {"source": "web:anna", "original_filename": "Brief vom Amt.pdf"}
+    edited = _entries(console.db, "document.edited")
+    assert [(e["detail"]["by"]["login"], e["detail"]["title"][1]) for e in edited] == [
+        ("anna", "Rechnung März")
+    ]
+    with console.login("rita") as c:
+        token = _csrf(c, "/t/acme/")
+        assert 'action="/t/acme/upload"' not in c.get("/t/acme/").text
+        assert "/edit" not in c.get(f"/t/acme/d/{doc}").text
+        r = c.post(f"/t/acme/d/{doc}/edit", data={"csrf": token, "title": "mine now"})
+        assert r.status_code == 403
+        r = c.post(
+            "/t/acme/upload",
+            data={"csrf": token},
+            files=[("file", ("y.pdf", pdf_bytes(seed=8), "application/pdf"))],
+        )
+        assert r.status_code == 403
+        assert c.get("/t/acme/attention").status_code == 403
+    with console.db.transaction() as tx:
+        titles = [
+            r["title"]
+            for r in tx.raw(
+                "SELECT title FROM documents d JOIN tenants t ON t.id = d.tenant_id "
+                "WHERE t.name = 'acme'"
+            )
+        ]
+        count = tx.raw("SELECT count(*) AS n FROM documents")[0]["n"]
+    assert "mine now" not in titles and count == 3
+
+
+def test_an_owner_requeues_and_accepts_documents_in_attention(console: Console) -> None:
+    """bert (beta owner) sees beta's documents in attention with the reason, re-queues
+    one (a new analyze-document job) and accepts another without text."""
+    first = console.docs["Beta_geheim.pdf"]
+    second, _ = _ingest(console.env, console.db, "beta", "Verschluesselt.pdf", seed=9)
+    with console.db.transaction() as tx:
+        tx.raw(
+            "UPDATE documents SET processing_status = 'attention', "
+            "attention_reason = 'encrypted: a password is needed' WHERE id = ANY(%(ids)s)",
+            {"ids": [first, second]},
+        )
+        jobs_before = tx.raw("SELECT count(*) AS n FROM processing_jobs")[0]["n"]
+    with console.login("bert") as c:
+        page = c.get("/t/beta/attention")
+        assert page.status_code == 200 and "encrypted: a password is needed" in page.text
+        token = _csrf(c, "/t/beta/attention")
+        assert c.post(f"/t/beta/d/{first}/requeue", data={}).status_code == 403
+        assert c.post(f"/t/beta/d/{first}/requeue", data={"csrf": token}).status_code == 303
+        assert c.post(f"/t/beta/d/{second}/done", data={"csrf": token}).status_code == 303
+        assert c.post(f"/t/beta/d/{second}/done", data={"csrf": token}).status_code == 404
+    with console.db.transaction() as tx:
+        assert tx.raw("SELECT count(*) AS n FROM processing_jobs")[0]["n"] == jobs_before + 1
+        status = tx.raw("SELECT processing_status FROM documents WHERE id = %(i)s", {"i": second})
+    assert status[0]["processing_status"] == "done"

@@ -1321,3 +1321,13 @@ SELECT p.parent_id, p.child_id, p.position, p.first_page, p.last_page
 FROM document_parts p JOIN documents d ON d.id = p.parent_id
 WHERE (p.parent_id = %(id)s OR p.child_id = %(id)s) AND d.tenant_id = %(tenant_id)s
 ORDER BY p.parent_id, p.position;
+
+-- name: web_document_edit
+-- A person's title and date (never the original); `was_*` what they replaced.
+WITH old AS MATERIALIZED (
+    SELECT title, issued_date FROM documents
+    WHERE id = %(id)s AND tenant_id = %(tenant_id)s
+)
+UPDATE documents d SET title = %(title)s, issued_date = %(issued_date)s::date
+WHERE d.id = %(id)s AND d.tenant_id = %(tenant_id)s
+RETURNING (SELECT title FROM old) AS was_title, (SELECT issued_date FROM old) AS was_date;
