@@ -204,10 +204,18 @@ def test_bad_files_go_to_failed_with_a_reason(hot_env: Any, db: Database, tmp_pa
     assert (failed / "link.pdf").is_symlink()  # moved as a link, never followed
     assert outside.read_bytes() == pdf_bytes(seed=500)  # the target is untouched
     assert not any(folder.iterdir())
-    with db.transaction() as tx:
-        events = tx.raw(
-            "SELECT tenant, detail, trace_id FROM operator_events WHERE type = 'file.quarantined'"
-        )
+
+    def quarantined() -> list[dict[str, Any]]:
+        with db.transaction() as tx:
+            return tx.raw(
+                "SELECT tenant, detail, trace_id FROM operator_events "
+                "WHERE type = 'file.quarantined'"
+            )
+
+    # Each file's event is recorded after its move (the move is what it reports): the
+    # last one may still be on its way when the folder is already empty.
+    wait_until(lambda: len(quarantined()) == 4, timeout=60)
+    events = quarantined()
     assert sorted(e["detail"]["reason"] for e in events) == [
         "bad_type",
         "not_regular",
