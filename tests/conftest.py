@@ -28,7 +28,12 @@ from ingestd.db.pgcluster import EmbeddedPostgres
 from ingestd.db.schema import migrate
 
 # Fixtures kept in modules of their own (the S3 endpoint: moto's server).
-pytest_plugins = ["tests.fixtures.s3", "tests.fixtures.deb", "tests.fixtures.service_user"]
+pytest_plugins = [
+    "tests.fixtures.s3",
+    "tests.fixtures.deb",
+    "tests.fixtures.service_user",
+    "tests.fixtures.web",
+]
 
 _counter = itertools.count()
 

@@ -551,6 +551,23 @@ async def http_error(request: Request, exc: Exception) -> Response:
     return _page(request, "error.html", exc.status_code, message=key, detail=exc.detail)
 
 
+def _dav(console: Console) -> Any:
+    """The read-only WebDAV mount (ingestd/web/dav.py), a WSGI app run in threads."""
+    from a2wsgi import WSGIMiddleware
+
+    from ingestd.web.dav import DavContext, make_dav_app
+
+    ctx = DavContext(
+        config=console.config,
+        db=console.db,
+        store=console.store,
+        logins=console.logins,
+        limiter=console.limiter,
+        spool=console.spool,
+    )
+    return WSGIMiddleware(make_dav_app(ctx), workers=8)
+
+
 def make_app(config: Config, db: Database, store: ArchiveStore) -> Starlette:
     """The console as an ASGI app."""
     web = config.web
@@ -581,6 +598,7 @@ def make_app(config: Config, db: Database, store: ArchiveStore) -> Starlette:
         Route("/t/{tenant}/d/{doc}/requeue", requeue, methods=["POST"]),
         Route("/t/{tenant}/d/{doc}/done", mark_done, methods=["POST"]),
         Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
+        Mount("/dav", app=_dav(console)),
     ]
     app = Starlette(
         routes=routes,

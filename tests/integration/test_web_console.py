@@ -6,115 +6,16 @@ the tenant scope: another tenant's archive and documents are 404 on every route.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
-import os
 import re
-import socket
-import subprocess
-import sys
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
-import pytest
-
 from ingestd.db.database import Database
-from ingestd.intake.items import IntakeItem, Outcome
-from ingestd.ops.runtime import make_intake
-from ingestd.passwords import hash_password
 from ingestd.people import accounts
-from tests.conftest import Env, wait_until
-from tests.fixtures.files import pdf_bytes, write
-
-PASSWORD = "correct horse battery"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@dataclass
-class Console:
-    url: str
-    env: Env
-    db: Database
-    docs: dict[str, int]  # name -> document id
-    shas: dict[str, str]
-
-    def client(self, **kw: Any) -> httpx.Client:
-        return httpx.Client(base_url=self.url, timeout=60, **kw)
-
-    @contextlib.contextmanager
-    def login(self, login: str, password: str = PASSWORD, **kw: Any) -> Iterator[httpx.Client]:
-        with self.client(**kw) as c:
-            r = c.post("/login", data={"login": login, "password": password, "csrf": _csrf(c)})
-            assert r.status_code == 303, r.text
-            yield c
-
-
-def _csrf(c: httpx.Client, path: str = "/login") -> str:
-    page = c.get(path)
-    m = re.search(r'name="csrf" value="([^"]+)"', page.text)
-    assert m, page.text
-    return m.group(1)
-
-
-def _ingest(env: Env, db: Database, tenant: str, name: str, seed: int) -> tuple[int, str]:
-    data = pdf_bytes(seed=seed)
-    src = write(env.root / "in" / f"{tenant}-{seed}.pdf", data)
-    res = make_intake(env.config, db).ingest(IntakeItem(path=src, tenant=tenant, filename=name))
-    assert res.outcome is Outcome.ingested and res.document_id is not None
-    return res.document_id, hashlib.sha256(data).hexdigest()
-
-
-@pytest.fixture
-def console(make_env: Any, db: Database) -> Iterator[Console]:
-    """Tenants acme and beta with a document each; anna (acme user), rita (acme
-    readonly), bert (beta owner); `ingestd web` serving on a free loopback port."""
-    port = _free_port()
-    env: Env = make_env(web={"listen": f"127.0.0.1:{port}", "login_failures": 3})
-    hashed = hash_password(PASSWORD, rounds=4)
-    with db.transaction() as tx:
-        for name in ("acme", "beta"):
-            tx.one("tenant_insert", {"name": name, "status": "active"})
-        accounts.add_member(tx, "anna", "acme", "user", hashed)
-        accounts.add_member(tx, "rita", "acme", "readonly", hashed)
-        accounts.add_member(tx, "bert", "beta", "owner", hashed)
-    docs, shas = {}, {}
-    for tenant, name, seed in (("acme", "Scan_0815.pdf", 1), ("beta", "Beta_geheim.pdf", 2)):
-        docs[name], shas[name] = _ingest(env, db, tenant, name, seed)
-    log = (env.root / "web.log").open("wb")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "ingestd.cli", "web", "--config", str(env.config_path)],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        env={**os.environ},
-    )
-    url = f"http://127.0.0.1:{port}"
-
-    def up() -> bool:
-        assert proc.poll() is None, (env.root / "web.log").read_text()
-        try:
-            return httpx.get(url + "/login", timeout=5).status_code == 200
-        except httpx.TransportError:
-            return False
-
-    try:
-        wait_until(up, timeout=120, interval=0.2)
-        yield Console(url, env, db, docs, shas)
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
+from tests.fixtures.files import pdf_bytes
+from tests.fixtures.web import PASSWORD, Console, csrf, ingest
 
 
 def _entries(db: Database, kind: str) -> list[dict[str, Any]]:
@@ -154,7 +55,7 @@ def test_login_needs_the_form_s_token_and_the_right_password(console: Console) -
         assert r.status_code == 403
         assert c.get("/t/acme/").status_code == 303  # still not logged in
     with console.client(headers={"accept-language": "de-DE,de;q=0.9,en;q=0.5"}) as c:
-        r = c.post("/login", data={"login": "anna", "password": "wrong!", "csrf": _csrf(c)})
+        r = c.post("/login", data={"login": "anna", "password": "wrong!", "csrf": csrf(c)})
         assert r.status_code == 401
         assert "Anmeldename oder Passwort ist falsch." in r.text
         assert '<html lang="de">' in r.text
@@ -240,16 +141,16 @@ def test_failed_logins_are_throttled_before_the_password_is_checked(console: Con
     with console.login("anna") as c:
         assert c.post("/logout", data={}).status_code == 403
         assert c.get("/t/acme/").status_code == 200
-        assert c.post("/logout", data={"csrf": _csrf(c, "/t/acme/")}).status_code == 303
+        assert c.post("/logout", data={"csrf": csrf(c, "/t/acme/")}).status_code == 303
         assert c.get("/t/acme/").status_code == 303
     with console.client() as c:
         for _ in range(3):
-            r = c.post("/login", data={"login": "bert", "password": "nope", "csrf": _csrf(c)})
+            r = c.post("/login", data={"login": "bert", "password": "nope", "csrf": csrf(c)})
             assert r.status_code == 401
-        r = c.post("/login", data={"login": "bert", "password": PASSWORD, "csrf": _csrf(c)})
+        r = c.post("/login", data={"login": "bert", "password": PASSWORD, "csrf": csrf(c)})
         assert r.status_code == 429 and int(r.headers["retry-after"]) > 0
         # The address counts too: another login from it waits as well.
-        r = c.post("/login", data={"login": "anna", "password": PASSWORD, "csrf": _csrf(c)})
+        r = c.post("/login", data={"login": "anna", "password": PASSWORD, "csrf": csrf(c)})
         assert r.status_code == 429
     log = (console.env.root / "web.log").read_text()
     assert '"web.login_throttled"' in log and '"web.login_failed"' in log
@@ -274,7 +175,7 @@ def test_a_user_uploads_and_edits_a_readonly_member_sees_no_control_and_is_refus
     doc = console.docs["Scan_0815.pdf"]
     pdf = pdf_bytes(seed=7)
     with console.login("anna") as c:
-        token = _csrf(c, "/t/acme/")
+        token = csrf(c, "/t/acme/")
         r = c.post(
             "/t/acme/upload",
             data={"csrf": token},
@@ -313,7 +214,7 @@ def test_a_user_uploads_and_edits_a_readonly_member_sees_no_control_and_is_refus
         ("anna", "Rechnung März")
     ]
     with console.login("rita") as c:
-        token = _csrf(c, "/t/acme/")
+        token = csrf(c, "/t/acme/")
         assert 'action="/t/acme/upload"' not in c.get("/t/acme/").text
         assert "/edit" not in c.get(f"/t/acme/d/{doc}").text
         r = c.post(f"/t/acme/d/{doc}/edit", data={"csrf": token, "title": "mine now"})
@@ -341,7 +242,7 @@ def test_an_owner_requeues_and_accepts_documents_in_attention(console: Console) 
     """bert (beta owner) sees beta's documents in attention with the reason, re-queues
     one (a new analyze-document job) and accepts another without text."""
     first = console.docs["Beta_geheim.pdf"]
-    second, _ = _ingest(console.env, console.db, "beta", "Verschluesselt.pdf", seed=9)
+    second, _ = ingest(console.env, console.db, "beta", "Verschluesselt.pdf", seed=9)
     with console.db.transaction() as tx:
         tx.raw(
             "UPDATE documents SET processing_status = 'attention', "
@@ -352,7 +253,7 @@ def test_an_owner_requeues_and_accepts_documents_in_attention(console: Console) 
     with console.login("bert") as c:
         page = c.get("/t/beta/attention")
         assert page.status_code == 200 and "encrypted: a password is needed" in page.text
-        token = _csrf(c, "/t/beta/attention")
+        token = csrf(c, "/t/beta/attention")
         assert c.post(f"/t/beta/d/{first}/requeue", data={}).status_code == 403
         assert c.post(f"/t/beta/d/{first}/requeue", data={"csrf": token}).status_code == 303
         assert c.post(f"/t/beta/d/{second}/done", data={"csrf": token}).status_code == 303

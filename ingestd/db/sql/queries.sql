@@ -1331,3 +1331,44 @@ WITH old AS MATERIALIZED (
 UPDATE documents d SET title = %(title)s, issued_date = %(issued_date)s::date
 WHERE d.id = %(id)s AND d.tenant_id = %(tenant_id)s
 RETURNING (SELECT title FROM old) AS was_title, (SELECT issued_date FROM old) AS was_date;
+
+-- ===================================================================== WebDAV (issue 31)
+-- The read-only mount's virtual tree: a tenant's documents (not those in the trash) by
+-- arrival year and month (UTC), and by tag. Every query names the tenant.
+-- name: dav_years
+SELECT DISTINCT extract(year FROM d.created_at AT TIME ZONE 'UTC')::int AS y
+FROM documents d JOIN tenants t ON t.id = d.tenant_id
+WHERE t.name = %(tenant)s AND d.trashed_at IS NULL
+ORDER BY 1;
+
+-- name: dav_months
+SELECT DISTINCT extract(month FROM d.created_at AT TIME ZONE 'UTC')::int AS m
+FROM documents d JOIN tenants t ON t.id = d.tenant_id
+WHERE t.name = %(tenant)s AND d.trashed_at IS NULL
+  AND extract(year FROM d.created_at AT TIME ZONE 'UTC') = %(year)s
+ORDER BY 1;
+
+-- name: dav_month
+SELECT d.id, t.name AS tenant, d.original_filename, d.size_bytes, d.mime_type,
+       d.created_at, d.sha256
+FROM documents d JOIN tenants t ON t.id = d.tenant_id
+WHERE t.name = %(tenant)s AND d.trashed_at IS NULL
+  AND d.created_at >= make_timestamptz(%(year)s, %(month)s, 1, 0, 0, 0, 'UTC')
+  AND d.created_at < make_timestamptz(%(year)s, %(month)s, 1, 0, 0, 0, 'UTC')
+                     + interval '1 month'
+ORDER BY d.id;
+
+-- name: dav_tags
+SELECT g.name FROM tags g JOIN tenants t ON t.id = g.tenant_id
+WHERE t.name = %(tenant)s
+  AND EXISTS (SELECT 1 FROM document_tags dt WHERE dt.tag_id = g.id)
+ORDER BY g.name;
+
+-- name: dav_tagged
+SELECT d.id, t.name AS tenant, d.original_filename, d.size_bytes, d.mime_type,
+       d.created_at, d.sha256
+FROM documents d JOIN tenants t ON t.id = d.tenant_id
+JOIN document_tags dt ON dt.document_id = d.id
+JOIN tags g ON g.id = dt.tag_id AND g.tenant_id = d.tenant_id
+WHERE t.name = %(tenant)s AND g.name = %(tag)s AND d.trashed_at IS NULL
+ORDER BY d.id;

@@ -1,0 +1,330 @@
+"""The read-only WebDAV mount (issue 31) under ``/dav/``: a tenant's documents as a
+virtual tree, for Windows Explorer, macOS Finder, davfs2, rclone and cadaver.
+
+    /dav/                                   the tenants this person may mount
+    /dav/<tenant>/<yyyy>/<mm>/<name>        by arrival year and month, the original name
+    /dav/<tenant>/tags/<tag>/<name>         by tag
+
+Invariants enforced here:
+- every request is authenticated (HTTP Basic, the person's password; no anonymous share)
+  and sees only tenants where the person's set allows ``mount``: any other tenant is
+  absent (404), as in the console;
+- the provider is read-only: PUT, DELETE, MKCOL, MOVE, COPY, PROPPATCH and LOCK are not
+  offered (405); nothing here writes to the archive;
+- a file is re-hashed against the archive before its first byte is sent (the hand-out),
+  and each read is a ``document.handed_out`` entry (``to: webdav``);
+- a name is made safe (no separators or control characters) and two documents of one
+  folder never share a name: the later ones get `` (#ID)`` before the extension.
+"""
+
+from __future__ import annotations
+
+import hmac
+import re
+import secrets
+import shutil
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from wsgidav.dav_error import HTTP_FORBIDDEN, HTTP_NOT_FOUND, DAVError
+from wsgidav.dav_provider import DAVCollection, DAVNonCollection, DAVProvider
+from wsgidav.dc.base_dc import BaseDomainController
+from wsgidav.wsgidav_app import WsgiDAVApp
+
+from ingestd import log
+from ingestd.archive import handout
+from ingestd.archive.store import ArchiveStore
+from ingestd.config.settings import TENANT_NAME, Config
+from ingestd.db.database import Database, Row
+from ingestd.people.accounts import Logins, Person
+from ingestd.people.capabilities import Action, may
+from ingestd.textsafe import shown
+from ingestd.web.guard import LoginLimiter
+
+PERSON = "ingestd.person"  # the WSGI environ key the domain controller fills
+_TENANT = re.compile(TENANT_NAME)
+_YEAR = re.compile(r"^\d{4}$")
+_MONTH = re.compile(r"^(0[1-9]|1[0-2])$")
+TAGS = "tags"
+
+
+@dataclass
+class DavContext:
+    config: Config
+    db: Database
+    store: ArchiveStore
+    logins: Logins
+    limiter: LoginLimiter
+    spool: Path
+
+
+# -- who: HTTP Basic against the people ------------------------------------------------------
+class PeopleDomainController(BaseDomainController):
+    """Basic authentication by a person's login and password. A good answer is cached a
+    minute (keyed by an HMAC of the password with a key of this process), so a client
+    that sends credentials with every request costs one bcrypt check a minute, not one
+    per request; failures count towards the console's login throttle."""
+
+    CACHE_SECONDS = 60.0
+
+    def __init__(self, wsgidav_app: Any, config: dict[str, Any]) -> None:
+        super().__init__(wsgidav_app, config)
+        self.ctx: DavContext = config["ingestd"]
+        self._key = secrets.token_bytes(32)
+        self._cache: dict[tuple[str, bytes], float] = {}
+        self._lock = threading.Lock()
+
+    def get_domain_realm(self, path_info: str, environ: dict[str, Any]) -> str:
+        return "ingestd"
+
+    def require_authentication(self, realm: str, environ: dict[str, Any]) -> bool:
+        return True
+
+    def supports_http_digest_auth(self) -> bool:
+        return False  # digest needs the password or its MD5 on the server: never
+
+    def digest_auth_user(self, realm: str, user_name: str, environ: dict[str, Any]) -> bool:
+        return False
+
+    def basic_auth_user(
+        self, realm: str, user_name: str, password: str, environ: dict[str, Any]
+    ) -> bool:
+        address = str(environ.get("REMOTE_ADDR") or "-")
+        login = user_name[:200]
+        tag = hmac.new(self._key, password.encode("utf-8", "surrogateescape"), "sha256").digest()
+        now = time.monotonic()
+        with self._lock:
+            fresh = self._cache.get((login.lower(), tag), 0.0) > now
+        if fresh:
+            found = self._person(login)
+        else:
+            if self.ctx.limiter.refused(address, login) > 0:
+                log.get_logger().warning("dav.login_throttled", address=address, login=shown(login))
+                return False
+            found = self.ctx.logins.check(login, password)
+            if found is None:
+                self.ctx.limiter.failed(address, login)
+                log.get_logger().warning("dav.login_failed", address=address, login=shown(login))
+                return False
+            with self._lock:
+                if len(self._cache) > 10_000:
+                    self._cache.clear()
+                self._cache[(login.lower(), tag)] = now + self.CACHE_SECONDS
+        if found is None or not _mountable(found):
+            return False
+        environ[PERSON] = found
+        return True
+
+    def _person(self, login: str) -> Person | None:
+        """The person as the database says now (memberships may have changed)."""
+        from ingestd.people.accounts import person
+
+        with self.ctx.db.transaction() as tx:
+            return person(tx, login)
+
+
+def _mountable(p: Person) -> list[str]:
+    return sorted(t for t, s in p.memberships.items() if may(s, Action.mount))
+
+
+# -- the tree -------------------------------------------------------------------------------
+def _ts(value: datetime | None) -> float | None:
+    return value.timestamp() if value else None
+
+
+class _Folder(DAVCollection):
+    """A virtual folder: its members' names come from ``names``."""
+
+    def __init__(self, path: str, environ: dict[str, Any], names: list[str]) -> None:
+        super().__init__(path, environ)
+        self._names = names
+
+    def get_member_names(self) -> list[str]:
+        return self._names
+
+    def get_member(self, name: str) -> Any:
+        return self.provider.get_resource_inst(self.path.rstrip("/") + "/" + name, self.environ)
+
+    def get_creation_date(self) -> float | None:
+        return None
+
+    def get_last_modified(self) -> float | None:
+        return None
+
+
+class _File(DAVNonCollection):
+    """One document's original, handed out (verified and audited) when read."""
+
+    def __init__(self, path: str, environ: dict[str, Any], doc: Row, ctx: DavContext) -> None:
+        super().__init__(path, environ)
+        self.doc = doc
+        self.ctx = ctx
+
+    def get_content_length(self) -> int:
+        return int(self.doc["size_bytes"] or 0)
+
+    def get_content_type(self) -> str:
+        return str(self.doc["mime_type"] or "application/octet-stream")
+
+    def get_creation_date(self) -> float | None:
+        return _ts(self.doc["created_at"])
+
+    def get_last_modified(self) -> float | None:
+        return _ts(self.doc["created_at"])
+
+    def get_etag(self) -> str:
+        return str(self.doc["sha256"])
+
+    def support_etag(self) -> bool:
+        return True
+
+    def support_ranges(self) -> bool:
+        return False
+
+    def get_content(self) -> Any:
+        """The verified copy, opened and already unlinked (nothing stays on disk)."""
+        ctx = self.ctx
+        me: Person = self.environ[PERSON]
+        ctx.spool.mkdir(mode=0o700, parents=True, exist_ok=True)
+        where = Path(tempfile.mkdtemp(prefix="dav-", dir=ctx.spool))
+        try:
+            done = handout.hand_out(
+                ctx.db,
+                ctx.store,
+                ctx.config.paths.derived_dir,
+                int(self.doc["id"]),
+                tenant=str(self.doc["tenant"]),
+                searchable=False,
+                dest=handout.Destination(directory=where),
+                by={
+                    "login": me.login,
+                    "address": str(self.environ.get("REMOTE_ADDR") or "-"),
+                    "via": "webdav",
+                },
+                to="webdav",
+            )
+            assert done.path is not None
+            f = done.path.open("rb")
+        except handout.NoSuchDocument:
+            raise DAVError(HTTP_NOT_FOUND) from None
+        finally:
+            shutil.rmtree(where, ignore_errors=True)
+        return f
+
+
+class ArchiveProvider(DAVProvider):
+    """The read-only tree over the documents of the tenants a person may mount."""
+
+    def __init__(self, ctx: DavContext) -> None:
+        super().__init__()
+        self.ctx = ctx
+
+    def is_readonly(self) -> bool:
+        return True
+
+    def get_resource_inst(self, path: str, environ: dict[str, Any]) -> Any:
+        me: Person | None = environ.get(PERSON)
+        if me is None:
+            raise DAVError(HTTP_FORBIDDEN)
+        parts = [p for p in path.split("/") if p]
+        if not parts:
+            return _Folder("/", environ, _mountable(me))
+        tenant, rest = parts[0], parts[1:]
+        if not _TENANT.fullmatch(tenant) or not may(me.set_in(tenant), Action.mount):
+            return None  # 404: the tenant does not exist for this person
+        base = "/" + tenant
+        if not rest:
+            return _Folder(base, environ, [*self._years(tenant), TAGS])
+        if rest[0] == TAGS:
+            if len(rest) == 1:
+                return _Folder(f"{base}/{TAGS}", environ, self._tags(tenant))
+            files = self._tagged(tenant, rest[1])
+            return self._in_folder(environ, f"{base}/{TAGS}/{rest[1]}", files, rest[2:])
+        if not _YEAR.fullmatch(rest[0]):
+            return None
+        if len(rest) == 1:
+            return _Folder(f"{base}/{rest[0]}", environ, self._months(tenant, rest[0]))
+        if not _MONTH.fullmatch(rest[1]):
+            return None
+        files = self._month(tenant, int(rest[0]), int(rest[1]))
+        return self._in_folder(environ, f"{base}/{rest[0]}/{rest[1]}", files, rest[2:])
+
+    def _in_folder(
+        self, environ: dict[str, Any], folder: str, files: dict[str, Row], rest: list[str]
+    ) -> Any:
+        if not files and not rest:
+            return None
+        if not rest:
+            return _Folder(folder, environ, sorted(files))
+        if len(rest) == 1 and rest[0] in files:
+            return _File(f"{folder}/{rest[0]}", environ, files[rest[0]], self.ctx)
+        return None
+
+    # -- the database, every query by tenant -----------------------------------------------
+    def _rows(self, query: str, params: dict[str, Any]) -> list[Row]:
+        with self.ctx.db.transaction() as tx:
+            return tx.all(query, params)
+
+    def _years(self, tenant: str) -> list[str]:
+        return [str(r["y"]) for r in self._rows("dav_years", {"tenant": tenant})]
+
+    def _months(self, tenant: str, year: str) -> list[str]:
+        rows = self._rows("dav_months", {"tenant": tenant, "year": int(year)})
+        return [f"{int(r['m']):02d}" for r in rows]
+
+    def _month(self, tenant: str, year: int, month: int) -> dict[str, Row]:
+        return _named(self._rows("dav_month", {"tenant": tenant, "year": year, "month": month}))
+
+    def _tags(self, tenant: str) -> list[str]:
+        return [_safe_tag(str(r["name"])) for r in self._rows("dav_tags", {"tenant": tenant})]
+
+    def _tagged(self, tenant: str, shown_tag: str) -> dict[str, Row]:
+        for r in self._rows("dav_tags", {"tenant": tenant}):
+            if _safe_tag(str(r["name"])) == shown_tag:
+                return _named(self._rows("dav_tagged", {"tenant": tenant, "tag": r["name"]}))
+        return {}
+
+
+def _safe_tag(name: str) -> str:
+    return handout.safe_name(name, "tag")
+
+
+def _named(rows: list[Row]) -> dict[str, Row]:
+    """Each document under its safe original name; a name taken gets `` (#ID)``."""
+    out: dict[str, Row] = {}
+    for r in rows:
+        name = handout.safe_name(str(r["original_filename"] or ""), f"document-{r['id']}")
+        if name in out:
+            stem, dot, ext = name.rpartition(".")
+            name = f"{stem} (#{r['id']}).{ext}" if dot and stem else f"{name} (#{r['id']})"
+        out[name] = r
+    return out
+
+
+def make_dav_app(ctx: DavContext) -> WsgiDAVApp:
+    """The WSGI app of the mount (served under /dav by the console)."""
+    config = {
+        "mount_path": "/dav",
+        "provider_mapping": {"/": ArchiveProvider(ctx)},
+        "http_authenticator": {
+            "domain_controller": PeopleDomainController,
+            "accept_basic": True,
+            "accept_digest": False,
+            "default_to_digest": False,
+            "trusted_auth_header": None,
+        },
+        "ingestd": ctx,
+        "lock_storage": None,
+        "property_manager": None,
+        "dir_browser": {"enable": False},
+        "suppress_version_info": True,
+        "verbose": 1,
+        "logging": {"enable": False},
+        "cors": {"allow_origin": None},
+    }
+    return WsgiDAVApp(config)
