@@ -10,7 +10,7 @@ APT_PACKAGES := postgresql tesseract-ocr tesseract-ocr-deu tesseract-ocr-eng gho
                 python3-venv ca-certificates openssl openssh-client openssh-server lftp curl systemd \
                 chromium chromium-driver rclone cadaver
 
-.PHONY: help deps venv lint typecheck test test-fast demo bench deb clean
+.PHONY: help deps venv lint typecheck test test-fast demo bench deb clean screenshots
 
 help:
 	@echo "make demo    run the appliance on an embedded Postgres with sample scans"
@@ -69,3 +69,7 @@ deb: venv
 
 clean:
 	rm -rf $(VENV) .demo .bench .pytest_cache .mypy_cache .ruff_cache *.egg-info dist
+
+# The web console's pictures in the README: taken by its browser test.
+screenshots: venv
+	INGESTD_SCREENSHOTS=$(CURDIR)/docs/screenshots $(BIN)/pytest -q tests/e2e/test_web_browser.py
