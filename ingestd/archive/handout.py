@@ -80,6 +80,7 @@ class HandedOut:
     size: int
     name: str  # the file name written (sanitised), also for stdout
     path: Path | None  # None: written to stdout
+    trace: str | None = None  # the document's trace id (its log lines carry it)
 
 
 # -- names --------------------------------------------------------------------------------
@@ -295,6 +296,7 @@ def hand_out(
         "document.handed_out",
         document=document_id,
         tenant=doc["tenant"],
+        trace=doc["trace_id"],
         variant=variant,
         sha256=digest,
         path=str(placed) if placed else "-",
@@ -309,6 +311,7 @@ def hand_out(
         size,
         placed.name if placed else name,
         placed,
+        doc["trace_id"],
     )
 
 

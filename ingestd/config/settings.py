@@ -829,7 +829,11 @@ class MetricsConfig(_Section):
     """`address:port` of the endpoint of `ingestd worker`: `--metrics-offset N` adds N to
     the port (`ingestd-worker@N`), so that each instance has its own."""
 
-    @field_validator("listen", "worker_listen")
+    web_listen: str = "127.0.0.1:9468"
+    """`address:port` of the endpoint of `ingestd web` (apart from the console's own port,
+    which may face users)."""
+
+    @field_validator("listen", "worker_listen", "web_listen")
     @classmethod
     def _listen(cls, v: str) -> str:
         parse_listen(v)

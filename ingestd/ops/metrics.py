@@ -173,3 +173,29 @@ SFTP_PROCESS_COUNTERS = (
 SFTP_PROCESS_RESTARTS = Counter(
     "ingestd_sftp_process_restarts_total", "SFTP processes that exited unasked and were replaced"
 )
+
+# -- the web console (issue 31) ---------------------------------------------------------------
+# route is the route's pattern ("/t/{tenant}/d/{doc}"), never a URL: bounded; method and
+# status are HTTP's few. Logins by outcome, downloads by channel (web, webdav).
+WEB_REQUESTS = Counter(
+    "ingestd_web_requests_total",
+    "Requests to the web console by route pattern, method and status",
+    ["route", "method", "status"],
+)
+WEB_SECONDS = Histogram(
+    "ingestd_web_request_seconds",
+    "Time to answer a request of the web console, by route pattern",
+    ["route"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+)
+WEB_LOGINS = Counter(
+    "ingestd_web_logins_total",
+    "Logins to the web console and the WebDAV mount by outcome (ok, failed, throttled)",
+    ["via", "outcome"],
+)
+WEB_DOWNLOADS = Counter(
+    "ingestd_web_downloads_total", "Documents handed out through the console or WebDAV", ["via"]
+)
+WEB_DOWNLOAD_BYTES = Counter(
+    "ingestd_web_download_bytes_total", "Bytes of documents handed out", ["via"]
+)

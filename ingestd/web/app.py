@@ -46,6 +46,7 @@ from ingestd.archive.store import ArchiveStore
 from ingestd.config.settings import TENANT_NAME, Config
 from ingestd.db.database import Database
 from ingestd.errors import IngestdError, QueryCanceled
+from ingestd.ops import metrics
 from ingestd.people.accounts import Logins, Person, person
 from ingestd.people.capabilities import Action, may
 from ingestd.search import limits
@@ -165,17 +166,20 @@ async def login_post(request: Request) -> Response:
         log.get_logger().warning(
             "web.login_throttled", address=address, login=shown(login), retry_after=int(wait)
         )
+        metrics.WEB_LOGINS.labels("web", "throttled").inc()
         response = _page(request, "login.html", 429, error="login_throttled")
         response.headers["retry-after"] = str(int(wait) + 1)
         return response
     found = await run_in_threadpool(console.logins.check, login, password)
     if found is None:
         console.limiter.failed(address, login)
+        metrics.WEB_LOGINS.labels("web", "failed").inc()
         log.get_logger().warning("web.login_failed", address=address, login=shown(login))
         return _page(request, "login.html", 401, error="login_failed")
     request.session.clear()  # a new session: nothing of the one before the login survives
     request.session.update({"login": found.login, "at": int(time.time())})
     guard.csrf_token(request.session)
+    metrics.WEB_LOGINS.labels("web", "ok").inc()
     log.get_logger().info("web.login", address=address, login=found.login)
     return RedirectResponse("/", status_code=303)
 
@@ -332,6 +336,18 @@ def _download(request: Request, searchable: bool) -> Response:
         _cleanup(where)
         raise
     assert done.path is not None
+    metrics.WEB_DOWNLOADS.labels("web").inc()
+    metrics.WEB_DOWNLOAD_BYTES.labels("web").inc(done.size)
+    log.get_logger().info(
+        "web.download",
+        tenant=tenant,
+        document=doc_id,
+        trace=done.trace,
+        variant=done.variant,
+        size=done.size,
+        login=me.login,
+        address=_address(request),
+    )
     return FileResponse(
         done.path,
         filename=done.name,
@@ -603,6 +619,7 @@ def make_app(config: Config, db: Database, store: ArchiveStore) -> Starlette:
     app = Starlette(
         routes=routes,
         middleware=[
+            Middleware(guard.RouteMetrics),
             Middleware(guard.SecurityHeaders, https=web.secure),
             Middleware(
                 SessionMiddleware,

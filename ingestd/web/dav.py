@@ -41,6 +41,7 @@ from ingestd.archive import handout
 from ingestd.archive.store import ArchiveStore
 from ingestd.config.settings import TENANT_NAME, Config
 from ingestd.db.database import Database, Row
+from ingestd.ops import metrics
 from ingestd.people.accounts import Logins, Person
 from ingestd.people.capabilities import Action, may
 from ingestd.textsafe import shown
@@ -104,13 +105,16 @@ class PeopleDomainController(BaseDomainController):
             found = self._person(login)
         else:
             if self.ctx.limiter.refused(address, login) > 0:
+                metrics.WEB_LOGINS.labels("webdav", "throttled").inc()
                 log.get_logger().warning("dav.login_throttled", address=address, login=shown(login))
                 return False
             found = self.ctx.logins.check(login, password)
             if found is None:
                 self.ctx.limiter.failed(address, login)
+                metrics.WEB_LOGINS.labels("webdav", "failed").inc()
                 log.get_logger().warning("dav.login_failed", address=address, login=shown(login))
                 return False
+            metrics.WEB_LOGINS.labels("webdav", "ok").inc()
             with self._lock:
                 if len(self._cache) > 10_000:
                     self._cache.clear()
@@ -210,6 +214,16 @@ class _File(DAVNonCollection):
             )
             assert done.path is not None
             f = done.path.open("rb")
+            metrics.WEB_DOWNLOADS.labels("webdav").inc()
+            metrics.WEB_DOWNLOAD_BYTES.labels("webdav").inc(done.size)
+            log.get_logger().info(
+                "dav.download",
+                tenant=done.tenant,
+                document=done.document_id,
+                trace=done.trace,
+                size=done.size,
+                login=me.login,
+            )
         except handout.NoSuchDocument:
             raise DAVError(HTTP_NOT_FOUND) from None
         finally:

@@ -149,3 +149,53 @@ class LoginLimiter:
             if len(self._seen) > 100_000:  # bounded: forget the quiet ones
                 for key in [k for k, q in self._seen.items() if not self._recent(k, now)]:
                     del self._seen[key]
+
+
+class RouteMetrics:
+    """ASGI middleware: each HTTP request counted and timed by its route's pattern (never
+    the URL, which holds ids and names), method and status."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        from ingestd.ops import metrics
+
+        started = time.monotonic()
+        status = [500]
+
+        async def noted(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                status[0] = int(message["status"])
+            await send(message)
+
+        try:
+            await self.app(scope, receive, noted)
+        finally:
+            route = _route_of(scope)
+            method = str(scope.get("method", "GET"))
+            if method not in _METHODS:
+                method = "other"
+            metrics.WEB_REQUESTS.labels(route, method, str(status[0])).inc()
+            metrics.WEB_SECONDS.labels(route).observe(time.monotonic() - started)
+
+
+_METHODS = {"GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "PROPFIND", "PROPPATCH",
+            "MKCOL", "COPY", "MOVE", "LOCK", "UNLOCK"}  # fmt: skip
+
+
+def _route_of(scope: Scope) -> str:
+    """The matched route's pattern; "/dav" for the mount, "other" for no route."""
+    route = scope.get("route")
+    path = getattr(route, "path", None)
+    if isinstance(path, str) and path:
+        return path
+    raw = str(scope.get("path", ""))
+    if raw.startswith("/dav"):
+        return "/dav"
+    if raw.startswith("/static/"):
+        return "/static"
+    return "other"

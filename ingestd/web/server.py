@@ -9,6 +9,7 @@ import uvicorn
 
 from ingestd import log
 from ingestd.config.settings import Config, parse_listen
+from ingestd.ops.metrics_server import MetricsEndpoint
 from ingestd.ops.runtime import make_archive, open_database
 from ingestd.web.app import make_app
 
@@ -17,6 +18,7 @@ def serve(config: Config) -> int:
     """Serve until stopped; the exit code."""
     host, port = parse_listen(config.web.listen)
     web = config.web
+    endpoint = _metrics_endpoint(config)
     with open_database(config, name="ingestd-web") as db:
         app = make_app(config, db, make_archive(config))
         settings = uvicorn.Config(
@@ -36,5 +38,24 @@ def serve(config: Config) -> int:
         server = uvicorn.Server(settings)
         log.get_logger().info("web.ready", listen=web.listen, https=web.tls_certificate is not None)
         server.run()
+    if endpoint is not None:
+        endpoint.close()
     log.get_logger().info("web.stopped")
     return 0
+
+
+def _metrics_endpoint(config: Config) -> MetricsEndpoint | None:
+    """/metrics on metrics.web_listen (apart from the console's port, which may face
+    users); a taken port is logged, not fatal: serving people matters more."""
+    if not config.metrics.enabled:
+        return None
+    try:
+        endpoint = MetricsEndpoint(config.metrics.web_listen)
+    except OSError as exc:
+        log.get_logger().error(
+            "web.metrics_failed", listen=config.metrics.web_listen, error=str(exc)
+        )
+        return None
+    host, port = endpoint.address
+    log.get_logger().info("web.metrics", listen=f"{host}:{port}")
+    return endpoint

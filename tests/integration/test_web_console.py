@@ -15,7 +15,7 @@ from typing import Any
 from ingestd.db.database import Database
 from ingestd.people import accounts
 from tests.fixtures.files import pdf_bytes
-from tests.fixtures.web import PASSWORD, Console, csrf, ingest
+from tests.fixtures.web import PASSWORD, Console, csrf, ingest, metrics_url
 
 
 def _entries(db: Database, kind: str) -> list[dict[str, Any]]:
@@ -262,3 +262,36 @@ def test_an_owner_requeues_and_accepts_documents_in_attention(console: Console) 
         assert tx.raw("SELECT count(*) AS n FROM processing_jobs")[0]["n"] == jobs_before + 1
         status = tx.raw("SELECT processing_status FROM documents WHERE id = %(i)s", {"i": second})
     assert status[0]["processing_status"] == "done"
+
+
+def test_requests_logins_and_downloads_are_counted_by_route_and_logged_with_the_trace(
+    console: Console,
+) -> None:
+    """/metrics (on its own port) counts requests by route pattern (never a URL with an
+    id), logins by outcome and downloads; a download's log line carries the document's
+    trace id."""
+    import httpx
+
+    doc = console.docs["Scan_0815.pdf"]
+    with console.client() as c:
+        c.post("/login", data={"login": "anna", "password": "wrong!", "csrf": csrf(c)})
+    with console.login("anna") as c:
+        assert c.get(f"/t/acme/d/{doc}/original").status_code == 200
+    text = httpx.get(metrics_url(console), timeout=60).text
+    route = 'route="/t/{tenant}/d/{doc}/original"'
+    assert f'ingestd_web_requests_total{{method="GET",{route},status="200"}} 1.0' in text
+    assert 'ingestd_web_logins_total{outcome="failed",via="web"} 1.0' in text
+    assert 'ingestd_web_logins_total{outcome="ok",via="web"} 1.0' in text
+    assert 'ingestd_web_downloads_total{via="web"} 1.0' in text
+    assert f"/d/{doc}" not in text and "acme" not in text
+    assert 'ingestd_web_request_seconds_bucket{le="0.5",route="/login"}' in text
+    with console.db.transaction() as tx:
+        trace = tx.raw("SELECT trace_id FROM documents WHERE id = %(i)s", {"i": doc})[0]
+    lines = [
+        json.loads(line)
+        for line in (console.env.root / "web.log").read_text().splitlines()
+        if '"web.download"' in line
+    ]
+    assert [(x["document"], x["trace"], x["login"]) for x in lines] == [
+        (doc, trace["trace_id"], "anna")
+    ]

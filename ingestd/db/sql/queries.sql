@@ -1129,7 +1129,7 @@ GROUP BY t.name ORDER BY t.name;
 -- `documents get` (ingestd/archive/handout.py): what handing a document out needs, its
 -- searchable PDF (relative to paths.derived) if analysis made one.
 SELECT d.id, t.name AS tenant, d.original_filename, d.extension, d.sha256, d.size_bytes,
-       d.archive_path, d.mime_type, d.processing_status, d.attention_reason,
+       d.archive_path, d.mime_type, d.processing_status, d.attention_reason, d.trace_id,
        c.searchable_pdf, c.document_id IS NOT NULL AS has_content
 FROM documents d JOIN tenants t ON t.id = d.tenant_id
 LEFT JOIN document_content c ON c.document_id = d.id
