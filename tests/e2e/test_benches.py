@@ -23,6 +23,7 @@ SMALL = {
     "split": ["--pages", "12", "--rounds", "1"],
     "audit": ["--events", "20000", "--rounds", "1"],
     "search": ["--small"],
+    "web": ["--small"],
 }
 
 
