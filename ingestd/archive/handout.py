@@ -222,6 +222,115 @@ def _writable(directory: Path) -> Path:
     return directory
 
 
+def _what(
+    db: Database, document_id: int, tenant: str | None, searchable: bool
+) -> tuple[Row, str, str]:
+    """The document's row, the variant and the name it is handed out under."""
+    with db.transaction() as tx:
+        doc = tx.one("document_handout", {"id": document_id, "tenant": tenant})
+    if doc is None:
+        where = f" of tenant {tenant}" if tenant else ""
+        raise NoSuchDocument(f"document {document_id}: no such document{where}")
+    variant = "searchable" if searchable else "original"
+    fallback = f"document-{document_id}.{doc['extension'] or 'bin'}"
+    name = safe_name(str(doc["original_filename"] or ""), fallback)
+    if searchable:
+        name = with_extension(name, "pdf")
+    elif not has_extension(name) and doc["extension"]:
+        name = _fit(f"{name}.{doc['extension']}")  # a name without one opens as what it is
+    return doc, variant, name
+
+
+@dataclass
+class Stream:
+    """A hand-out to a network client (the console, WebDAV): sent as it is read, with
+    the last piece held back until the whole file's SHA-256 matched the archive's and
+    the hand-out is in the audit trail. On a mismatch the stream raises instead of
+    sending that piece: the client, told ``size`` bytes beforehand, never receives a
+    complete file that was not verified (and the refusal is logged as for ``get``)."""
+
+    document_id: int
+    tenant: str
+    variant: str
+    name: str
+    size: int
+    media_type: str
+    trace: str | None
+    chunks: Iterator[bytes]
+
+
+def stream_out(
+    db: Database,
+    store: ArchiveStore,
+    derived_root: Path,
+    document_id: int,
+    *,
+    tenant: str,
+    searchable: bool,
+    by: Mapping[str, object],
+    to: str,
+) -> Stream:
+    """Open one document's original (or searchable PDF) for sending; see Stream.
+    Raises NoSuchDocument and NoSearchablePdf before anything is sent."""
+    doc, variant, name = _what(db, document_id, tenant, searchable)
+    stack = contextlib.ExitStack()
+    src = stack.enter_context(_source(store, derived_root, doc, searchable))
+    size = os.fstat(src.fileno()).st_size
+    expected = None if searchable else str(doc["sha256"])
+
+    def chunks() -> Iterator[bytes]:
+        with stack:
+            digest = hashlib.sha256()
+            held = b""
+            sent = 0
+            while True:
+                try:
+                    chunk = src.read(CHUNK)
+                except OSError as exc:
+                    raise ArchiveError(f"cannot read the stored file: {exc.strerror}") from None
+                if not chunk:
+                    break
+                digest.update(chunk)
+                if held:
+                    yield held
+                    sent += len(held)
+                held = chunk
+            found = digest.hexdigest()
+            total = sent + len(held)
+            if expected is not None and found != expected:
+                _refuse(doc, variant, expected, found, total)
+            with db.transaction() as tx:
+                audit.append(
+                    tx,
+                    chain=audit.chain_of(tx, str(doc["tenant"])),
+                    tenant=str(doc["tenant"]),
+                    kind=audit.AuditKind.handed_out,
+                    document_id=document_id,
+                    detail={
+                        "by": dict(by),
+                        "variant": variant,
+                        "sha256": found,
+                        "size": total,
+                        "name": name,
+                        "to": to,
+                    },
+                )
+            if held:
+                yield held
+
+    media = "application/pdf" if searchable else str(doc["mime_type"] or "")
+    return Stream(
+        document_id,
+        str(doc["tenant"]),
+        variant,
+        name,
+        size,
+        media or "application/octet-stream",
+        doc["trace_id"],
+        chunks(),
+    )
+
+
 def hand_out(
     db: Database,
     store: ArchiveStore,
@@ -238,18 +347,7 @@ def hand_out(
     recorded as handed out ``by`` (default: the OS user, audit.actor()) ``to`` (default:
     stdout or file); raises NoSuchDocument, NoSearchablePdf, HandoutMismatch,
     DestinationTaken, DestinationUnusable."""
-    with db.transaction() as tx:
-        doc = tx.one("document_handout", {"id": document_id, "tenant": tenant})
-    if doc is None:
-        where = f" of tenant {tenant}" if tenant else ""
-        raise NoSuchDocument(f"document {document_id}: no such document{where}")
-    variant = "searchable" if searchable else "original"
-    fallback = f"document-{document_id}.{doc['extension'] or 'bin'}"
-    name = safe_name(str(doc["original_filename"] or ""), fallback)
-    if searchable:
-        name = with_extension(name, "pdf")
-    elif not has_extension(name) and doc["extension"]:
-        name = _fit(f"{name}.{doc['extension']}")  # a name without one opens as what it is
+    doc, variant, name = _what(db, document_id, tenant, searchable)
     with _source(store, derived_root, doc, searchable) as src, _temp(dest) as (tmp, tmp_path):
         digest, size = _copy(src, tmp)
         expected = None if searchable else str(doc["sha256"])

@@ -27,15 +27,15 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from starlette.applications import Starlette
-from starlette.background import BackgroundTask
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.sessions import SessionMiddleware
 from starlette.requests import Request
-from starlette.responses import FileResponse, RedirectResponse, Response
+from starlette.responses import RedirectResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
@@ -71,7 +71,6 @@ class Console:
     logins: Logins
     limiter: guard.LoginLimiter
     templates: Jinja2Templates
-    spool: Path  # where a download is verified before it is sent
 
 
 def _console(request: Request) -> Console:
@@ -315,52 +314,47 @@ def _download(request: Request, searchable: bool) -> Response:
     me, tenant, _ = _scope(request, Action.download)
     doc_id = _doc_id(request)
     console = _console(request)
-    console.spool.mkdir(mode=0o700, parents=True, exist_ok=True)
-    where = Path(tempfile.mkdtemp(prefix="get-", dir=console.spool))
     try:
-        done = handout.hand_out(
+        out = handout.stream_out(
             console.db,
             console.store,
             console.config.paths.derived_dir,
             doc_id,
             tenant=tenant,
             searchable=searchable,
-            dest=handout.Destination(directory=where),
             by=_web_actor(request, me),
             to="web",
         )
     except (handout.NoSuchDocument, handout.NoSearchablePdf):
-        _cleanup(where)
         raise HTTPException(404) from None
-    except BaseException:
-        _cleanup(where)
-        raise
-    assert done.path is not None
     metrics.WEB_DOWNLOADS.labels("web").inc()
-    metrics.WEB_DOWNLOAD_BYTES.labels("web").inc(done.size)
+    metrics.WEB_DOWNLOAD_BYTES.labels("web").inc(out.size)
     log.get_logger().info(
         "web.download",
         tenant=tenant,
         document=doc_id,
-        trace=done.trace,
-        variant=done.variant,
-        size=done.size,
+        trace=out.trace,
+        variant=out.variant,
+        size=out.size,
         login=me.login,
         address=_address(request),
     )
-    return FileResponse(
-        done.path,
-        filename=done.name,
-        media_type="application/pdf" if searchable else None,
-        background=BackgroundTask(_cleanup, where),
-        headers={"cache-control": "private, no-store"},
+    return StreamingResponse(
+        out.chunks,
+        media_type=out.media_type,
+        headers={
+            "content-length": str(out.size),
+            "content-disposition": attachment(out.name),
+            "cache-control": "private, no-store",
+        },
     )
 
 
-def _cleanup(where: Path) -> None:
-    for f in where.iterdir():
-        f.unlink(missing_ok=True)
-    where.rmdir()
+def attachment(name: str) -> str:
+    """Content-Disposition for ``name`` (already made safe): an ASCII stand-in and the
+    exact name as RFC 5987 UTF-8 (every browser reads the latter)."""
+    plain = "".join(c if 32 <= ord(c) < 127 and c not in '"\\' else "_" for c in name)
+    return f"attachment; filename=\"{plain}\"; filename*=UTF-8''{quote(name, safe='')}"
 
 
 def download_original(request: Request) -> Response:
@@ -579,7 +573,6 @@ def _dav(console: Console) -> Any:
         store=console.store,
         logins=console.logins,
         limiter=console.limiter,
-        spool=console.spool,
     )
     return WSGIMiddleware(make_dav_app(ctx), workers=8)
 
@@ -596,7 +589,6 @@ def make_app(config: Config, db: Database, store: ArchiveStore) -> Starlette:
         logins=Logins(db),
         limiter=guard.LoginLimiter(web.login_failures, web.login_window_seconds),
         templates=templates,
-        spool=config.paths.state_dir / "web" / "out",
     )
     _forget_unfinished(config)
     routes = [

@@ -20,15 +20,14 @@ Invariants enforced here:
 from __future__ import annotations
 
 import hmac
+import io
 import re
 import secrets
-import shutil
-import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 from wsgidav.dav_error import HTTP_FORBIDDEN, HTTP_NOT_FOUND, DAVError
@@ -61,7 +60,6 @@ class DavContext:
     store: ArchiveStore
     logins: Logins
     limiter: LoginLimiter
-    spool: Path
 
 
 # -- who: HTTP Basic against the people ------------------------------------------------------
@@ -191,20 +189,18 @@ class _File(DAVNonCollection):
         return False
 
     def get_content(self) -> Any:
-        """The verified copy, opened and already unlinked (nothing stays on disk)."""
+        """The file as it is read and hashed; its last piece only once it matched the
+        archive (handout.Stream): a client never completes an unverified file."""
         ctx = self.ctx
         me: Person = self.environ[PERSON]
-        ctx.spool.mkdir(mode=0o700, parents=True, exist_ok=True)
-        where = Path(tempfile.mkdtemp(prefix="dav-", dir=ctx.spool))
         try:
-            done = handout.hand_out(
+            out = handout.stream_out(
                 ctx.db,
                 ctx.store,
                 ctx.config.paths.derived_dir,
                 int(self.doc["id"]),
                 tenant=str(self.doc["tenant"]),
                 searchable=False,
-                dest=handout.Destination(directory=where),
                 by={
                     "login": me.login,
                     "address": str(self.environ.get("REMOTE_ADDR") or "-"),
@@ -212,23 +208,47 @@ class _File(DAVNonCollection):
                 },
                 to="webdav",
             )
-            assert done.path is not None
-            f = done.path.open("rb")
-            metrics.WEB_DOWNLOADS.labels("webdav").inc()
-            metrics.WEB_DOWNLOAD_BYTES.labels("webdav").inc(done.size)
-            log.get_logger().info(
-                "dav.download",
-                tenant=done.tenant,
-                document=done.document_id,
-                trace=done.trace,
-                size=done.size,
-                login=me.login,
-            )
         except handout.NoSuchDocument:
             raise DAVError(HTTP_NOT_FOUND) from None
-        finally:
-            shutil.rmtree(where, ignore_errors=True)
-        return f
+        metrics.WEB_DOWNLOADS.labels("webdav").inc()
+        metrics.WEB_DOWNLOAD_BYTES.labels("webdav").inc(out.size)
+        log.get_logger().info(
+            "dav.download",
+            tenant=out.tenant,
+            document=out.document_id,
+            trace=out.trace,
+            size=out.size,
+            login=me.login,
+        )
+        return _Reader(out.chunks)
+
+
+class _Reader(io.RawIOBase):
+    """A file WsgiDAV can read() from, over the hand-out's chunks."""
+
+    def __init__(self, chunks: Iterator[bytes]) -> None:
+        self._chunks = chunks
+        self._left = b""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        while not self._left:
+            try:
+                self._left = next(self._chunks)
+            except StopIteration:
+                return 0
+        n = min(len(buffer), len(self._left))
+        buffer[:n] = self._left[:n]
+        self._left = self._left[n:]
+        return n
+
+    def close(self) -> None:
+        close = getattr(self._chunks, "close", None)
+        if close is not None:
+            close()
+        super().close()
 
 
 class ArchiveProvider(DAVProvider):

@@ -12,6 +12,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from ingestd.db.database import Database
 from ingestd.people import accounts
 from tests.fixtures.files import pdf_bytes
@@ -90,7 +92,6 @@ def test_search_with_a_filter_a_document_and_its_download(console: Console) -> N
     assert [(v["document_id"], v["detail"]["by"]["login"]) for v in viewed] == [(doc, "anna")]
     handed = _entries(console.db, "document.handed_out")
     assert [(h["detail"]["by"]["login"], h["detail"]["to"]) for h in handed] == [("anna", "web")]
-    assert not list((console.env.root / "state" / "web" / "out").glob("*/*"))  # cleaned up
 
 
 def test_another_tenant_is_404_on_every_route(console: Console) -> None:
@@ -295,3 +296,28 @@ def test_requests_logins_and_downloads_are_counted_by_route_and_logged_with_the_
     assert [(x["document"], x["trace"], x["login"]) for x in lines] == [
         (doc, trace["trace_id"], "anna")
     ]
+
+
+def test_a_tampered_original_is_never_delivered_complete(console: Console) -> None:
+    """An archived file changed behind the archive's back: the download stops before its
+    last piece (the client sees an incomplete body, never a complete altered file), the
+    refusal is logged with both hashes, and no hand-out is recorded."""
+    import os
+
+    import httpx
+
+    doc = console.docs["Scan_0815.pdf"]
+    with console.db.transaction() as tx:
+        rel = tx.raw("SELECT archive_path FROM documents WHERE id = %(i)s", {"i": doc})[0]
+    path = console.env.config.paths.archive_dir / rel["archive_path"]
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    os.chmod(path, 0o640)
+    path.write_bytes(bytes(data))
+    os.chmod(path, 0o440)
+    # The body ends short of its Content-Length: the client says so.
+    with console.login("anna") as c, pytest.raises(httpx.RemoteProtocolError):
+        c.get(f"/t/acme/d/{doc}/original")
+    assert _entries(console.db, "document.handed_out") == []
+    log = (console.env.root / "web.log").read_text()
+    assert '"document.handout_refused"' in log and console.shas["Scan_0815.pdf"] in log
