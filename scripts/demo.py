@@ -6,6 +6,7 @@ Each step is a real `ingestd` command, printed before it runs.
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import json
 import os
@@ -15,6 +16,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -332,7 +334,7 @@ def main() -> None:
     print("\n$ ingestd account hash-password   (for scanners that only do passwords)")
     hashed = subprocess.run(
         [str(BIN), "account", "hash-password"],
-        input="scan-pw\n",
+        input="scanner-pw-1\n",
         text=True,
         capture_output=True,
         check=True,
@@ -419,7 +421,61 @@ def main() -> None:
     print("\narchive:")
     for p in sorted((DEMO / "archive").rglob("*.*")):
         print(f"  {oct(p.stat().st_mode & 0o777)}  {p.relative_to(DEMO)}")
+    web_demo()
     print("\nThe demo lives in .demo/ (config: .demo/ingestd.toml). `make demo` starts over.")
+
+
+DEMO_PASSWORD = "demo-password"  # noqa: S105 (the demo's throwaway people)
+
+
+def web_demo() -> None:
+    """People and the web console: an owner and a mapped drive of acme, `ingestd web` on
+    a free loopback port; at a terminal it serves until Ctrl-C."""
+    for login, role in (("demo", "owner"), ("demo-drive", "webdav")):
+        cmd = [str(BIN), "--config", str(DEMO / "ingestd.toml"), "user", "add", login,
+               "--tenant", "acme", "--set", role, "--password-stdin", "--rounds", "10"]  # fmt: skip
+        print(f"\n$ ingestd user add {login} --tenant acme --set {role} --password-stdin")
+        proc = subprocess.run(cmd, input=DEMO_PASSWORD + "\n", text=True, capture_output=True)
+        print(proc.stdout, end="")
+        if proc.returncode != 0:
+            raise SystemExit(f"demo: user add failed: {proc.stderr}")
+    port = _free_port()
+    with open(DEMO / "ingestd.toml", "a") as f:
+        f.write(f'\n[web]\nlisten = "127.0.0.1:{port}"\n\n[metrics]\nweb_listen = "127.0.0.1:0"\n')
+    url = f"http://127.0.0.1:{port}"
+    print(f"\n$ ingestd web   (in the background; the console on {url})")
+    log_path = DEMO / "web.log"
+    with open(log_path, "wb") as log_file:
+        web = subprocess.Popen(
+            [str(BIN), "--config", str(DEMO / "ingestd.toml"), "web"],
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            deadline = time.monotonic() + 120
+            while True:
+                if web.poll() is not None:
+                    raise SystemExit(f"demo: ingestd web exited; see {log_path}")
+                try:
+                    with urllib.request.urlopen(url + "/login", timeout=5) as r:  # noqa: S310
+                        if r.status == 200:
+                            break
+                except OSError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise SystemExit(f"demo: the console did not answer; see {log_path}")
+                time.sleep(0.3)
+            print(f"  the web console:  {url}/   log in as demo / {DEMO_PASSWORD} (owner of acme)")
+            print(f"  the mapped drive: {url}/dav/acme/   as demo-drive / {DEMO_PASSWORD}")
+            print(f"    e.g. curl -u demo-drive -X PROPFIND -H 'Depth: 1' {url}/dav/acme/")
+            if sys.stdin.isatty():
+                print("  serving until Ctrl-C")
+                with contextlib.suppress(KeyboardInterrupt):
+                    web.wait()
+        finally:
+            web.terminate()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                web.wait(30)
 
 
 if __name__ == "__main__":
