@@ -57,6 +57,8 @@ from ingestd.web import guard, i18n
 
 HERE = Path(__file__).resolve().parent
 PAGE_SIZE = 50
+FILTERS = ("name", "source", "since", "until", "status", "tag", "correspondent", "type")
+STATUSES = ("queued", "processing", "done", "attention", "failed", "split")
 MAX_FILTERED = 1000  # a query's hits the filters choose from
 _TENANT = re.compile(TENANT_NAME)
 
@@ -224,15 +226,23 @@ def search_page(request: Request) -> Response:
     since = _day(p.get("since"), "since")
     until_day = _day(p.get("until"), "until")
     until = until_day + timedelta(days=1) if until_day else None
+    status = (p.get("status") or "") or None
+    if status is not None and status not in STATUSES:
+        raise HTTPException(400, detail=f"status: one of {', '.join(STATUSES)}")
     filters = {
         "name": _like(p.get("name")),
         "source": (p.get("source") or "")[:100] or None,
         "since": since,
         "until": until,
+        "status": status,
+        "tag": (p.get("tag") or "")[:100] or None,
+        "correspondent": (p.get("correspondent") or "")[:200] or None,
+        "doc_type": (p.get("type") or "")[:200] or None,
     }
     filtered = any(v is not None for v in filters.values())
     error = None
     rows: list[dict[str, Any]] = []
+    facets: list[dict[str, Any]] = []
     db = _console(request).db
     try:
         with db.transaction() as tx:
@@ -249,7 +259,10 @@ def search_page(request: Request) -> Response:
                     hits = [h for h in hits if h["id"] in keep]
                 rows = hits[:PAGE_SIZE]
             else:
-                rows = tx.all("documents_list", {"tenant": tenant, "limit": PAGE_SIZE, **filters})
+                rows = tx.all(
+                    "web_documents", {"tenant_id": tenant_id, "limit": PAGE_SIZE, **filters}
+                )
+            facets = tx.all("web_facets", {"tenant_id": tenant_id})
     except limits.QueryRefused as exc:
         error = str(exc)
     except QueryCanceled:
@@ -262,7 +275,12 @@ def search_page(request: Request) -> Response:
         role=me.set_in(tenant),
         rows=rows,
         query=q,
-        params={k: (p.get(k) or "")[:200] for k in ("name", "source", "since", "until")},
+        params={k: (p.get(k) or "")[:200] for k in FILTERS},
+        facets={
+            kind: [f["name"] for f in facets if f["kind"] == kind]
+            for kind in ("tag", "correspondent", "type")
+        },
+        statuses=STATUSES,
         searched=bool(q),
         error=error,
     )

@@ -321,3 +321,41 @@ def test_a_tampered_original_is_never_delivered_complete(console: Console) -> No
     assert _entries(console.db, "document.handed_out") == []
     log = (console.env.root / "web.log").read_text()
     assert '"document.handout_refused"' in log and console.shas["Scan_0815.pdf"] in log
+
+
+def test_filters_by_tag_correspondent_type_and_status(console: Console) -> None:
+    """Each filter keeps the documents that have it (any case), with and without words;
+    the choices are the tenant's own; a status that does not exist is 400."""
+    doc = console.docs["Scan_0815.pdf"]
+    other, _ = ingest(console.env, console.db, "acme", "Anderes.pdf", seed=21)
+    with console.db.transaction() as tx:
+        tid = tx.raw("SELECT id FROM tenants WHERE name = 'acme'")[0]["id"]
+        tag = tx.raw(
+            "INSERT INTO tags (tenant_id, name) VALUES (%(t)s, 'Rechnung') RETURNING id", {"t": tid}
+        )[0]["id"]
+        tx.raw("INSERT INTO document_tags (document_id, tag_id, tenant_id) "
+               "VALUES (%(d)s, %(g)s, %(t)s)", {"d": doc, "g": tag, "t": tid})  # fmt: skip
+        corr = tx.raw(
+            "INSERT INTO correspondents (tenant_id, name) VALUES (%(t)s, 'Telekom') RETURNING id",
+            {"t": tid},
+        )[0]["id"]
+        tx.raw("UPDATE documents SET correspondent_id = %(c)s, processing_status = 'done' "
+               "WHERE id = %(d)s", {"c": corr, "d": other})  # fmt: skip
+    with console.login("anna") as c:
+
+        def ids(**params: str) -> set[int]:
+            page = c.get("/t/acme/", params=params)
+            assert page.status_code == 200, page.text
+            return {int(i) for i in re.findall(r'href="/t/acme/d/(\d+)"', page.text)}
+
+        assert ids() == {doc, other}
+        assert ids(tag="rechnung") == {doc}
+        assert ids(correspondent="TELEKOM") == {other}
+        assert ids(status="done") == {other}
+        assert ids(status="queued") == {doc}
+        assert ids(q="Scan_0815", tag="Rechnung") == {doc}
+        assert ids(q="Scan_0815", correspondent="Telekom") == set()
+        assert ids(type="Vertrag") == set()
+        assert c.get("/t/acme/", params={"status": "deleted"}).status_code == 400
+        page = c.get("/t/acme/").text
+        assert "<option>Rechnung</option>" in page and "<option>Telekom</option>" in page
