@@ -8,11 +8,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ingestd.cli import status_why
 from ingestd.cli.common import load, print_json, print_table, shown
 from ingestd.config.load import default_config_path, load_config
 from ingestd.errors import ConfigError, ExitCode, IngestdError
-from ingestd.ops import config_warnings, preflight
+from ingestd.ops import config_warnings, preflight, status_why
 from ingestd.ops import machine as checks
 from ingestd.states import JobStatus
 
@@ -100,56 +99,11 @@ def cmd_status(args: argparse.Namespace) -> int:
     the database is down, and the exit code then says so (ExitCode.degraded): an outage is
     exactly when the backlog matters.
     """
-    from ingestd.errors import DatabaseUnavailable
-    from ingestd.ops.daemon_state import read_state
-    from ingestd.ops.runtime import open_database
-    from ingestd.queue import pool_status
-    from ingestd.sources.hotfolders import backlog_on_disk
-    from ingestd.sources.sftp.bans import read_bans
-    from ingestd.sources.sftp.spool import spool_counts
+    from ingestd.ops.status_report import gather
 
     config = load(args)
-    report: dict[str, Any] = {
-        "spool": spool_counts(config.paths.spool),
-        "hotfolders": backlog_on_disk(config),
-        "sftp_bans": read_bans(config.paths.state_dir),
-        "daemon": read_state(config.paths.state_dir),
-    }
-    database: dict[str, Any] = {"up": True}
-    known: dict[str, Any] | None = None  # what `status` says why from (status_why)
-    try:
-        with open_database(config) as db, db.transaction() as tx:
-            known = status_why.from_database(tx)
-            docs = tx.all("status_documents")
-            jobs = tx.all("status_jobs")
-            queue = tx.all("status_queue")
-            limits = {
-                r["tenant"]: r
-                for r in tx.all("status_queue_limits", {"tenants": [q["tenant"] for q in queue]})
-            }
-            by_pool = pool_status.read(tx, config.worker)
-    except DatabaseUnavailable as exc:
-        seen = (report["daemon"] or {}).get("database") or {}
-        database = {"up": False, "error": exc.message, "down_since": seen.get("down_since")}
-        docs, jobs, queue, limits, by_pool = [], [], [], {}, []
-        known = None
-    for q in queue:
-        limit = limits.get(q["tenant"]) or {}
-        q["weight"], q["max_running"] = limit.get("weight", 1), limit.get("max_running")
-    tenants: dict[str, dict[str, Any]] = {}
-    for r in docs:
-        t = tenants.setdefault(r["tenant"], {"documents": {}, "jobs": {}})
-        t["documents"][r["status"]] = r["n"]
-    for r in jobs:
-        t = tenants.setdefault(r["tenant"], {"documents": {}, "jobs": {}})
-        t["jobs"].setdefault(r["kind"], {})[r["status"]] = r["n"]
-    report |= {
-        "database": database,
-        "tenants": tenants,
-        "queue": queue,
-        "pools": [p.as_json() for p in by_pool],
-    }
-    report["why"] = status_why.build(config, report, known)
+    report = gather(config)
+    database = report["database"]
     code = ExitCode.ok if database["up"] else ExitCode.degraded
     if args.json:
         print_json(report)

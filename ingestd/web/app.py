@@ -10,6 +10,9 @@ may they (the capability table), then the page.
     POST /t/{tenant}/d/{id}/edit             title and date                (edit)
     POST /t/{tenant}/upload                  files into the intake         (upload)
     GET  /t/{tenant}/attention               documents in attention        (attention)
+    GET  /t/{tenant}/arrivals                every file that arrived, and why (arrivals)
+    GET  /t/{tenant}/members, POST .../members/{login}   people and their sets (members)
+    GET  /admin                              what `ingestd status` shows   (admin: status)
     POST /t/{tenant}/d/{id}/requeue|done     analyse again / accept as is  (attention)
 
 Scope rule, enforced in ``_scope``: a tenant the person is no member of, or a name that
@@ -48,7 +51,7 @@ from ingestd.db.database import Database
 from ingestd.errors import IngestdError, QueryCanceled
 from ingestd.ops import metrics
 from ingestd.people.accounts import Logins, Person, person
-from ingestd.people.capabilities import Action, may
+from ingestd.people.capabilities import ADMIN, TENANT_SETS, Action, may
 from ingestd.search import limits
 from ingestd.search.query import search
 from ingestd.tenants import lookup
@@ -196,7 +199,7 @@ async def logout(request: Request) -> Response:
 # -- pages ----------------------------------------------------------------------------------
 def home(request: Request) -> Response:
     me = _required(request)
-    if len(me.memberships) == 1:
+    if len(me.memberships) == 1 and not me.admin:
         (tenant,) = me.memberships
         return RedirectResponse(f"/t/{tenant}/", status_code=303)
     return _page(request, "home.html", me=me, memberships=sorted(me.memberships.items()))
@@ -510,6 +513,80 @@ def _ingest_upload(
     }
 
 
+def arrivals_page(request: Request) -> Response:
+    """The tenant's arrivals: archived, duplicates, refusals and quarantines with the
+    reason ("what happened to my file"), newest first; ``name`` filters by file name."""
+    from ingestd.arrivals import story
+
+    me, tenant, _ = _scope(request, Action.arrivals)
+    name = (request.query_params.get("name") or "")[:200]
+    rows = story.find(
+        _console(request).db,
+        tenant=tenant,
+        name_like=_like(name.lower()) if name else None,
+        limit=200,
+    )
+    return _page(
+        request, "arrivals.html", me=me, tenant=tenant, role=me.set_in(tenant), rows=rows,
+        name=name,
+    )  # fmt: skip
+
+
+def members_page(request: Request) -> Response:
+    from ingestd.people import accounts as people
+
+    me, tenant, _ = _scope(request, Action.members)
+    with _console(request).db.transaction() as tx:
+        rows = people.listing(tx, tenant)
+    return _page(
+        request, "members.html", me=me, tenant=tenant, role=me.set_in(tenant), rows=rows,
+        sets=TENANT_SETS,
+    )  # fmt: skip
+
+
+async def member_change(request: Request) -> Response:
+    """An owner changes a member's set or removes the membership (never their own: an
+    owner cannot lock the tenant out of its last owner by accident)."""
+    from ingestd.people import accounts as people
+
+    form = await _form(request)
+    me, tenant, _ = await run_in_threadpool(_scope, request, Action.members)
+    login = str(request.path_params["login"])[:200]
+    action = str(form.get("action") or "")
+    if login.lower() == me.login.lower():
+        raise HTTPException(400, detail="your own membership: ask another owner or the admin")
+
+    def change() -> None:
+        with _console(request).db.transaction() as tx:
+            found = people.person(tx, login)
+            if found is None or found.set_in(tenant) is None:
+                raise HTTPException(404)
+            if action == "remove":
+                people.remove(tx, found.login, tenant=tenant)
+            elif action in TENANT_SETS:
+                people.add_member(tx, found.login, tenant, action)
+            else:
+                raise HTTPException(400, detail="action: remove or a capability set")
+        log.get_logger().info(
+            "web.member_changed", tenant=tenant, login=found.login, action=action, by=me.login
+        )
+
+    await run_in_threadpool(change)
+    return RedirectResponse(f"/t/{tenant}/members", status_code=303)
+
+
+def admin_page(request: Request) -> Response:
+    """What `ingestd status` shows, for the appliance's admins."""
+    from ingestd.ops.status_report import gather
+
+    me = _required(request)
+    if not (me.admin and may(ADMIN, Action.status)):
+        raise HTTPException(404)
+    console = _console(request)
+    report = gather(console.config, console.db)
+    return _page(request, "admin.html", me=me, role=ADMIN, report=report)
+
+
 def _inbox(config: Config) -> Path:
     """Where a browser's upload is written before intake takes it: a folder of the spool
     (intake may take and remove its own files there, never from the state directory)."""
@@ -623,6 +700,10 @@ def make_app(config: Config, db: Database, store: ArchiveStore) -> Starlette:
         Route("/t/{tenant}/attention", attention_page, methods=["GET"]),
         Route("/t/{tenant}/d/{doc}/requeue", requeue, methods=["POST"]),
         Route("/t/{tenant}/d/{doc}/done", mark_done, methods=["POST"]),
+        Route("/t/{tenant}/arrivals", arrivals_page, methods=["GET"]),
+        Route("/t/{tenant}/members", members_page, methods=["GET"]),
+        Route("/t/{tenant}/members/{login}", member_change, methods=["POST"]),
+        Route("/admin", admin_page, methods=["GET"]),
         Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
         Mount("/dav", app=_dav(console)),
     ]

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from ingestd.db.database import Database
+from ingestd.passwords import hash_password
 from ingestd.people import accounts
 from tests.fixtures.files import pdf_bytes
 from tests.fixtures.web import PASSWORD, Console, csrf, ingest, metrics_url
@@ -359,3 +360,48 @@ def test_filters_by_tag_correspondent_type_and_status(console: Console) -> None:
         assert c.get("/t/acme/", params={"status": "deleted"}).status_code == 400
         page = c.get("/t/acme/").text
         assert "<option>Rechnung</option>" in page and "<option>Telekom</option>" in page
+
+
+def test_an_owner_sees_arrivals_and_manages_people_an_admin_sees_the_appliance(
+    console: Console,
+) -> None:
+    """bert (beta owner): beta's arrivals with the outcome; changes anna's set in beta and
+    removes her (audited), never his own membership. anna (user) gets 403 for those
+    pages. An admin sees every tenant's counts on /admin; a member gets 404 there."""
+    with console.db.transaction() as tx:
+        accounts.add_member(tx, "anna", "beta", "readonly")
+        accounts.grant_admin(tx, "ops", hash_password(PASSWORD, rounds=4))
+    with console.login("bert") as c:
+        page = c.get("/t/beta/arrivals")
+        assert page.status_code == 200 and "Beta_geheim.pdf" in page.text
+        assert "archived" in page.text
+        assert "Beta_geheim" in c.get("/t/beta/arrivals", params={"name": "GEHEIM"}).text
+        assert "Beta_geheim" not in c.get("/t/beta/arrivals", params={"name": "zzz"}).text
+        people = c.get("/t/beta/members")
+        assert people.status_code == 200 and "anna" in people.text
+        token = csrf(c, "/t/beta/members")
+        r = c.post("/t/beta/members/anna", data={"csrf": token, "action": "user"})
+        assert r.status_code == 303
+        assert (
+            c.post("/t/beta/members/bert", data={"csrf": token, "action": "readonly"}).status_code
+            == 400
+        )
+        assert (
+            c.post("/t/beta/members/nobody", data={"csrf": token, "action": "user"}).status_code
+            == 404
+        )
+        assert c.post("/t/beta/members/anna", data={"action": "remove"}).status_code == 403
+        r = c.post("/t/beta/members/anna", data={"csrf": token, "action": "remove"})
+        assert r.status_code == 303
+        assert c.get("/admin").status_code == 404
+    kinds = [e["detail"].get("set") for e in _entries(console.db, "member.changed")]
+    assert kinds == ["user"]
+    assert len(_entries(console.db, "member.removed")) == 1
+    with console.login("anna") as c:
+        for path in ("/t/acme/arrivals", "/t/acme/members"):
+            assert c.get(path).status_code == 403, path
+        assert c.get("/t/beta/").status_code == 404  # removed from beta a moment ago
+    with console.login("ops") as c:
+        page = c.get("/admin")
+        assert page.status_code == 200 and "acme" in page.text and "beta" in page.text
+        assert c.get("/t/acme/").status_code == 404  # an admin sees no tenant's documents

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ingestd.cli.common import shown
 from ingestd.config.settings import Config
 from ingestd.db.database import Tx
+from ingestd.textsafe import escaped as shown
 
 REFUSALS_HOURS = 24
 
