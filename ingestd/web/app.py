@@ -7,6 +7,7 @@ may they (the capability table), then the page.
     GET  /t/{tenant}/d/{id}                  a document: record, lineage, history (view)
     GET  /t/{tenant}/d/{id}/original         the original, re-hashed       (download)
     GET  /t/{tenant}/d/{id}/searchable       the searchable PDF            (download)
+    GET  /t/{tenant}/d/{id}/preview.png      page 1 as analysis drew it    (view)
     POST /t/{tenant}/d/{id}/edit             title and date                (edit)
     POST /t/{tenant}/upload                  files into the intake         (upload)
     GET  /t/{tenant}/attention               documents in attention        (attention)
@@ -371,6 +372,26 @@ def _download(request: Request, searchable: bool) -> Response:
     )
 
 
+def thumbnail(request: Request) -> Response:
+    """The page-1 preview analysis made (PNG), inline; 404 until there is one."""
+    _, _, tenant_id = _scope(request, Action.view)
+    doc_id = _doc_id(request)
+    console = _console(request)
+    with console.db.transaction() as tx:
+        row = tx.one("web_thumbnail", {"id": doc_id, "tenant_id": tenant_id})
+    if row is None or not row["thumbnail"]:
+        raise HTTPException(404)
+    root = console.config.paths.derived_dir.resolve()
+    path = (root / str(row["thumbnail"])).resolve()
+    if root not in path.parents or not path.is_file():
+        raise HTTPException(404)
+    return Response(
+        path.read_bytes(),
+        media_type="image/png",
+        headers={"cache-control": "private, max-age=3600"},
+    )
+
+
 def attachment(name: str) -> str:
     """Content-Disposition for ``name`` (already made safe): an ASCII stand-in and the
     exact name as RFC 5987 UTF-8 (every browser reads the latter)."""
@@ -696,6 +717,7 @@ def make_app(config: Config, db: Database, store: ArchiveStore) -> Starlette:
         Route("/t/{tenant}/d/{doc}/original", download_original, methods=["GET"]),
         Route("/t/{tenant}/d/{doc}/searchable", download_searchable, methods=["GET"]),
         Route("/t/{tenant}/d/{doc}/edit", edit_document, methods=["POST"]),
+        Route("/t/{tenant}/d/{doc}/preview.png", thumbnail, methods=["GET"]),
         Route("/t/{tenant}/upload", upload, methods=["POST"]),
         Route("/t/{tenant}/attention", attention_page, methods=["GET"]),
         Route("/t/{tenant}/d/{doc}/requeue", requeue, methods=["POST"]),

@@ -405,3 +405,34 @@ def test_an_owner_sees_arrivals_and_manages_people_an_admin_sees_the_appliance(
         page = c.get("/admin")
         assert page.status_code == 200 and "acme" in page.text and "beta" in page.text
         assert c.get("/t/acme/").status_code == 404  # an admin sees no tenant's documents
+
+
+def test_the_page_preview_is_served_and_never_a_path_outside_derived(console: Console) -> None:
+    """The document's page-1 PNG is shown inline to a member; a stored path that would
+    leave paths.derived is 404, as is another tenant's document."""
+    doc = console.docs["Scan_0815.pdf"]
+    derived = console.env.config.paths.derived_dir
+    png = b"\x89PNG\r\n\x1a\n" + b"\0" * 64
+    (derived / "acme").mkdir(parents=True, exist_ok=True)
+    (derived / "acme" / "p1.png").write_bytes(png)
+    with console.db.transaction() as tx:
+        tid = tx.raw("SELECT id FROM tenants WHERE name = 'acme'")[0]["id"]
+        tx.run(
+            "content_upsert",
+            {
+                "document_id": doc, "tenant_id": tid, "page_count": 1, "pages": ["x"],
+                "content": "x", "languages": "deu", "searchable_pdf": None,
+                "thumbnail": "acme/p1.png", "engine": "test", "placeholder_title": None,
+                "derived_title": None, "derived_issued_date": None,
+            },
+        )  # fmt: skip
+    with console.login("anna") as c:
+        r = c.get(f"/t/acme/d/{doc}/preview.png")
+        assert r.status_code == 200 and r.content == png
+        assert r.headers["content-type"] == "image/png"
+        beta = console.docs["Beta_geheim.pdf"]
+        assert c.get(f"/t/acme/d/{beta}/preview.png").status_code == 404
+        with console.db.transaction() as tx:
+            tx.raw("UPDATE document_content SET thumbnail = '../../../etc/passwd' "
+                   "WHERE document_id = %(d)s", {"d": doc})  # fmt: skip
+        assert c.get(f"/t/acme/d/{doc}/preview.png").status_code == 404

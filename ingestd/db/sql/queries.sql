@@ -1413,3 +1413,8 @@ JOIN document_tags dt ON dt.document_id = d.id
 JOIN tags g ON g.id = dt.tag_id AND g.tenant_id = d.tenant_id
 WHERE t.name = %(tenant)s AND g.name = %(tag)s AND d.trashed_at IS NULL
 ORDER BY d.id;
+
+-- name: web_thumbnail
+-- The page-1 preview analysis made (relative to paths.derived), of the tenant's document.
+SELECT c.thumbnail FROM document_content c JOIN documents d ON d.id = c.document_id
+WHERE d.id = %(id)s AND d.tenant_id = %(tenant_id)s;
