@@ -37,7 +37,7 @@ from wsgidav.wsgidav_app import WsgiDAVApp
 
 from ingestd import log
 from ingestd.archive import handout
-from ingestd.archive.store import ArchiveStore
+from ingestd.archive.store import CHUNK, ArchiveStore
 from ingestd.config.settings import TENANT_NAME, Config
 from ingestd.db.database import Database, Row
 from ingestd.ops import metrics
@@ -354,6 +354,9 @@ def make_dav_app(ctx: DavContext) -> WsgiDAVApp:
         },
         "ingestd": ctx,
         "lock_storage": None,
+        # A file goes out in the hand-out's pieces (1 MiB), not 8 KiB ones: each block
+        # crosses from the WSGI thread to the event loop once.
+        "block_size": CHUNK,
         "property_manager": None,
         "dir_browser": {"enable": False},
         "suppress_version_info": True,
