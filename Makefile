@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 # Everything the suite and the demo use from Debian.
 APT_PACKAGES := postgresql tesseract-ocr tesseract-ocr-deu tesseract-ocr-eng ghostscript fonts-dejavu-core \
                 python3-venv ca-certificates openssl openssh-client openssh-server lftp curl systemd \
-                chromium chromium-driver rclone cadaver
+                chromium chromium-driver rclone cadaver slapd
 
 .PHONY: help deps venv lint typecheck test test-fast demo bench deb clean screenshots
 

@@ -33,6 +33,7 @@ pytest_plugins = [
     "tests.fixtures.deb",
     "tests.fixtures.service_user",
     "tests.fixtures.web",
+    "tests.fixtures.ldap",
 ]
 
 _counter = itertools.count()

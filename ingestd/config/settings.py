@@ -841,6 +841,67 @@ class MetricsConfig(_Section):
 
 
 # -- the web console (issue 31) -------------------------------------------------------------
+class LdapGroup(ConfigModel):
+    """A directory group whose members get a capability set in a tenant."""
+
+    group: Annotated[str, Field(min_length=3, max_length=1000)]
+    """The group's distinguished name, e.g. `CN=Buchhaltung,OU=Groups,DC=example,DC=org`."""
+    tenant: TenantName
+    """The tenant its members belong to."""
+    set: Literal["owner", "user", "readonly", "webdav"]
+    """Their capability set there (a person in several groups of one tenant gets the
+    first of owner, user, readonly, webdav they qualify for)."""
+
+
+class LdapConfig(_Section):
+    """Directory login (LDAP, Active Directory) for the web console and WebDAV: a person
+    without a local password logs in with the directory's, and the tenants named in
+    `groups` take their members from the directory at every login."""
+
+    url: Annotated[str, Field(pattern=r"^ldaps?://[^\s/]+/?$")]
+    """`ldaps://dc.example.org` (or `ldap://...` with `start_tls`)."""
+    start_tls: bool = False
+    """Upgrade an `ldap://` connection with StartTLS before any password is sent."""
+    ca_file: Path | None = None
+    """PEM file of the CA the server's certificate must chain to (default: the system's)."""
+    allow_plaintext: bool = False
+    """Send passwords over `ldap://` without StartTLS: only for a directory on loopback."""
+    bind_dn: str | None = None
+    """The service account that looks people up (none: anonymous search)."""
+    bind_password_file: Path | None = None
+    """Its password, in a file only the service user may read (0600 or 0640)."""
+    user_base: Annotated[str, Field(min_length=1)]
+    """Where people are searched, e.g. `OU=People,DC=example,DC=org`."""
+    user_filter: str = "(uid={login})"
+    """`{login}` is the login typed (escaped); Active Directory: `(sAMAccountName={login})`."""
+    group_base: Annotated[str, Field(min_length=1)]
+    """Where groups are searched."""
+    group_filter: str = "(&(objectClass=groupOfNames)(member={dn}))"
+    """`{dn}` is the person's DN (escaped); Active Directory: `(member={dn})`."""
+    groups: list[LdapGroup] = Field(default_factory=list)
+    """Which group gives which capability set in which tenant."""
+    admin_groups: list[str] = Field(default_factory=list)
+    """Groups (DNs) whose members are appliance admins."""
+    timeout: Annotated[float, Field(gt=0, le=60)] = 5.0
+    """Seconds to connect and for each answer."""
+
+    @model_validator(mode="after")
+    def _safe(self) -> LdapConfig:
+        if "{login}" not in self.user_filter:
+            raise ValueError("user_filter must contain {login}")
+        if "{dn}" not in self.group_filter:
+            raise ValueError("group_filter must contain {dn}")
+        if (self.bind_dn is None) != (self.bind_password_file is None):
+            raise ValueError("bind_dn and bind_password_file go together")
+        plain = self.url.startswith("ldap://") and not self.start_tls
+        if plain and not self.allow_plaintext:
+            raise ValueError(
+                "ldap:// sends passwords in the clear: use ldaps://, start_tls = true, or "
+                "(a directory on loopback only) allow_plaintext = true"
+            )
+        return self
+
+
 class WebConfig(_Section):
     """The web console (`ingestd web`, unit `ingestd-web.service`): people search, view and
     download their tenants' documents. Loopback by default: put it behind a reverse proxy
@@ -862,6 +923,8 @@ class WebConfig(_Section):
     after which further attempts are refused (429) until the window has passed."""
     login_window_seconds: Annotated[int, Field(ge=10, le=86400)] = 600
     """The window `login_failures` counts in."""
+    ldap: LdapConfig | None = None
+    """Directory login (LDAP, Active Directory); none: local people only."""
 
     @field_validator("listen")
     @classmethod

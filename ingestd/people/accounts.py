@@ -21,6 +21,7 @@ from ingestd.archive.audit import AuditKind
 from ingestd.db.database import Database, Tx, jsonb
 from ingestd.errors import NotFound, UsageError
 from ingestd.people.capabilities import ADMIN, TENANT_SETS, system_sets
+from ingestd.people.directory import Directory, DirectoryPerson
 from ingestd.tenants import lookup
 
 # Letters and digits of any script, and . _ @ + - inside; at most 200 characters.
@@ -86,7 +87,13 @@ def _ensure(tx: Tx, login: str, password_hash: str | None, admin: bool) -> tuple
 
 
 def add_member(
-    tx: Tx, login: str, tenant: str, capability_set: str, password_hash: str | None = None
+    tx: Tx,
+    login: str,
+    tenant: str,
+    capability_set: str,
+    password_hash: str | None = None,
+    *,
+    by: dict[str, object] | None = None,
 ) -> Change:
     """Make ``login`` a member of ``tenant`` with ``capability_set`` (a new person when
     the login is new; an existing membership changes set). The tenant's audit chain
@@ -103,7 +110,7 @@ def add_member(
     )
     assert row is not None
     previous = row["previous"]
-    by = audit.actor()
+    by = by or audit.actor()
     if previous is None:
         audit.append(
             tx,
@@ -126,7 +133,9 @@ def add_member(
     return Change(stored, new, previous, has)
 
 
-def grant_admin(tx: Tx, login: str, password_hash: str | None = None) -> Change:
+def grant_admin(
+    tx: Tx, login: str, password_hash: str | None = None, *, by: dict[str, object] | None = None
+) -> Change:
     """Make ``login`` an appliance admin (a new person when new), recorded in chain 0."""
     check_login(login)
     stored, new = _ensure(tx, login, password_hash, admin=True)
@@ -141,7 +150,7 @@ def grant_admin(tx: Tx, login: str, password_hash: str | None = None) -> Change:
             chain=audit.SYSTEM_CHAIN,
             tenant=None,
             kind=AuditKind.admin_granted,
-            detail={"login": stored, "by": audit.actor()},
+            detail={"login": stored, "by": by or audit.actor()},
         )
     if new and password_hash is not None:
         _password_entry(tx, stored)
@@ -154,6 +163,11 @@ def set_password(tx: Tx, login: str, password_hash: str) -> str:
     row = _person_row(tx, login)
     if row is None:
         raise NotFound(f"no person {audit.recordable(login)!r}: `ingestd user add` first")
+    if row["directory"] != "local":
+        raise UsageError(
+            f"{row['login']} logs in with the directory's password ([web.ldap]); change it "
+            "there (a password set here would take precedence over the directory)"
+        )
     tx.run("person_set_password", {"login": row["login"], "password_hash": password_hash})
     _password_entry(tx, str(row["login"]))
     return str(row["login"])
@@ -184,7 +198,14 @@ class Removed:
     admin_revoked: bool = False
 
 
-def remove(tx: Tx, login: str, *, tenant: str | None = None, admin: bool = False) -> Removed:
+def remove(
+    tx: Tx,
+    login: str,
+    *,
+    tenant: str | None = None,
+    admin: bool = False,
+    by: dict[str, object] | None = None,
+) -> Removed:
     """Remove ``login``'s membership in ``tenant``, or (``admin``) the admin role, or
     with neither the person and every membership. A person left with no membership and
     no admin role goes too. Each removal is an audit entry; NotFound when there is
@@ -193,7 +214,7 @@ def remove(tx: Tx, login: str, *, tenant: str | None = None, admin: bool = False
     if row is None:
         raise NotFound(f"no person {audit.recordable(login)!r}")
     stored = str(row["login"])
-    by = audit.actor()
+    by = by or audit.actor()
     gone: list[tuple[str, str]] = []
     revoked = False
     if tenant is not None:
@@ -261,20 +282,69 @@ def person(tx: Tx, login: str) -> Person | None:
     return Person(str(row["login"]), bool(row["admin"]), row["password_hash"] is not None, sets)
 
 
-class Logins:
-    """The password check of the web console and WebDAV. A refusal costs one bcrypt check
-    whatever its reason (no such login, no password yet, the wrong one), so timing does
-    not tell which logins exist."""
+def from_directory(tx: Tx, found: DirectoryPerson, managed: set[str]) -> Person:
+    """Record what the directory said at a login: the person (no password here), the
+    admin role, and in each tenant the directory manages exactly the membership its
+    groups give (added, changed or removed, each audited as by the directory)."""
+    row = _person_row(tx, found.login)
+    if row is None:
+        tx.run("person_from_directory", {"login": found.login})
+        row = _person_row(tx, found.login)
+    else:
+        tx.run("person_from_directory", {"login": row["login"]})
+    assert row is not None
+    stored = str(row["login"])
+    by: dict[str, object] = {"via": "ldap", "dn": found.dn}
+    current = person(tx, stored)
+    assert current is not None
+    for tenant in sorted(managed):
+        want, have = found.memberships.get(tenant), current.set_in(tenant)
+        if want == have:
+            continue
+        if tx.one("tenant_by_name", {"name": tenant}) is None:
+            continue  # a group names a tenant that is not (yet) there
+        if want is None:
+            remove(tx, stored, tenant=tenant, by=by)
+        else:
+            add_member(tx, stored, tenant, want, by=by)
+    if found.admin and not current.admin:
+        grant_admin(tx, stored, by=by)
+    elif current.admin and not found.admin and bool(row["admin"]):
+        remove(tx, stored, admin=True, by=by)
+    result = person(tx, stored)
+    assert result is not None
+    return result
 
-    def __init__(self, db: Database, rounds: int = passwords.DEFAULT_ROUNDS) -> None:
+
+class Logins:
+    """The password check of the web console and WebDAV. A person with a password here
+    is checked against it; one without (or no person at all) against the directory when
+    [web.ldap] is set. A local refusal costs one bcrypt check whatever its reason (no
+    such login, no password yet, the wrong one), so timing does not tell which logins
+    exist."""
+
+    def __init__(
+        self,
+        db: Database,
+        rounds: int = passwords.DEFAULT_ROUNDS,
+        directory: Directory | None = None,
+    ) -> None:
         self._db = db
         self._dummy = passwords.dummy_hash(rounds)
+        self._directory = directory
 
     def check(self, login: str, password: str) -> Person | None:
         """The person if ``password`` is theirs, else None."""
+        valid = bool(_LOGIN.fullmatch(login))
         with self._db.transaction() as tx:
-            row = _person_row(tx, login) if _LOGIN.fullmatch(login) else None
+            row = _person_row(tx, login) if valid else None
             hashed = row["password_hash"] if row is not None else None
-            if not passwords.matches(password, hashed, self._dummy) or row is None:
-                return None
-            return person(tx, str(row["login"]))
+            if passwords.matches(password, hashed, self._dummy) and row is not None:
+                return person(tx, str(row["login"]))
+        if hashed is not None or self._directory is None or not valid:
+            return None
+        found = self._directory.authenticate(login, password)
+        if found is None:
+            return None
+        with self._db.transaction() as tx:
+            return from_directory(tx, found, self._directory.managed_tenants)

@@ -53,6 +53,7 @@ from ingestd.errors import IngestdError, QueryCanceled
 from ingestd.ops import metrics
 from ingestd.people.accounts import Logins, Person, person
 from ingestd.people.capabilities import ADMIN, TENANT_SETS, Action, may
+from ingestd.people.directory import Directory
 from ingestd.search import limits
 from ingestd.search.query import search
 from ingestd.tenants import lookup
@@ -702,7 +703,7 @@ def make_app(config: Config, db: Database, store: ArchiveStore) -> Starlette:
         config=config,
         db=db,
         store=store,
-        logins=Logins(db),
+        logins=Logins(db, directory=Directory(web.ldap) if web.ldap is not None else None),
         limiter=guard.LoginLimiter(web.login_failures, web.login_window_seconds),
         templates=templates,
     )

@@ -1235,7 +1235,7 @@ DELETE FROM arrivals WHERE tenant = %(tenant)s;
 
 -- ===================================================================== people (issue 31)
 -- name: person_get
-SELECT login, password_hash, admin, created_at, password_set_at
+SELECT login, password_hash, admin, created_at, password_set_at, directory
 FROM people WHERE lower(login) = lower(%(login)s);
 
 -- name: person_insert
@@ -1288,9 +1288,10 @@ SELECT t.name AS tenant, m.capability_set FROM m JOIN tenants t ON t.id = m.tena
 ORDER BY t.name;
 
 -- name: person_remove_if_idle
--- A person who is no tenant's member and no admin is nobody's login: removed.
+-- A person who is no tenant's member and no admin is nobody's login: removed (not one of
+-- the directory's: the directory says at the next login what they may do, if anything).
 DELETE FROM people p
-WHERE login = %(login)s AND NOT admin
+WHERE login = %(login)s AND NOT admin AND directory = 'local'
   AND NOT EXISTS (SELECT 1 FROM tenant_members m WHERE m.member = p.login)
 RETURNING login;
 
@@ -1418,3 +1419,9 @@ ORDER BY d.id;
 -- The page-1 preview analysis made (relative to paths.derived), of the tenant's document.
 SELECT c.thumbnail FROM document_content c JOIN documents d ON d.id = c.document_id
 WHERE d.id = %(id)s AND d.tenant_id = %(tenant_id)s;
+
+-- name: person_from_directory
+-- A person the directory vouched for: made (no password) or marked as the directory's.
+INSERT INTO people (login, directory) VALUES (%(login)s, 'ldap')
+ON CONFLICT (login) DO UPDATE SET directory = 'ldap'
+RETURNING login;
