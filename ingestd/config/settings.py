@@ -923,6 +923,9 @@ class WebConfig(_Section):
     after which further attempts are refused (429) until the window has passed."""
     login_window_seconds: Annotated[int, Field(ge=10, le=86400)] = 600
     """The window `login_failures` counts in."""
+    requests_per_minute: Annotated[int, Field(ge=10, le=100_000)] = 600
+    """Requests one logged-in person may make in a minute (pages, downloads, WebDAV);
+    more are answered 429 until the minute has moved on."""
     ldap: LdapConfig | None = None
     """Directory login (LDAP, Active Directory); none: local people only."""
 

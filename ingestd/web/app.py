@@ -77,6 +77,7 @@ class Console:
     store: ArchiveStore
     logins: Logins
     limiter: guard.LoginLimiter
+    rate: guard.PersonRate
     templates: Jinja2Templates
 
 
@@ -134,6 +135,10 @@ def _required(request: Request) -> Person:
     me = _who(request)
     if me is None:
         raise HTTPException(303, headers={"location": "/login"})
+    wait = _console(request).rate.wait(me.login)
+    if wait > 0:
+        log.get_logger().warning("web.rate_limited", login=me.login, retry_after=int(wait))
+        raise HTTPException(429, headers={"retry-after": str(int(wait) + 1)})
     return me
 
 
@@ -667,7 +672,13 @@ async def mark_done(request: Request) -> Response:
 
 
 # -- errors ---------------------------------------------------------------------------------
-_ERROR_TEXT = {400: "bad_request", 403: "forbidden", 404: "not_found", 413: "too_large"}
+_ERROR_TEXT = {
+    400: "bad_request",
+    403: "forbidden",
+    404: "not_found",
+    413: "too_large",
+    429: "too_many",
+}
 
 
 async def http_error(request: Request, exc: Exception) -> Response:
@@ -675,7 +686,10 @@ async def http_error(request: Request, exc: Exception) -> Response:
     if exc.status_code in (301, 302, 303, 307) and exc.headers:
         return RedirectResponse(exc.headers["location"], status_code=exc.status_code)
     key = _ERROR_TEXT.get(exc.status_code, "bad_request")
-    return _page(request, "error.html", exc.status_code, message=key, detail=exc.detail)
+    response = _page(request, "error.html", exc.status_code, message=key, detail=exc.detail)
+    if exc.headers and "retry-after" in exc.headers:
+        response.headers["retry-after"] = exc.headers["retry-after"]
+    return response
 
 
 def _dav(console: Console) -> Any:
@@ -705,6 +719,7 @@ def make_app(config: Config, db: Database, store: ArchiveStore) -> Starlette:
         store=store,
         logins=Logins(db, directory=Directory(web.ldap) if web.ldap is not None else None),
         limiter=guard.LoginLimiter(web.login_failures, web.login_window_seconds),
+        rate=guard.PersonRate(web.requests_per_minute),
         templates=templates,
     )
     _forget_unfinished(config)

@@ -199,3 +199,31 @@ def _route_of(scope: Scope) -> str:
     if raw.startswith("/static/"):
         return "/static"
     return "other"
+
+
+class PersonRate:
+    """Requests per person in a sliding minute: past ``per_minute`` a person's further
+    requests are 429 until the minute has moved on (one person's script cannot starve
+    everyone else's pages, nor page through an archive at machine speed)."""
+
+    def __init__(self, per_minute: int, clock: Callable[[], float] = time.monotonic) -> None:
+        self.per_minute = per_minute
+        self.clock = clock
+        self._seen: dict[str, deque[float]] = {}
+        self._lock = threading.Lock()
+
+    def wait(self, login: str) -> float:
+        """Seconds the person must wait (0: this request may go, and is counted)."""
+        now = self.clock()
+        key = login.lower()
+        with self._lock:
+            q = self._seen.setdefault(key, deque())
+            while q and q[0] <= now - 60:
+                q.popleft()
+            if len(q) >= self.per_minute:
+                return q[0] + 60 - now
+            q.append(now)
+            if len(self._seen) > 100_000:
+                for k in [k for k, v in self._seen.items() if not v or v[-1] <= now - 60]:
+                    del self._seen[k]
+            return 0.0

@@ -436,3 +436,18 @@ def test_the_page_preview_is_served_and_never_a_path_outside_derived(console: Co
             tx.raw("UPDATE document_content SET thumbnail = '../../../etc/passwd' "
                    "WHERE document_id = %(d)s", {"d": doc})  # fmt: skip
         assert c.get(f"/t/acme/d/{doc}/preview.png").status_code == 404
+
+
+def test_one_person_over_the_rate_gets_429_and_others_go_on(make_env: Any, db: Database) -> None:
+    """requests_per_minute = 10: anna's 11th request within the minute is 429 with
+    Retry-After; rita, logged in meanwhile, is served."""
+    from tests.fixtures.web import started_console
+
+    with started_console(make_env, db, {"requests_per_minute": 10}) as con:
+        with con.login("anna") as c:
+            codes = [c.get("/t/acme/").status_code for _ in range(11)]
+            assert codes[:10] == [200] * 10 and codes[10] == 429
+            r = c.get("/t/acme/")
+            assert r.status_code == 429 and 0 < int(r.headers["retry-after"]) <= 61
+        with con.login("rita") as c:
+            assert c.get("/t/acme/").status_code == 200
