@@ -172,7 +172,7 @@ async def login_post(request: Request) -> Response:
     password = str(form.get("password") or "")[:1024]
     console = _console(request)
     address = _address(request)
-    wait = console.limiter.refused(address, login)
+    wait = max(console.limiter.refused(address, login), _banned(console, address))
     if wait > 0:
         log.get_logger().warning(
             "web.login_throttled", address=address, login=shown(login), retry_after=int(wait)
@@ -184,6 +184,7 @@ async def login_post(request: Request) -> Response:
     found = await run_in_threadpool(console.logins.check, login, password)
     if found is None:
         console.limiter.failed(address, login)
+        _report(console, address)
         metrics.WEB_LOGINS.labels("web", "failed").inc()
         log.get_logger().warning("web.login_failed", address=address, login=shown(login))
         return _page(request, "login.html", 401, error="login_failed")
@@ -193,6 +194,27 @@ async def login_post(request: Request) -> Response:
     metrics.WEB_LOGINS.labels("web", "ok").inc()
     log.get_logger().info("web.login", address=address, login=found.login)
     return RedirectResponse("/", status_code=303)
+
+
+def _banned(console: Console, address: str) -> float:
+    """Seconds left of a ban the SFTP server holds against ``address`` (one ban list for
+    every front door), 0 when there is none."""
+    from ingestd.sources.sftp.bans import read_bans
+
+    for ban in read_bans(console.config.paths.state_dir):
+        if ban["ip"] == address:
+            return float(ban["remaining"])
+    return 0.0
+
+
+def _report(console: Console, address: str) -> None:
+    """A failed login, for the SFTP server's ban list (it absorbs these within seconds)."""
+    from ingestd.sources.sftp.bans import report_failure
+
+    try:
+        report_failure(console.config.paths.state_dir, address)
+    except (OSError, ValueError) as exc:  # never a reason to fail the page
+        log.get_logger().warning("web.ban_report_failed", address=address, error=str(exc))
 
 
 async def logout(request: Request) -> Response:

@@ -19,6 +19,7 @@ Invariants enforced here:
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import io
 import re
@@ -43,6 +44,7 @@ from ingestd.db.database import Database, Row
 from ingestd.ops import metrics
 from ingestd.people.accounts import Logins, Person
 from ingestd.people.capabilities import Action, may
+from ingestd.sources.sftp.bans import read_bans, report_failure
 from ingestd.textsafe import shown
 from ingestd.web.guard import LoginLimiter
 
@@ -102,13 +104,15 @@ class PeopleDomainController(BaseDomainController):
         if fresh:
             found = self._person(login)
         else:
-            if self.ctx.limiter.refused(address, login) > 0:
+            if self.ctx.limiter.refused(address, login) > 0 or self._banned(address):
                 metrics.WEB_LOGINS.labels("webdav", "throttled").inc()
                 log.get_logger().warning("dav.login_throttled", address=address, login=shown(login))
                 return False
             found = self.ctx.logins.check(login, password)
             if found is None:
                 self.ctx.limiter.failed(address, login)
+                with contextlib.suppress(OSError, ValueError):
+                    report_failure(self.ctx.config.paths.state_dir, address)
                 metrics.WEB_LOGINS.labels("webdav", "failed").inc()
                 log.get_logger().warning("dav.login_failed", address=address, login=shown(login))
                 return False
@@ -121,6 +125,9 @@ class PeopleDomainController(BaseDomainController):
             return False
         environ[PERSON] = found
         return True
+
+    def _banned(self, address: str) -> bool:
+        return any(b["ip"] == address for b in read_bans(self.ctx.config.paths.state_dir))
 
     def _person(self, login: str) -> Person | None:
         """The person as the database says now (memberships may have changed)."""

@@ -451,3 +451,25 @@ def test_one_person_over_the_rate_gets_429_and_others_go_on(make_env: Any, db: D
             assert r.status_code == 429 and 0 < int(r.headers["retry-after"]) <= 61
         with con.login("rita") as c:
             assert c.get("/t/acme/").status_code == 200
+
+
+def test_one_ban_list_for_every_front_door(console: Console) -> None:
+    """A failed web login is reported for the SFTP server's ban list; once the server has
+    banned the address (here: enough reports absorbed), the console refuses logins from
+    it before any password is checked, with the time left."""
+    from ingestd.config.settings import SftpBansConfig
+    from ingestd.sources.sftp.bans import REPORT_DIR, BanList
+
+    state = console.env.config.paths.state_dir
+    with console.client() as c:
+        assert c.post("/login", data={"login": "anna", "password": "nope!", "csrf": csrf(c)}
+                      ).status_code == 401  # fmt: skip
+    assert (state / REPORT_DIR / "127.0.0.1").read_text() == "wrong\n"
+    bans = BanList(SftpBansConfig(threshold=1), state)  # the server's, as it runs
+    assert bans.absorb_reports() == 1
+    assert not (state / REPORT_DIR / "127.0.0.1").exists()
+    with console.client() as c:
+        r = c.post("/login", data={"login": "anna", "password": PASSWORD, "csrf": csrf(c)})
+        assert r.status_code == 429 and int(r.headers["retry-after"]) > 1
+    log = (console.env.root / "web.log").read_text()
+    assert '"web.login_throttled"' in log

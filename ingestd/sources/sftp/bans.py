@@ -61,6 +61,29 @@ def request_unban(state_dir: Path, ip: str) -> str:
     return addr
 
 
+# Failed logins of the other front doors (the web console, WebDAV; issue 31): one file per
+# address, a line per failure, appended by them and absorbed by the server (the only
+# writer of STATE_FILE) within seconds, so an address guessing passwords in a browser is
+# banned from SFTP too, and the other way round (they refuse what STATE_FILE bans).
+REPORT_DIR = "login-failures"
+_MAX_REPORT = 64 * 1024
+
+
+def report_failure(state_dir: Path, ip: str, *, unknown_user: bool = False) -> None:
+    """Tell the server of one failed login from ``ip`` elsewhere (ValueError for anything
+    that is not an address)."""
+    addr = ip_address(ip).compressed
+    folder = state_dir / REPORT_DIR
+    statedir.make_dirs(state_dir, folder, 0o700)
+    fd = os.open(
+        folder / addr, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600
+    )
+    try:
+        os.write(fd, b"unknown\n" if unknown_user else b"wrong\n")
+    finally:
+        os.close(fd)
+
+
 def read_bans(state_dir: Path, now: float | None = None) -> list[dict[str, Any]]:
     """The bans in force, for `ingestd status` (reads the file the server writes)."""
     now = time.time() if now is None else now
@@ -201,6 +224,38 @@ class BanList:
                 {"remote_ip": ip, "seconds": int(length), "ban_count": rec.bans},
             )
         return rec.until
+
+    def absorb_reports(self) -> int:
+        """Count the failures the other front doors reported (report_failure) as if they
+        had happened here; each report is taken (renamed) before it is read, so none is
+        counted twice. Returns how many were counted."""
+        if self._path is None:
+            return 0
+        folder = self._path.parent / REPORT_DIR
+        try:
+            names = [p.name for p in folder.iterdir() if not p.name.startswith(".")]
+        except FileNotFoundError:
+            return 0
+        counted = 0
+        for name in names:
+            try:
+                ip = ip_address(name).compressed
+            except ValueError:
+                continue  # not ours: left alone
+            taken = folder / f".taken-{name}-{os.getpid()}"
+            try:
+                os.rename(folder / name, taken)
+            except FileNotFoundError:
+                continue
+            try:
+                with open(taken, "rb") as fh:
+                    lines = fh.read(_MAX_REPORT).splitlines()[:1000]
+            finally:
+                taken.unlink(missing_ok=True)
+            for line in lines:
+                self.failure(ip, unknown_user=line.strip() == b"unknown")
+                counted += 1
+        return counted
 
     def lift(self, ip: str) -> bool:
         with self._lock:

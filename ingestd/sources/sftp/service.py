@@ -48,7 +48,13 @@ class SftpService:
         # None: no tenant check, every login with the right credentials goes in.
         self.tenant_status = tenant_status
         self.loop.housekeeping = self.sweep_abandoned
+        self.loop.tick = self.absorb_login_failures
         self.loop.split_of = self.split_policy
+
+    def absorb_login_failures(self) -> int:
+        """The web console's and WebDAV's failed logins, counted towards SFTP bans."""
+        server = self.server
+        return server.bans.absorb_reports() if server is not None else 0
 
     def split_policy(self, username: str, tenant: str) -> SplitPolicy | None:
         """An upload's split policy: its account's, else its tenant's default (an account

@@ -56,6 +56,9 @@ class SpoolIntake:
         # Housekeeping the loop runs now and then (the service sets it: abandoned uploads).
         self.housekeeping: Callable[[], object] | None = None
         self.housekeeping_interval = 600.0
+        # Short, frequent work of the service (the other front doors' failed logins).
+        self.tick: Callable[[], object] | None = None
+        self.tick_interval = 2.0
         # The split policy of an upload, by (account, tenant) (the service sets it from
         # the current config: a reload applies to what is still waiting).
         self.split_of: Callable[[str, str], SplitPolicy | None] = lambda _a, _t: None
@@ -113,9 +116,15 @@ class SpoolIntake:
         return moved
 
     def _loop(self) -> None:
-        next_housekeeping = time.monotonic()
+        next_housekeeping = next_tick = time.monotonic()
         while not self._stop.is_set():
             health.beat("spool.intake", 1.0)
+            if self.tick is not None and time.monotonic() >= next_tick:
+                next_tick = time.monotonic() + self.tick_interval
+                try:
+                    self.tick()
+                except Exception:
+                    self.log.exception("spool.tick_failed")
             if self.housekeeping is not None and time.monotonic() >= next_housekeeping:
                 next_housekeeping = time.monotonic() + self.housekeeping_interval
                 try:

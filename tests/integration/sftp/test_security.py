@@ -857,3 +857,18 @@ def test_hostkey_with_loose_mode_is_refused(rig: Rig, tmp_path: Path) -> None:
     assert str(key) in err.value.message
     assert key.read_bytes() == original
     assert os.stat(key).st_mode & 0o777 == 0o644
+
+
+def test_failed_web_logins_ban_the_address_from_sftp_within_seconds(
+    make_rig: Callable[..., Rig],
+) -> None:
+    """The web console's and WebDAV's failed logins (report_failure) are absorbed by the
+    running server within seconds and ban the address from SFTP too (issue 31)."""
+    rig = make_rig(sftp={"bans": {"threshold": 3}})
+    server = rig.service.server
+    assert server is not None
+    state = rig.config.paths.state_dir
+    for _ in range(3):
+        bans_module.report_failure(state, "127.0.0.9")
+    wait_until(lambda: server.bans.banned_until("127.0.0.9") is not None, timeout=60)
+    assert [b["ip"] for b in read_bans(state)] == ["127.0.0.9"]
