@@ -231,8 +231,8 @@ def _standins(bin_dir: Path) -> None:
         path.chmod(0o755)
 
 
-def build_script(steps: list[Step], port: int) -> str:
-    """One bash script: each block as written (the port moved), its waits before it."""
+def build_script(steps: list[Step], port: int, web_port: int = 8088) -> str:
+    """One bash script: each block as written (the ports moved), its waits before it."""
     parts = ["set -euo pipefail"]
     for n, step in enumerate(steps, 1):
         parts.append("set +x")
@@ -240,7 +240,7 @@ def build_script(steps: list[Step], port: int) -> str:
         parts.append("walkthrough-wait mark")
         parts += ["walkthrough-wait " + " ".join(h) for h in step.hooks]
         parts.append("set -x")  # the transcript shows each command before its output
-        parts.append(step.text.replace("2222", str(port)))
+        parts.append(step.text.replace("2222", str(port)).replace("8088", str(web_port)))
     parts.append("set +x")
     parts.append("printf '\\n### walkthrough finished\\n'")
     return "\n".join(parts) + "\n"
@@ -330,14 +330,15 @@ def journal(state: Path) -> str:
     return "\n".join(out)
 
 
-def _move_ports(config: Path, port: int) -> None:
+def _move_ports(config: Path, port: int, web_port: int) -> None:
     """The listeners onto free loopback ports, in a drop-in beside the installed config
     (see the docstring): the packaged ingestd.toml leaves them at their defaults."""
     assert "listen" not in config.read_text(), "the packaged config sets a listener now"
     dropin = config.parent / "conf.d" / "00-test-ports.toml"
     dropin.write_text(
-        f'[sftp]\nlisten = "127.0.0.1:{port}"\n\n[metrics]\n'
-        f'listen = "127.0.0.1:{free_port()}"\nworker_listen = "127.0.0.1:{free_port()}"\n'
+        f'[sftp]\nlisten = "127.0.0.1:{port}"\n\n[web]\nlisten = "127.0.0.1:{web_port}"\n\n'
+        f'[metrics]\nlisten = "127.0.0.1:{free_port()}"\n'
+        f'worker_listen = "127.0.0.1:{free_port()}"\nweb_listen = "127.0.0.1:{free_port()}"\n'
     )
     os.chown(dropin, 0, grp.getgrnam("ingestd").gr_gid)
     dropin.chmod(0o640)
@@ -361,7 +362,7 @@ def test_getting_started_runs_as_written(
     shutil.copy(built_deb, work / "dist")
     _standins(bin_dir)
     _hook_script(bin_dir, walkthrough_machine)
-    port = free_port()
+    port, web_port = free_port(), free_port()
 
     # The install block first, alone: the ports move in the config it installs.
     install, rest = steps[0], steps[1:]
@@ -379,10 +380,10 @@ def test_getting_started_runs_as_written(
     script.write_text(build_script([install], port))
     code, transcript = run_on_terminal(script, work, env)
     assert code == 0, transcript + journal(walkthrough_machine)
-    _move_ports(Path("/etc/ingestd/ingestd.toml"), port)
+    _move_ports(Path("/etc/ingestd/ingestd.toml"), port, web_port)
 
     script = tmp_path / "walkthrough.sh"
-    script.write_text(build_script(rest, port))
+    script.write_text(build_script(rest, port, web_port))
     code, out = run_on_terminal(script, work, env)
     transcript += out
     print(transcript)  # shown with -s, and kept in the report of a failure
@@ -415,3 +416,6 @@ def test_getting_started_runs_as_written(
     assert '"intake.ingested"' in transcript
     assert "Rechnung" in transcript.split("search --tenant acme Rechnung", 1)[1]
     assert not list(Path("/srv/hot/acme").iterdir())  # the hot folder's file was taken
+    # The console answered and the mapped drive listed the archive by year.
+    assert "\n200\n" in transcript.replace("\r\n", "\n")
+    assert re.search(r"<D:href>/dav/acme/\d{4}/</D:href>", transcript), transcript
