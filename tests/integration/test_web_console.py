@@ -473,3 +473,54 @@ def test_one_ban_list_for_every_front_door(console: Console) -> None:
         assert r.status_code == 429 and int(r.headers["retry-after"]) > 1
     log = (console.env.root / "web.log").read_text()
     assert '"web.login_throttled"' in log
+
+
+def test_with_its_own_certificate_it_speaks_https_with_secure_cookies(
+    make_env: Any, tmp_path: Path
+) -> None:
+    """[web] tls_certificate and tls_key: the console answers HTTPS (checked against the
+    certificate) and not plain HTTP; its session cookie is Secure and HSTS is sent."""
+    import subprocess
+    import sys
+
+    import httpx
+
+    from tests.conftest import wait_until
+    from tests.fixtures.web import _free_port
+
+    cert, key = tmp_path / "web.crt", tmp_path / "web.key"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+         "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+         "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True, timeout=120,
+    )  # fmt: skip
+    key.chmod(0o600)
+    port = _free_port()
+    env = make_env(
+        web={"listen": f"127.0.0.1:{port}", "tls_certificate": str(cert), "tls_key": str(key)},
+        metrics={"web_listen": "127.0.0.1:0"},
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ingestd.cli", "web", "--config", str(env.config_path)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    url = f"https://127.0.0.1:{port}"
+
+    def up() -> bool:
+        assert proc.poll() is None
+        try:
+            return httpx.get(url + "/login", verify=str(cert), timeout=5).status_code == 200
+        except httpx.TransportError:
+            return False
+
+    try:
+        wait_until(up, timeout=120, interval=0.3)
+        r = httpx.get(url + "/login", verify=str(cert), timeout=30)
+        assert "secure" in r.headers["set-cookie"].lower()
+        assert r.headers["strict-transport-security"].startswith("max-age=")
+        with pytest.raises(httpx.TransportError):
+            httpx.get(f"http://127.0.0.1:{port}/login", timeout=10)
+    finally:
+        proc.terminate()
+        proc.wait(60)

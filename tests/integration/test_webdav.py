@@ -175,3 +175,24 @@ def test_cadaver_browses_gets_and_is_refused_a_put(dav: Console, tmp_path: Path)
     got = tmp_path / "got.pdf"
     assert hashlib.sha256(got.read_bytes()).hexdigest() == dav.shas["Scan_0815.pdf"], said
     assert "failed" in said.lower() and ("405" in said or "403" in said), said
+
+
+def test_the_tags_view_lists_a_tagged_document_and_names_never_clash(dav: Console) -> None:
+    """/dav/acme/tags/<tag>/ holds the tagged document; two documents of one month with
+    the same original name are both there, the later one as `name (#ID).pdf`."""
+    from tests.fixtures.web import ingest
+
+    doc = dav.docs["Scan_0815.pdf"]
+    twin, _ = ingest(dav.env, dav.db, "acme", "Scan_0815.pdf", seed=77)
+    with dav.db.transaction() as tx:
+        tid = tx.raw("SELECT id FROM tenants WHERE name = 'acme'")[0]["id"]
+        tag = tx.raw("INSERT INTO tags (tenant_id, name) VALUES (%(t)s, 'Rechnung') "
+                     "RETURNING id", {"t": tid})[0]["id"]  # fmt: skip
+        tx.raw("INSERT INTO document_tags (document_id, tag_id, tenant_id) "
+               "VALUES (%(d)s, %(g)s, %(t)s)", {"d": doc, "g": tag, "t": tid})  # fmt: skip
+    tags = _propfind(dav, "/dav/acme/tags/", ("dave", PASSWORD))
+    assert tags.status_code == 207 and "/dav/acme/tags/Rechnung/" in tags.text
+    tagged = _propfind(dav, "/dav/acme/tags/Rechnung/", ("dave", PASSWORD))
+    assert "Scan_0815.pdf" in tagged.text and f"(#{twin})" not in tagged.text
+    month = _propfind(dav, _where(dav, "Scan_0815.pdf"), ("dave", PASSWORD))
+    assert "Scan_0815.pdf" in month.text and f"Scan_0815%20(%23{twin}).pdf" in month.text
