@@ -112,11 +112,13 @@ def fair_scenario(
     for t in sorted(SMALL):
         make_jobs(qdb, t, 50, kind="test-record", payload=record)
     procs = [start(workers, env, f"w{i}", ready=False) for i in range(4)]
-    before, k_job = 0, None
+    before, k_job, k_visible = 0, None, None
     if newcomer:
         wait_until(lambda: len(file_runs(runs_file)) >= 150, timeout=60)
         before = len(file_runs(runs_file))
         (k_job,) = make_jobs(qdb, "k", 1, kind="test-record", payload=record)
+        with qdb.transaction() as tx:  # committed by now: the claims could see it from here
+            k_visible = tx.raw("SELECT clock_timestamp() AS t")[0]["t"]
     small_done = (
         "SELECT count(*) AS n FROM processing_jobs j JOIN tenants t "
         "ON t.id = j.tenant_id WHERE t.name <> 'a' AND j.status = 'done'"
@@ -131,9 +133,10 @@ def fair_scenario(
             "WHERE j.started_at IS NOT NULL ORDER BY j.started_at, j.id"
         )
     if k_job is not None:
-        # Claims before k's job existed (its INSERT's timestamp), not the runs seen then.
-        k_created = next(c["created_at"] for c in claims if c["job_id"] == k_job)
-        before = sum(1 for c in claims if c["started_at"] < k_created)
+        # Claims before k's job could be claimed: its COMMIT (seen right after, on the
+        # server's clock), not its created_at, which is its transaction's start: on a busy
+        # machine dozens of claims ran between the two while k was not yet visible.
+        before = sum(1 for c in claims if c["started_at"] < k_visible)
     return claims, before, k_job
 
 

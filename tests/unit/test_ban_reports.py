@@ -42,3 +42,15 @@ def test_a_report_of_something_that_is_not_an_address_is_refused(tmp_path: Path)
     for bad in ("../etc/passwd", "host.example", ""):
         with pytest.raises(ValueError, match="does not appear to be an IPv4 or IPv6 address"):
             report_failure(tmp_path, bad)
+
+
+def test_a_report_taken_but_not_read_is_counted_at_the_next_tick(tmp_path: Path) -> None:
+    """A tick that took a report (renamed it) but could not read it (no descriptor free)
+    leaves it taken; the next tick counts it, once."""
+    folder = tmp_path / REPORT_DIR
+    folder.mkdir()
+    (folder / ".taken-203.0.113.8-999").write_bytes(b"wrong\nwrong\n")
+    bans = BanList(SftpBansConfig(threshold=2), tmp_path)
+    assert bans.absorb_reports() == 2
+    assert [b["ip"] for b in read_bans(tmp_path)] == ["203.0.113.8"]
+    assert list(folder.iterdir()) == []

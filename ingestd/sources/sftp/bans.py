@@ -67,6 +67,7 @@ def request_unban(state_dir: Path, ip: str) -> str:
 # banned from SFTP too, and the other way round (they refuse what STATE_FILE bans).
 REPORT_DIR = "login-failures"
 _MAX_REPORT = 64 * 1024
+_TAKEN = ".taken-"
 
 
 def report_failure(state_dir: Path, ip: str, *, unknown_user: bool = False) -> None:
@@ -233,25 +234,30 @@ class BanList:
             return 0
         folder = self._path.parent / REPORT_DIR
         try:
-            names = [p.name for p in folder.iterdir() if not p.name.startswith(".")]
-        except FileNotFoundError:
+            names = [p.name for p in folder.iterdir()]
+        except OSError:  # none yet, or no descriptor free right now: the next tick
             return 0
         counted = 0
         for name in names:
+            if name.startswith(_TAKEN):  # taken by a tick that could not read it
+                address, taken = name[len(_TAKEN) :].rpartition("-")[0], folder / name
+            else:
+                address, taken = name, folder / f"{_TAKEN}{name}-{os.getpid()}"
             try:
-                ip = ip_address(name).compressed
+                ip = ip_address(address).compressed
             except ValueError:
                 continue  # not ours: left alone
-            taken = folder / f".taken-{name}-{os.getpid()}"
-            try:
-                os.rename(folder / name, taken)
-            except FileNotFoundError:
-                continue
+            if taken.name != name:
+                try:
+                    os.rename(folder / name, taken)
+                except OSError:
+                    continue
             try:
                 with open(taken, "rb") as fh:
                     lines = fh.read(_MAX_REPORT).splitlines()[:1000]
-            finally:
-                taken.unlink(missing_ok=True)
+            except OSError:  # no descriptor free: it stays taken for the next tick
+                continue
+            taken.unlink(missing_ok=True)
             for line in lines:
                 self.failure(ip, unknown_user=line.strip() == b"unknown")
                 counted += 1
