@@ -283,13 +283,7 @@ def stream_out(
             digest = hashlib.sha256()
             held = b""
             sent = 0
-            while True:
-                try:
-                    chunk = src.read(CHUNK)
-                except OSError as exc:
-                    raise ArchiveError(f"cannot read the stored file: {exc.strerror}") from None
-                if not chunk:
-                    break
+            for chunk in _pieces(src):
                 digest.update(chunk)
                 if held:
                     yield held
@@ -523,24 +517,31 @@ def _temp(dest: Destination) -> Iterator[tuple[IO[bytes], Path | None]]:
             path.unlink()
 
 
-def _copy(src: BinaryIO, out: IO[bytes]) -> tuple[str, int]:
-    """Copy ``src`` to ``out``; its SHA-256 and size. A read error is the archive's
-    (ArchiveError), a write error the destination's (DestinationUnusable)."""
-    digest = hashlib.sha256()
-    size = 0
+def _pieces(src: BinaryIO) -> Iterator[bytes]:
+    """``src`` in CHUNK pieces; a read error is the archive's (ArchiveError)."""
     while True:
         try:
             chunk = src.read(CHUNK)
         except OSError as exc:
             raise ArchiveError(f"cannot read the stored file: {exc.strerror}") from None
         if not chunk:
-            return digest.hexdigest(), size
+            return
+        yield chunk
+
+
+def _copy(src: BinaryIO, out: IO[bytes]) -> tuple[str, int]:
+    """Copy ``src`` to ``out``; its SHA-256 and size. A read error is the archive's
+    (ArchiveError), a write error the destination's (DestinationUnusable)."""
+    digest = hashlib.sha256()
+    size = 0
+    for chunk in _pieces(src):
         digest.update(chunk)
         size += len(chunk)
         try:
             out.write(chunk)
         except OSError as exc:
             raise DestinationUnusable(f"cannot write the copy: {exc.strerror}") from None
+    return digest.hexdigest(), size
 
 
 def _umask() -> int:

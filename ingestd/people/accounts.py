@@ -56,6 +56,7 @@ class Person:
     admin: bool
     has_password: bool
     memberships: dict[str, str] = field(default_factory=dict)
+    tenant_ids: dict[str, int] = field(default_factory=dict)  # of those tenants
 
     def set_in(self, tenant: str) -> str | None:
         """Their capability set in ``tenant`` (None: not a member)."""
@@ -145,13 +146,7 @@ def grant_admin(
     if not new:
         tx.run("person_set_admin", {"login": stored, "admin": True})
     if not was_admin:
-        audit.append(
-            tx,
-            chain=audit.SYSTEM_CHAIN,
-            tenant=None,
-            kind=AuditKind.admin_granted,
-            detail={"login": stored, "by": by or audit.actor()},
-        )
+        _appliance_entry(tx, AuditKind.admin_granted, stored, by or audit.actor())
     if new and password_hash is not None:
         _password_entry(tx, stored)
     return Change(stored, new, ADMIN if was_admin else None, row["password_hash"] is not None)
@@ -174,12 +169,13 @@ def set_password(tx: Tx, login: str, password_hash: str) -> str:
 
 
 def _password_entry(tx: Tx, login: str) -> None:
+    _appliance_entry(tx, AuditKind.person_password_set, login, audit.actor())
+
+
+def _appliance_entry(tx: Tx, kind: AuditKind, login: str, by: dict[str, object]) -> None:
+    """A person's entry in the appliance's chain (0): who, by whom; never a hash."""
     audit.append(
-        tx,
-        chain=audit.SYSTEM_CHAIN,
-        tenant=None,
-        kind=AuditKind.person_password_set,
-        detail={"login": login, "by": audit.actor()},
+        tx, chain=audit.SYSTEM_CHAIN, tenant=None, kind=kind, detail={"login": login, "by": by}
     )
 
 
@@ -243,24 +239,12 @@ def remove(
             detail={"login": stored, "set": capability_set, "by": by},
         )
     if revoked:
-        audit.append(
-            tx,
-            chain=audit.SYSTEM_CHAIN,
-            tenant=None,
-            kind=AuditKind.admin_revoked,
-            detail={"login": stored, "by": by},
-        )
+        _appliance_entry(tx, AuditKind.admin_revoked, stored, by)
     person_gone = tenant is None and not admin
     if not person_gone:
         person_gone = tx.one("person_remove_if_idle", {"login": stored}) is not None
     if person_gone:
-        audit.append(
-            tx,
-            chain=audit.SYSTEM_CHAIN,
-            tenant=None,
-            kind=AuditKind.person_removed,
-            detail={"login": stored, "by": by},
-        )
+        _appliance_entry(tx, AuditKind.person_removed, stored, by)
     return Removed(stored, gone, person_gone, revoked)
 
 
@@ -279,7 +263,10 @@ def person(tx: Tx, login: str) -> Person | None:
         return None
     found = tx.all("person_memberships", {"login": row["login"]})
     sets = {r["tenant"]: r["capability_set"] for r in found}
-    return Person(str(row["login"]), bool(row["admin"]), row["password_hash"] is not None, sets)
+    ids = {r["tenant"]: int(r["tenant_id"]) for r in found}
+    return Person(
+        str(row["login"]), bool(row["admin"]), row["password_hash"] is not None, sets, ids
+    )
 
 
 def from_directory(tx: Tx, found: DirectoryPerson, managed: set[str]) -> Person:

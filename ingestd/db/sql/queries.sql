@@ -1255,7 +1255,7 @@ UPDATE people SET admin = %(admin)s WHERE login = %(login)s
 RETURNING login;
 
 -- name: person_memberships
-SELECT t.name AS tenant, m.capability_set
+SELECT t.name AS tenant, t.id AS tenant_id, m.capability_set
 FROM tenant_members m JOIN tenants t ON t.id = m.tenant_id
 WHERE m.member = %(login)s
 ORDER BY t.name;
@@ -1305,35 +1305,18 @@ WHERE %(tenant)s::text IS NULL OR t.name = %(tenant)s
 ORDER BY lower(p.login), t.name;
 
 -- ===================================================================== web console (issue 31)
--- name: web_filter_ids
--- Which of a search's hits pass the page's filters, in the tenant: the search ranks, this
--- only keeps or drops. The filters are web_documents'.
-SELECT d.id FROM documents d
-LEFT JOIN correspondents c ON c.id = d.correspondent_id
-LEFT JOIN document_types y ON y.id = d.document_type_id
-WHERE d.id = ANY(%(ids)s::bigint[]) AND d.tenant_id = %(tenant_id)s
-  AND (%(name)s::text IS NULL OR d.original_filename ILIKE %(name)s::text)
-  AND (%(source)s::text IS NULL OR d.source = %(source)s::text
-       OR split_part(d.source, ':', 1) = %(source)s::text)
-  AND (%(since)s::timestamptz IS NULL OR d.created_at >= %(since)s::timestamptz)
-  AND (%(until)s::timestamptz IS NULL OR d.created_at < %(until)s::timestamptz)
-  AND (%(status)s::text IS NULL OR d.processing_status = %(status)s::text)
-  AND (%(correspondent)s::text IS NULL OR lower(c.name) = lower(%(correspondent)s::text))
-  AND (%(doc_type)s::text IS NULL OR lower(y.name) = lower(%(doc_type)s::text))
-  AND (%(tag)s::text IS NULL OR EXISTS (
-        SELECT 1 FROM document_tags dt JOIN tags g ON g.id = dt.tag_id
-        WHERE dt.document_id = d.id AND lower(g.name) = lower(%(tag)s::text)));
-
 -- name: web_documents
 -- The tenant's newest documents through the page's filters (each NULL: not applied):
--- name a LIKE pattern on the original file name, source a whole source or its kind,
--- since/until the arrival time, status, correspondent, type and tag by name (any case).
+-- ids the hits of a search (the search ranks, this keeps or drops), name a LIKE pattern
+-- on the original file name, source a whole source or its kind, since/until the arrival
+-- time, status, correspondent, type and tag by name (any case).
 SELECT d.id, d.title, d.issued_date, d.original_filename, d.source, d.processing_status,
        d.created_at
 FROM documents d
 LEFT JOIN correspondents c ON c.id = d.correspondent_id
 LEFT JOIN document_types y ON y.id = d.document_type_id
 WHERE d.tenant_id = %(tenant_id)s
+  AND (%(ids)s::bigint[] IS NULL OR d.id = ANY(%(ids)s::bigint[]))
   AND (%(name)s::text IS NULL OR d.original_filename ILIKE %(name)s::text)
   AND (%(source)s::text IS NULL OR d.source = %(source)s::text
        OR split_part(d.source, ':', 1) = %(source)s::text)
