@@ -279,11 +279,11 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _wait(predicate: Any, timeout: float) -> None:
+def _wait(predicate: Any, timeout: float, what: str = "the daemon", log: str = "serve.log") -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
         if time.monotonic() > deadline:
-            raise SystemExit("demo: timed out waiting for the daemon; see .demo/serve.log")
+            raise SystemExit(f"demo: timed out waiting for {what}; see .demo/{log}")
         time.sleep(0.2)
 
 
@@ -452,19 +452,17 @@ def web_demo() -> None:
             stderr=subprocess.STDOUT,
         )
         try:
-            deadline = time.monotonic() + 120
-            while True:
+
+            def answers() -> bool:
                 if web.poll() is not None:
                     raise SystemExit(f"demo: ingestd web exited; see {log_path}")
                 try:
                     with urllib.request.urlopen(url + "/login", timeout=5) as r:  # noqa: S310
-                        if r.status == 200:
-                            break
+                        return bool(r.status == 200)
                 except OSError:
-                    pass
-                if time.monotonic() > deadline:
-                    raise SystemExit(f"demo: the console did not answer; see {log_path}")
-                time.sleep(0.3)
+                    return False
+
+            _wait(answers, 120, "the console", "web.log")
             print(f"  the web console:  {url}/   log in as demo / {DEMO_PASSWORD} (owner of acme)")
             print(f"  the mapped drive: {url}/dav/acme/   as demo-drive / {DEMO_PASSWORD}")
             print(f"    e.g. curl -u demo-drive -X PROPFIND -H 'Depth: 1' {url}/dav/acme/")

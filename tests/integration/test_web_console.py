@@ -76,6 +76,7 @@ def test_search_with_a_filter_a_document_and_its_download(console: Console) -> N
     with console.login("anna") as c:
         hits = c.get("/t/acme/", params={"q": "Scan_0815"})
         assert f'href="/t/acme/d/{doc}"' in hits.text
+        assert "<title>acme · Search</title>" in hits.text  # the title holds only that
         later = c.get("/t/acme/", params={"q": "Scan_0815", "since": "2999-01-01"})
         assert f'href="/t/acme/d/{doc}"' not in later.text
         listed = c.get("/t/acme/", params={"name": "0815"})
