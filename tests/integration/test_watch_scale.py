@@ -289,3 +289,47 @@ def test_reloads_while_rescans_and_folder_checks_run_leave_one_observer_per_fold
     assert _names(db) == ["in-a.pdf", "in-b.pdf"]
     leaked = {t for t in threading.enumerate() if isinstance(t, BaseObserver) and t.is_alive()}
     assert leaked - before == set()
+
+
+def test_status_keeps_every_folder_s_problem_while_a_check_is_under_way(
+    make_env: Any, db: Database, tenant: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`status` reads the folder problems while the folder check runs (a share that does
+    not answer holds it for minutes): a folder missing before the check stays reported
+    while an earlier folder's check is still under way, never an empty or half-made list."""
+    first, missing = tmp_path / "first", tmp_path / "missing"
+    first.mkdir()
+    entries = [{"path": str(f), "tenant": tenant} for f in (first, missing)]
+    env: Env = make_env(watch=entries, hotfolders=FAST)
+    pool = Database(env.db_url, max_size=6).open()
+    hot = HotFolders(env.config, make_intake(env.config, pool))
+
+    def reported() -> list[str]:
+        return [str(f["folder"]) for f in hot.status_snapshot()["folders"]]
+
+    hot.start()
+    try:
+        wait_until(lambda: reported() == [str(missing)], timeout=30)
+        held, release = threading.Event(), threading.Event()
+        scan_tree = hot.observers.settler.scan_tree
+
+        def slow_scan(folder: Any, path: Path) -> int:  # the first folder's share hangs
+            if path == first:
+                held.set()
+                release.wait(60)
+            return scan_tree(folder, path)
+
+        monkeypatch.setattr(hot.observers.settler, "scan_tree", slow_scan)
+        shutil.rmtree(first)
+        first.mkdir()  # re-armed (and scanned) by the next check
+        assert held.wait(30)
+        try:
+            for _ in range(20):  # (the first may be listed too: a check saw it removed)
+                assert str(missing) in reported()
+        finally:
+            release.set()
+        missing.mkdir()
+        wait_until(lambda: reported() == [], timeout=30)
+    finally:
+        hot.stop()
+        pool.close()

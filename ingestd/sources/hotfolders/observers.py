@@ -187,89 +187,101 @@ class FolderObservers:
             self._disarm(key, forget_stuck=True)
             self.log.info("watch.removed", folder=key[0])
         self._gone &= set(desired)
-        problems: dict[str, dict[str, object]] = {}
-        self._problems = problems  # filled in as each folder is checked
+        # `status` reads the list while this runs (a share that does not answer can hold a
+        # check for minutes): each folder's finding replaces its last one, and the whole
+        # list is published at once, so a reader never sees it half made or emptied.
+        names = {key[0] for key in desired}
+        problems = {name: p for name, p in self._problems.items() if name in names}
         for key, folder in desired.items():
-            ident = dir_identity(folder.cfg.path)
-            if key in self._observers:
-                armed = self._armed.get(key)
-                deaf = not listening(self._observers[key])
-                if ident == armed and not deaf:
-                    with self.table.lock:
-                        self.table.folders[key] = folder  # tags/tenant/done/failed may change
-                    # Asked again each check, so `status` shows a fixed mode as fixed.
-                    problem = access_problem(folder.cfg.path)
-                    if problem is not None:
-                        problems[key[0]] = folder_report(folder, problem)
-                    elif self._unreadable.pop(key[0], None) is not None:
-                        self.log.info("watch.folder_writable", folder=key[0])
-                    continue
-                # Deleted (and maybe recreated), unmounted or mounted over: the observer
-                # watches an inode that is no longer the folder. Files still in flight
-                # finish; pending ones are forgotten (the scan below finds them again);
-                # stuck ones stay (not retried while it is gone; forgotten once their file
-                # is seen gone or changed).
-                self._disarm(key, forget_stuck=False)
-                self._gone.add(key)
-                self._report_gone(key, folder, armed, ident)
-            if ident is None:
-                problems[key[0]] = folder_report(folder, None)
-                if key not in self._gone and key[0] not in self._missing_reported:
-                    # Never create it: an unmounted share would then fill the local disk.
-                    self.log.error("watch.folder_missing", folder=key[0], tenant=folder.cfg.tenant)
-                    self._missing_reported.add(key[0])
-                continue
-            was = self._unreadable.get(key[0])
-            problem = access_problem(folder.cfg.path)
-            if problem is not None:
-                problems[key[0]] = folder_report(folder, problem)
-            if problem is not None and problem.unlistable:
-                if was != "read":
-                    self._unreadable[key[0]] = "read"
-                    self._report_unreadable(key[0], folder, problem)
-                continue  # not armed: the next check asks again
-            if problem is None:
-                self._unreadable.pop(key[0], None)
-            elif was != "write":
-                # Listed and taken, but each file would end stuck (archived, not removable).
-                self._unreadable[key[0]] = "write"
-                self.log.error(
-                    "watch.folder_not_writable",
-                    folder=key[0],
-                    tenant=folder.cfg.tenant,
-                    **problem.fields(),
+            problems.pop(key[0], None)
+            self._check_folder(key, folder, problems)
+            self._problems = dict(problems)
+        if not desired:
+            self._problems = {}
+
+    def _check_folder(
+        self, key: FolderKey, folder: Folder, problems: dict[str, dict[str, object]]
+    ) -> None:
+        """One folder of ``sync_locked``: arm, disarm or report it; what is wrong with it
+        goes into ``problems``."""
+        ident = dir_identity(folder.cfg.path)
+        if key in self._observers:
+            armed = self._armed.get(key)
+            deaf = not listening(self._observers[key])
+            if ident == armed and not deaf:
+                with self.table.lock:
+                    self.table.folders[key] = folder  # tags/tenant/done/failed may change
+                # Asked again each check, so `status` shows a fixed mode as fixed.
+                problem = access_problem(folder.cfg.path)
+                if problem is not None:
+                    problems[key[0]] = folder_report(folder, problem)
+                elif self._unreadable.pop(key[0], None) is not None:
+                    self.log.info("watch.folder_writable", folder=key[0])
+                return
+            # Deleted (and maybe recreated), unmounted or mounted over: the observer
+            # watches an inode that is no longer the folder. Files still in flight
+            # finish; pending ones are forgotten (the scan below finds them again);
+            # stuck ones stay (not retried while it is gone; forgotten once their file
+            # is seen gone or changed).
+            self._disarm(key, forget_stuck=False)
+            self._gone.add(key)
+            self._report_gone(key, folder, armed, ident)
+        if ident is None:
+            problems[key[0]] = folder_report(folder, None)
+            if key not in self._gone and key[0] not in self._missing_reported:
+                # Never create it: an unmounted share would then fill the local disk.
+                self.log.error("watch.folder_missing", folder=key[0], tenant=folder.cfg.tenant)
+                self._missing_reported.add(key[0])
+            return
+        was = self._unreadable.get(key[0])
+        problem = access_problem(folder.cfg.path)
+        if problem is not None:
+            problems[key[0]] = folder_report(folder, problem)
+        if problem is not None and problem.unlistable:
+            if was != "read":
+                self._unreadable[key[0]] = "read"
+                self._report_unreadable(key[0], folder, problem)
+            return  # not armed: the next check asks again
+        if problem is None:
+            self._unreadable.pop(key[0], None)
+        elif was != "write":
+            # Listed and taken, but each file would end stuck (archived, not removable).
+            self._unreadable[key[0]] = "write"
+            self.log.error(
+                "watch.folder_not_writable",
+                folder=key[0],
+                tenant=folder.cfg.tenant,
+                **problem.fields(),
+            )
+        back = key in self._gone or key[0] in self._missing_reported or was == "read"
+        if not self._arm(key, folder, ident):
+            return
+        found = self.settler.scan_tree(folder, folder.cfg.path)
+        if back:
+            self._gone.discard(key)
+            self._missing_reported.discard(key[0])
+            self.log.warning(
+                "watch.folder_back",
+                folder=key[0],
+                tenant=folder.cfg.tenant,
+                polling=folder.cfg.polling,
+                device_inode=ident_text(ident),
+                files=found,
+            )
+            if self.events is not None:
+                self.events.emit(
+                    "folder.back", "info", folder.cfg.tenant, {"folder": key[0], "files": found}
                 )
-            back = key in self._gone or key[0] in self._missing_reported or was == "read"
-            if not self._arm(key, folder, ident):
-                continue
-            found = self.settler.scan_tree(folder, folder.cfg.path)
-            if back:
-                self._gone.discard(key)
-                self._missing_reported.discard(key[0])
-                self.log.warning(
-                    "watch.folder_back",
-                    folder=key[0],
-                    tenant=folder.cfg.tenant,
-                    polling=folder.cfg.polling,
-                    device_inode=ident_text(ident),
-                    files=found,
-                )
-                if self.events is not None:
-                    self.events.emit(
-                        "folder.back", "info", folder.cfg.tenant, {"folder": key[0], "files": found}
-                    )
-            else:
-                self.log.info(
-                    "watch.added",
-                    folder=key[0],
-                    tenant=folder.cfg.tenant,
-                    polling=folder.cfg.polling,
-                )
+        else:
+            self.log.info(
+                "watch.added", folder=key[0], tenant=folder.cfg.tenant, polling=folder.cfg.polling
+            )
 
     def access_report(self) -> list[dict[str, object]]:
         """The folders the last check found missing or closed to this process, each with
         what it may not do, the owner and mode, and the command that fixes it."""
-        return [self._problems[name] for name in sorted(self._problems)]
+        problems = self._problems  # one published list (``sync_locked`` replaces it whole)
+        return [problems[name] for name in sorted(problems)]
 
     def _report_unreadable(self, name: str, folder: Folder, problem: AccessProblem) -> None:
         fields = problem.fields()
