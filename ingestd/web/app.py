@@ -8,6 +8,7 @@ may they (the capability table), then the page.
     GET  /t/{tenant}/d/{id}/original         the original, re-hashed       (download)
     GET  /t/{tenant}/d/{id}/searchable       the searchable PDF            (download)
     GET  /t/{tenant}/d/{id}/preview.png      page 1 as analysis drew it    (view)
+    GET  /t/{tenant}/d/{id}/page/{n}.png     page n, drawn on first view   (view)
     POST /t/{tenant}/d/{id}/edit             title and date                (edit)
     POST /t/{tenant}/upload                  files into the intake         (upload)
     GET  /t/{tenant}/attention               documents in attention        (attention)
@@ -57,10 +58,11 @@ from ingestd.people.directory import Directory
 from ingestd.search import limits
 from ingestd.search.query import search
 from ingestd.textsafe import shown
-from ingestd.web import guard, i18n
+from ingestd.web import guard, i18n, previews
 
 HERE = Path(__file__).resolve().parent
 PAGE_SIZE = 50
+PREVIEW_PAGES = 100  # a document page shows the previews of its first pages
 FILTERS = ("name", "source", "since", "until", "status", "tag", "correspondent", "type")
 STATUSES = ("queued", "processing", "done", "attention", "failed", "split")
 MAX_FILTERED = 1000  # a query's hits the filters choose from
@@ -334,6 +336,7 @@ def document_page(request: Request) -> Response:
         if doc is None:
             raise HTTPException(404)
         lineage = tx.all("web_document_lineage", {"id": doc_id, "tenant_id": tenant_id})
+        pages = tx.one("web_pages", {"id": doc_id, "tenant_id": tenant_id})
         history = tx.all("trace_audit", {"id": doc_id, "tenant": tenant})
         audit.append(
             tx,
@@ -353,6 +356,12 @@ def document_page(request: Request) -> Response:
         parts=[r for r in lineage if r["parent_id"] == doc_id],
         batch=next((r for r in lineage if r["child_id"] == doc_id), None),
         history=history,
+        pages=(
+            range(1, min(int(pages["page_count"]), PREVIEW_PAGES) + 1)
+            if pages and pages["searchable_pdf"]
+            else range(0)
+        ),
+        more_pages=max(0, int(pages["page_count"]) - PREVIEW_PAGES) if pages else 0,
     )
 
 
@@ -421,6 +430,31 @@ def thumbnail(request: Request) -> Response:
         media_type="image/png",
         headers={"cache-control": "private, max-age=3600"},
     )
+
+
+def page_preview(request: Request) -> Response:
+    """Page n of the searchable PDF as a PNG (previews.py draws it in a child process on
+    first view and keeps it); 404 for a page that is not there or cannot be drawn."""
+    _, _, tenant_id = _scope(request, Action.view)
+    doc_id = _doc_id(request)
+    raw = str(request.path_params["page"])
+    if not raw.isdigit() or len(raw) > 5:
+        raise HTTPException(404)
+    console = _console(request)
+    with console.db.transaction() as tx:
+        row = tx.one("web_pages", {"id": doc_id, "tenant_id": tenant_id})
+    if row is None:
+        raise HTTPException(404)
+    try:
+        png = previews.page_png(
+            console.config.paths.derived_dir,
+            row["searchable_pdf"],
+            int(raw),
+            int(row["page_count"]),
+        )
+    except previews.NoPreview:
+        raise HTTPException(404) from None
+    return Response(png, media_type="image/png", headers={"cache-control": "private, max-age=3600"})
 
 
 def attachment(name: str) -> str:
@@ -759,6 +793,7 @@ def make_app(config: Config, db: Database, store: ArchiveStore) -> Starlette:
         Route("/t/{tenant}/d/{doc}/searchable", download_searchable, methods=["GET"]),
         Route("/t/{tenant}/d/{doc}/edit", edit_document, methods=["POST"]),
         Route("/t/{tenant}/d/{doc}/preview.png", thumbnail, methods=["GET"]),
+        Route("/t/{tenant}/d/{doc}/page/{page}.png", page_preview, methods=["GET"]),
         Route("/t/{tenant}/upload", upload, methods=["POST"]),
         Route("/t/{tenant}/attention", attention_page, methods=["GET"]),
         Route("/t/{tenant}/d/{doc}/requeue", requeue, methods=["POST"]),

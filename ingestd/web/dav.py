@@ -240,12 +240,31 @@ class _Reader(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
-    def readinto(self, buffer: Any) -> int:
+    def _next(self) -> bool:
         while not self._left:
             try:
                 self._left = next(self._chunks)
             except StopIteration:
-                return 0
+                return False
+        return True
+
+    def read(self, size: int | None = -1) -> bytes:
+        """A whole chunk when ``size`` takes it (WsgiDAV reads CHUNK at a time): no copy."""
+        if size is None or size < 0:  # all that is left
+            rest = [self._left, *self._chunks]
+            self._left = b""
+            return b"".join(rest)
+        if not self._next():
+            return b""
+        if size >= len(self._left):
+            out, self._left = self._left, b""
+            return out
+        out, self._left = self._left[:size], self._left[size:]
+        return out
+
+    def readinto(self, buffer: Any) -> int:
+        if not self._next():
+            return 0
         n = min(len(buffer), len(self._left))
         buffer[:n] = self._left[:n]
         self._left = self._left[n:]

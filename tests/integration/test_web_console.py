@@ -18,6 +18,7 @@ from ingestd.db.database import Database
 from ingestd.passwords import hash_password
 from ingestd.people import accounts
 from tests.fixtures.files import pdf_bytes
+from tests.fixtures.scans import text_pdf
 from tests.fixtures.web import PASSWORD, Console, csrf, ingest, metrics_url
 
 
@@ -437,6 +438,59 @@ def test_the_page_preview_is_served_and_never_a_path_outside_derived(console: Co
             tx.raw("UPDATE document_content SET thumbnail = '../../../etc/passwd' "
                    "WHERE document_id = %(d)s", {"d": doc})  # fmt: skip
         assert c.get(f"/t/acme/d/{doc}/preview.png").status_code == 404
+
+
+def _png_width(data: bytes) -> int:
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    return int.from_bytes(data[16:20], "big")  # IHDR's width
+
+
+def test_every_page_is_previewed_drawn_once_and_a_hostile_pdf_costs_only_its_preview(
+    console: Console,
+) -> None:
+    """A three-page searchable PDF: the document page shows three previews, each page is
+    a PNG 800 px wide drawn on first view and kept beside the derived data; page 0, 4 and
+    a non-number are 404, as is another tenant's page. A PDF that is garbage gets 404 for
+    its pages while the console goes on serving."""
+    doc = console.docs["Scan_0815.pdf"]
+    derived = console.env.config.paths.derived_dir
+    pdf = text_pdf(derived / "acme" / "2026" / "01" / "abc" / "searchable.pdf",
+                   [["Seite eins"], ["Seite zwei"], ["Seite drei"]])  # fmt: skip
+    with console.db.transaction() as tx:
+        tid = tx.raw("SELECT id FROM tenants WHERE name = 'acme'")[0]["id"]
+        tx.run(
+            "content_upsert",
+            {
+                "document_id": doc, "tenant_id": tid, "page_count": 3, "pages": ["1", "2", "3"],
+                "content": "x", "languages": "deu",
+                "searchable_pdf": "acme/2026/01/abc/searchable.pdf", "thumbnail": None,
+                "engine": "test", "placeholder_title": None, "derived_title": None,
+                "derived_issued_date": None,
+            },
+        )  # fmt: skip
+        tx.raw("UPDATE documents SET processing_status = 'done' WHERE id = %(d)s", {"d": doc})
+    with console.login("anna") as c:
+        page = c.get(f"/t/acme/d/{doc}").text
+        for n in (1, 2, 3):
+            assert f'src="/t/acme/d/{doc}/page/{n}.png"' in page
+        assert "/page/4.png" not in page
+        first = [c.get(f"/t/acme/d/{doc}/page/{n}.png") for n in (1, 2, 3)]
+        assert [r.status_code for r in first] == [200, 200, 200], (
+            console.env.root / "web.log"
+        ).read_text()[-3000:]
+        assert all(_png_width(r.content) == 800 for r in first)
+        assert len({r.content for r in first}) == 3  # three different pages
+        kept = sorted(p.name.split("-")[0] for p in (pdf.parent / "previews").glob("*.png"))
+        assert kept == ["1", "2", "3"]
+        assert c.get(f"/t/acme/d/{doc}/page/2.png").content == first[1].content
+        for bad in ("0", "4", "x", "1e3", "99999999"):
+            assert c.get(f"/t/acme/d/{doc}/page/{bad}.png").status_code == 404, bad
+        beta = console.docs["Beta_geheim.pdf"]
+        assert c.get(f"/t/acme/d/{beta}/page/1.png").status_code == 404
+
+        pdf.write_bytes(b"%PDF-1.4\n" + b"\xff" * 4096)  # analysed again into garbage
+        assert c.get(f"/t/acme/d/{doc}/page/1.png").status_code == 404
+        assert c.get(f"/t/acme/d/{doc}").status_code == 200  # the console goes on
 
 
 def test_one_person_over_the_rate_gets_429_and_others_go_on(make_env: Any, db: Database) -> None:

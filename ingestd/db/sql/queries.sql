@@ -1403,6 +1403,11 @@ ORDER BY d.id;
 SELECT c.thumbnail FROM document_content c JOIN documents d ON d.id = c.document_id
 WHERE d.id = %(id)s AND d.tenant_id = %(tenant_id)s;
 
+-- name: web_pages
+-- The page count and the searchable PDF (relative to paths.derived) of the tenant's document.
+SELECT c.page_count, c.searchable_pdf FROM document_content c JOIN documents d ON d.id = c.document_id
+WHERE d.id = %(id)s AND d.tenant_id = %(tenant_id)s;
+
 -- name: person_from_directory
 -- A person the directory vouched for: made (no password) or marked as the directory's.
 INSERT INTO people (login, directory) VALUES (%(login)s, 'ldap')

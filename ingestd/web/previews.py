@@ -1,0 +1,98 @@
+"""Page previews for the console's document page: page N of the searchable PDF analysis
+made, as a PNG PREVIEW_WIDTH pixels wide, drawn on first request and kept beside the
+document's other derived data.
+
+Invariants enforced here:
+- the PDF is drawn in a child process (``python -m ingestd.web.render_page``) with a time
+  limit and an address-space limit: a PDF that crashes pdfium, loops or asks for a huge
+  bitmap costs that child, never the console that serves everyone;
+- only a path inside ``paths.derived`` is read or written (a stored path that would
+  leave it is no preview), and the page number is checked against the stored page count;
+- a kept preview is named after the PDF it was drawn from (size and mtime), so a
+  document analysed again never shows the old pages; the previews live in the
+  document's derived directory, so whatever removes that (a purge, a tenant's removal)
+  removes them too. Where that directory is read-only to the console (a derived tree
+  outside its unit's writable paths), each preview is drawn again: slower, still right.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from ingestd import log
+
+PREVIEW_WIDTH = 800  # px: a page readable on a laptop's screen, ~100-200 KB as PNG
+RENDER_SECONDS = 60  # one page, however hostile
+RENDER_MEMORY = 1 << 30  # the child's address space, bytes
+PREVIEWS = "previews"  # the sub-directory of a document's derived directory
+
+
+class NoPreview(Exception):
+    """No preview of this page (no PDF, out of range, drawing failed); the reason."""
+
+
+def page_png(derived_root: Path, searchable_pdf: str | None, page: int, page_count: int) -> bytes:
+    """The PNG of ``page`` (1-based) of the document whose searchable PDF is stored at
+    ``searchable_pdf`` (relative to ``derived_root``). Raises NoPreview."""
+    if not searchable_pdf or not 1 <= page <= page_count:
+        raise NoPreview("no such page")
+    root = derived_root.resolve()
+    pdf = (root / searchable_pdf).resolve()
+    if root not in pdf.parents:
+        raise NoPreview("the stored path leaves paths.derived")
+    try:
+        st = pdf.stat()
+    except OSError as exc:
+        raise NoPreview(f"searchable PDF: {exc.strerror}") from None
+    kept = pdf.parent / PREVIEWS / f"{page}-{PREVIEW_WIDTH}-{st.st_size}-{st.st_mtime_ns}.png"
+    with contextlib.suppress(OSError):
+        return kept.read_bytes()
+    return _render(pdf, page, kept)
+
+
+def _render(pdf: Path, page: int, kept: Path) -> bytes:
+    with tempfile.TemporaryDirectory(prefix="ingestd-preview-") as tmp:
+        out = Path(tmp) / "page.png"
+        command = [
+            sys.executable,
+            "-m",
+            "ingestd.web.render_page",
+            str(pdf),
+            str(page),
+            str(PREVIEW_WIDTH),
+            str(out),
+            str(RENDER_MEMORY),
+        ]
+        try:
+            done = subprocess.run(
+                command, capture_output=True, text=True, timeout=RENDER_SECONDS, check=False
+            )
+        except subprocess.TimeoutExpired:
+            log.get_logger().warning("web.preview_failed", pdf=str(pdf), page=page,
+                                     reason=f"took over {RENDER_SECONDS} s")  # fmt: skip
+            raise NoPreview("drawing the page took too long") from None
+        if done.returncode != 0 or not out.is_file():
+            reason = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
+            log.get_logger().warning("web.preview_failed", pdf=str(pdf), page=page,
+                                     reason=reason[:300])  # fmt: skip
+            raise NoPreview("the page could not be drawn")
+        data = out.read_bytes()
+    _keep(kept, data)
+    return data
+
+
+def _keep(kept: Path, data: bytes) -> None:
+    """Write the preview beside the derived data (atomically); a read-only tree is fine."""
+    try:
+        kept.parent.mkdir(mode=0o750, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".preview-", dir=kept.parent)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, kept)
+    except OSError as exc:
+        log.get_logger().debug("web.preview_not_kept", path=str(kept), error=exc.strerror)
