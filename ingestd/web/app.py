@@ -763,6 +763,7 @@ def _dav(console: Console) -> Any:
         store=console.store,
         logins=console.logins,
         limiter=console.limiter,
+        rate=console.rate,
     )
     return WSGIMiddleware(make_dav_app(ctx), workers=8)
 

@@ -34,6 +34,10 @@ from typing import Any
 from wsgidav.dav_error import HTTP_FORBIDDEN, HTTP_NOT_FOUND, DAVError
 from wsgidav.dav_provider import DAVCollection, DAVNonCollection, DAVProvider
 from wsgidav.dc.base_dc import BaseDomainController
+from wsgidav.error_printer import ErrorPrinter
+from wsgidav.http_authenticator import HTTPAuthenticator
+from wsgidav.mw.base_mw import BaseMiddleware
+from wsgidav.request_resolver import RequestResolver
 from wsgidav.wsgidav_app import WsgiDAVApp
 
 from ingestd import log
@@ -46,7 +50,7 @@ from ingestd.people.accounts import Logins, Person
 from ingestd.people.capabilities import Action, may
 from ingestd.sources.sftp.bans import read_bans, report_failure
 from ingestd.textsafe import shown
-from ingestd.web.guard import LoginLimiter
+from ingestd.web.guard import LoginLimiter, PersonRate
 
 PERSON = "ingestd.person"  # the WSGI environ key the domain controller fills
 _TENANT = re.compile(TENANT_NAME)
@@ -62,6 +66,7 @@ class DavContext:
     store: ArchiveStore
     logins: Logins
     limiter: LoginLimiter
+    rate: PersonRate  # the console's: one budget per person, pages and mount together
 
 
 # -- who: HTTP Basic against the people ------------------------------------------------------
@@ -135,6 +140,31 @@ class PeopleDomainController(BaseDomainController):
 
         with self.ctx.db.transaction() as tx:
             return person(tx, login)
+
+
+class PersonRateLimit(BaseMiddleware):
+    """After authentication: a person past the console's requests per minute gets 429
+    with Retry-After, counted in the same budget as their pages (one person's sync tool
+    cannot starve everyone else's mount or page through an archive at machine speed)."""
+
+    def __call__(self, environ: dict[str, Any], start_response: Any) -> Any:
+        person: Person | None = environ.get(PERSON)
+        ctx: DavContext = self.config["ingestd"]
+        wait = ctx.rate.wait(person.login) if person is not None else 0.0
+        if person is None or wait <= 0:
+            return self.next_app(environ, start_response)
+        log.get_logger().warning("dav.rate_limited", login=shown(person.login),
+                                 retry_after=int(wait) + 1)  # fmt: skip
+        body = b"Too many requests: try again later.\n"
+        start_response(
+            "429 Too Many Requests",
+            [
+                ("Content-Type", "text/plain; charset=utf-8"),
+                ("Content-Length", str(len(body))),
+                ("Retry-After", str(int(wait) + 1)),
+            ],
+        )
+        return [body]
 
 
 def _mountable(p: Person) -> list[str]:
@@ -379,6 +409,9 @@ def make_dav_app(ctx: DavContext) -> WsgiDAVApp:
             "trusted_auth_header": None,
         },
         "ingestd": ctx,
+        # WsgiDAV's stack without CORS and the directory browser (both off), with the
+        # person's rate after authentication.
+        "middleware_stack": [ErrorPrinter, HTTPAuthenticator, PersonRateLimit, RequestResolver],
         "lock_storage": None,
         # A file goes out in the hand-out's pieces (1 MiB), not 8 KiB ones: each block
         # crosses from the WSGI thread to the event loop once.

@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from ingestd.db.database import Database
@@ -495,7 +496,8 @@ def test_every_page_is_previewed_drawn_once_and_a_hostile_pdf_costs_only_its_pre
 
 def test_one_person_over_the_rate_gets_429_and_others_go_on(make_env: Any, db: Database) -> None:
     """requests_per_minute = 10: anna's 11th request within the minute is 429 with
-    Retry-After; rita, logged in meanwhile, is served."""
+    Retry-After; rita, logged in meanwhile, is served. The WebDAV mount has the same
+    per-person rate: dave's 11th PROPFIND is 429 with Retry-After."""
     from tests.fixtures.web import started_console
 
     with started_console(make_env, db, {"requests_per_minute": 10}) as con:
@@ -506,6 +508,14 @@ def test_one_person_over_the_rate_gets_429_and_others_go_on(make_env: Any, db: D
             assert r.status_code == 429 and 0 < int(r.headers["retry-after"]) <= 61
         with con.login("rita") as c:
             assert c.get("/t/acme/").status_code == 200
+        with db.transaction() as tx:
+            accounts.add_member(tx, "dave", "acme", "webdav", hash_password(PASSWORD, rounds=4))
+        with httpx.Client(base_url=con.url, auth=("dave", PASSWORD), timeout=60) as d:
+            codes = [d.request("PROPFIND", "/dav/", headers={"Depth": "0"}).status_code
+                     for _ in range(11)]  # fmt: skip
+            assert codes[:10] == [207] * 10 and codes[10] == 429, codes
+            r = d.request("PROPFIND", "/dav/", headers={"Depth": "0"})
+            assert r.status_code == 429 and 0 < int(r.headers["retry-after"]) <= 61
 
 
 def test_one_ban_list_for_every_front_door(console: Console) -> None:
