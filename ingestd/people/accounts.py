@@ -57,6 +57,7 @@ class Person:
     has_password: bool
     memberships: dict[str, str] = field(default_factory=dict)
     tenant_ids: dict[str, int] = field(default_factory=dict)  # of those tenants
+    sessions_from: float = 0.0  # epoch: a session begun earlier is void (sign-out, password)
 
     def set_in(self, tenant: str) -> str | None:
         """Their capability set in ``tenant`` (None: not a member)."""
@@ -264,9 +265,20 @@ def person(tx: Tx, login: str) -> Person | None:
     found = tx.all("person_memberships", {"login": row["login"]})
     sets = {r["tenant"]: r["capability_set"] for r in found}
     ids = {r["tenant"]: int(r["tenant_id"]) for r in found}
+    since = row["sessions_from"]
     return Person(
-        str(row["login"]), bool(row["admin"]), row["password_hash"] is not None, sets, ids
+        str(row["login"]),
+        bool(row["admin"]),
+        row["password_hash"] is not None,
+        sets,
+        ids,
+        since.timestamp() if since is not None else 0.0,
     )
+
+
+def sign_out(tx: Tx, login: str, at: float) -> None:
+    """End every session of ``login`` that began before ``at`` (epoch seconds)."""
+    tx.run("person_sign_out", {"login": login, "at": at})
 
 
 def from_directory(tx: Tx, found: DirectoryPerson, managed: set[str]) -> Person:

@@ -52,6 +52,7 @@ from ingestd.config.settings import TENANT_NAME, Config
 from ingestd.db.database import Database
 from ingestd.errors import IngestdError, QueryCanceled
 from ingestd.ops import metrics
+from ingestd.people import accounts
 from ingestd.people.accounts import Logins, Person, person
 from ingestd.people.capabilities import ADMIN, TENANT_SETS, Action, may
 from ingestd.people.directory import Directory
@@ -127,8 +128,9 @@ def _who(request: Request) -> Person | None:
         return None
     with _console(request).db.transaction() as tx:
         found = person(tx, login)
-    if found is None:
+    if found is None or at <= found.sessions_from:  # signed out since, or a new password
         request.session.clear()
+        return None
     return found
 
 
@@ -188,7 +190,7 @@ async def login_post(request: Request) -> Response:
         log.get_logger().warning("web.login_failed", address=address, login=shown(login))
         return _page(request, "login.html", 401, error="login_failed")
     request.session.clear()  # a new session: nothing of the one before the login survives
-    request.session.update({"login": found.login, "at": int(time.time())})
+    request.session.update({"login": found.login, "at": time.time()})
     guard.csrf_token(request.session)
     metrics.WEB_LOGINS.labels("web", "ok").inc()
     log.get_logger().info("web.login", address=address, login=found.login)
@@ -220,6 +222,10 @@ async def logout(request: Request) -> Response:
     form = await request.form()
     if not guard.csrf_ok(request.session, form.get("csrf")):
         raise HTTPException(403)
+    login = request.session.get("login")
+    if isinstance(login, str):  # every copy of this session's cookie ends with it
+        with _console(request).db.transaction() as tx:
+            accounts.sign_out(tx, login, time.time())
     request.session.clear()
     return RedirectResponse("/login", status_code=303)
 
@@ -619,11 +625,9 @@ def arrivals_page(request: Request) -> Response:
 
 
 def members_page(request: Request) -> Response:
-    from ingestd.people import accounts as people
-
     me, tenant, _ = _scope(request, Action.members)
     with _console(request).db.transaction() as tx:
-        rows = people.listing(tx, tenant)
+        rows = accounts.listing(tx, tenant)
     return _page(
         request, "members.html", me=me, tenant=tenant, role=me.set_in(tenant), rows=rows,
         sets=TENANT_SETS,
@@ -633,8 +637,6 @@ def members_page(request: Request) -> Response:
 async def member_change(request: Request) -> Response:
     """An owner changes a member's set or removes the membership (never their own: an
     owner cannot lock the tenant out of its last owner by accident)."""
-    from ingestd.people import accounts as people
-
     form = await _form(request)
     me, tenant, _ = await run_in_threadpool(_scope, request, Action.members)
     login = str(request.path_params["login"])[:200]
@@ -644,13 +646,13 @@ async def member_change(request: Request) -> Response:
 
     def change() -> None:
         with _console(request).db.transaction() as tx:
-            found = people.person(tx, login)
+            found = accounts.person(tx, login)
             if found is None or found.set_in(tenant) is None:
                 raise HTTPException(404)
             if action == "remove":
-                people.remove(tx, found.login, tenant=tenant)
+                accounts.remove(tx, found.login, tenant=tenant)
             elif action in TENANT_SETS:
-                people.add_member(tx, found.login, tenant, action)
+                accounts.add_member(tx, found.login, tenant, action)
             else:
                 raise HTTPException(400, detail="action: remove or a capability set")
         log.get_logger().info(

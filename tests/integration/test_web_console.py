@@ -171,6 +171,27 @@ def test_the_session_key_is_the_service_user_s_alone(console: Console) -> None:
     assert Path(key).parent.stat().st_mode & 0o077 == 0
 
 
+def test_a_copied_session_ends_at_logout_and_at_a_new_password(console: Console) -> None:
+    """The session is a signed cookie, yet a copy of it does not outlive the person's
+    logout, nor a new password set with `ingestd user passwd`: both answer with the login
+    page. A login afterwards works as before."""
+    with console.login("anna") as c:
+        assert c.get("/t/acme/").status_code == 200
+        with console.client(cookies=dict(c.cookies)) as copy:
+            assert copy.get("/t/acme/").status_code == 200
+            token = csrf(c, "/t/acme/")
+            assert c.post("/logout", data={"csrf": token}).status_code == 303
+            r = copy.get("/t/acme/")
+            assert r.status_code == 303 and r.headers["location"] == "/login"
+    with console.login("anna") as c:
+        assert c.get("/t/acme/").status_code == 200
+        with console.db.transaction() as tx:
+            accounts.set_password(tx, "anna", hash_password(PASSWORD, rounds=4))
+        assert c.get("/t/acme/").status_code == 303
+    with console.login("anna") as c:
+        assert c.get("/t/acme/").status_code == 200
+
+
 def test_a_user_uploads_and_edits_a_readonly_member_sees_no_control_and_is_refused(
     console: Console,
 ) -> None:

@@ -1235,8 +1235,13 @@ DELETE FROM arrivals WHERE tenant = %(tenant)s;
 
 -- ===================================================================== people (issue 31)
 -- name: person_get
-SELECT login, password_hash, admin, created_at, password_set_at, directory
+SELECT login, password_hash, admin, created_at, password_set_at, directory,
+       GREATEST(sessions_from, password_set_at) AS sessions_from
 FROM people WHERE lower(login) = lower(%(login)s);
+
+-- name: person_sign_out
+-- Every session of the person that began before now ends (the console's logout).
+UPDATE people SET sessions_from = to_timestamp(%(at)s) WHERE login = %(login)s;
 
 -- name: person_insert
 INSERT INTO people (login, password_hash, admin, password_set_at)
