@@ -342,7 +342,7 @@ def document_page(request: Request) -> Response:
         if doc is None:
             raise HTTPException(404)
         lineage = tx.all("web_document_lineage", {"id": doc_id, "tenant_id": tenant_id})
-        pages = tx.one("web_pages", {"id": doc_id, "tenant_id": tenant_id})
+        pages = tx.one("web_content_files", {"id": doc_id, "tenant_id": tenant_id})
         history = tx.all("trace_audit", {"id": doc_id, "tenant": tenant})
         audit.append(
             tx,
@@ -424,12 +424,10 @@ def thumbnail(request: Request) -> Response:
     doc_id = _doc_id(request)
     console = _console(request)
     with console.db.transaction() as tx:
-        row = tx.one("web_thumbnail", {"id": doc_id, "tenant_id": tenant_id})
-    if row is None or not row["thumbnail"]:
-        raise HTTPException(404)
-    root = console.config.paths.derived_dir.resolve()
-    path = (root / str(row["thumbnail"])).resolve()
-    if root not in path.parents or not path.is_file():
+        row = tx.one("web_content_files", {"id": doc_id, "tenant_id": tenant_id})
+    stored = row["thumbnail"] if row is not None else None
+    path = previews.derived_file(console.config.paths.derived_dir, stored)
+    if path is None or not path.is_file():
         raise HTTPException(404)
     return Response(
         path.read_bytes(),
@@ -448,7 +446,7 @@ def page_preview(request: Request) -> Response:
         raise HTTPException(404)
     console = _console(request)
     with console.db.transaction() as tx:
-        row = tx.one("web_pages", {"id": doc_id, "tenant_id": tenant_id})
+        row = tx.one("web_content_files", {"id": doc_id, "tenant_id": tenant_id})
     if row is None:
         raise HTTPException(404)
     try:

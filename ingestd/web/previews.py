@@ -36,15 +36,22 @@ class NoPreview(Exception):
     """No preview of this page (no PDF, out of range, drawing failed); the reason."""
 
 
+def derived_file(derived_root: Path, stored: str | None) -> Path | None:
+    """The file a stored path names inside ``derived_root``; None for no path or one that
+    would leave it (a path from the database is not trusted to stay inside)."""
+    if not stored:
+        return None
+    root = derived_root.resolve()
+    path = (root / stored).resolve()
+    return path if root in path.parents else None
+
+
 def page_png(derived_root: Path, searchable_pdf: str | None, page: int, page_count: int) -> bytes:
     """The PNG of ``page`` (1-based) of the document whose searchable PDF is stored at
     ``searchable_pdf`` (relative to ``derived_root``). Raises NoPreview."""
-    if not searchable_pdf or not 1 <= page <= page_count:
+    pdf = derived_file(derived_root, searchable_pdf)
+    if pdf is None or not 1 <= page <= page_count:
         raise NoPreview("no such page")
-    root = derived_root.resolve()
-    pdf = (root / searchable_pdf).resolve()
-    if root not in pdf.parents:
-        raise NoPreview("the stored path leaves paths.derived")
     try:
         st = pdf.stat()
     except OSError as exc:

@@ -1403,14 +1403,11 @@ JOIN tags g ON g.id = dt.tag_id AND g.tenant_id = d.tenant_id
 WHERE t.name = %(tenant)s AND g.name = %(tag)s AND d.trashed_at IS NULL
 ORDER BY d.id;
 
--- name: web_thumbnail
--- The page-1 preview analysis made (relative to paths.derived), of the tenant's document.
-SELECT c.thumbnail FROM document_content c JOIN documents d ON d.id = c.document_id
-WHERE d.id = %(id)s AND d.tenant_id = %(tenant_id)s;
-
--- name: web_pages
--- The page count and the searchable PDF (relative to paths.derived) of the tenant's document.
-SELECT c.page_count, c.searchable_pdf FROM document_content c JOIN documents d ON d.id = c.document_id
+-- name: web_content_files
+-- What analysis drew of the tenant's document (paths relative to paths.derived): the page-1
+-- thumbnail, the searchable PDF and its page count.
+SELECT c.thumbnail, c.searchable_pdf, c.page_count
+FROM document_content c JOIN documents d ON d.id = c.document_id
 WHERE d.id = %(id)s AND d.tenant_id = %(tenant_id)s;
 
 -- name: person_from_directory

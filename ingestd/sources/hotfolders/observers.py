@@ -196,8 +196,7 @@ class FolderObservers:
             problems.pop(key[0], None)
             self._check_folder(key, folder, problems)
             self._problems = dict(problems)
-        if not desired:
-            self._problems = {}
+        self._problems = problems  # (also when no folder is left to check)
 
     def _check_folder(
         self, key: FolderKey, folder: Folder, problems: dict[str, dict[str, object]]
