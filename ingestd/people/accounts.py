@@ -130,7 +130,7 @@ def add_member(
             detail={"login": stored, "from": previous, "set": capability_set, "by": by},
         )
     if new and password_hash is not None:
-        _password_entry(tx, stored)
+        _password_entry(tx, stored, by)
     has = password_hash is not None or _has_password(tx, stored)
     return Change(stored, new, previous, has)
 
@@ -149,13 +149,15 @@ def grant_admin(
     if not was_admin:
         _appliance_entry(tx, AuditKind.admin_granted, stored, by or audit.actor())
     if new and password_hash is not None:
-        _password_entry(tx, stored)
+        _password_entry(tx, stored, by)
     return Change(stored, new, ADMIN if was_admin else None, row["password_hash"] is not None)
 
 
-def set_password(tx: Tx, login: str, password_hash: str) -> str:
-    """Give ``login`` a new password hash (recorded in chain 0, never the hash); NotFound
-    for a login that names nobody."""
+def set_password(
+    tx: Tx, login: str, password_hash: str, *, by: dict[str, object] | None = None
+) -> str:
+    """Give ``login`` a new password hash (recorded in chain 0 as set ``by``, never the
+    hash); NotFound for a login that names nobody, UsageError for a directory person."""
     row = _person_row(tx, login)
     if row is None:
         raise NotFound(f"no person {audit.recordable(login)!r}: `ingestd user add` first")
@@ -165,12 +167,33 @@ def set_password(tx: Tx, login: str, password_hash: str) -> str:
             "there (a password set here would take precedence over the directory)"
         )
     tx.run("person_set_password", {"login": row["login"], "password_hash": password_hash})
-    _password_entry(tx, str(row["login"]))
+    _password_entry(tx, str(row["login"]), by)
     return str(row["login"])
 
 
-def _password_entry(tx: Tx, login: str) -> None:
-    _appliance_entry(tx, AuditKind.person_password_set, login, audit.actor())
+def first_password_refusal(tx: Tx, login: str, tenant: str) -> str | None:
+    """Why an owner of ``tenant`` may not hand ``login`` a link to set their first
+    password, else None. Only a local person without a password, no admin and a member of
+    ``tenant`` alone: an owner never gets to choose the password of someone who can reach
+    more than the owner's own tenant (that is the admin's `ingestd user passwd`)."""
+    row = _person_row(tx, login)
+    found = person(tx, login)
+    if row is None or found is None or found.set_in(tenant) is None:
+        return "no member of this archive has that login"
+    if row["directory"] != "local":
+        return f"{found.login} logs in with the directory's password"
+    if found.has_password:
+        return f"{found.login} has a password already (they change it under their account)"
+    if found.admin or set(found.memberships) != {tenant}:
+        return (
+            f"{found.login} reaches more than this archive: the appliance's admin sets their "
+            f"password (ingestd user passwd {found.login})"
+        )
+    return None
+
+
+def _password_entry(tx: Tx, login: str, by: dict[str, object] | None = None) -> None:
+    _appliance_entry(tx, AuditKind.person_password_set, login, by or audit.actor())
 
 
 def _appliance_entry(tx: Tx, kind: AuditKind, login: str, by: dict[str, object]) -> None:

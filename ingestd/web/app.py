@@ -14,6 +14,10 @@ may they (the capability table), then the page.
     GET  /t/{tenant}/attention               documents in attention        (attention)
     GET  /t/{tenant}/arrivals                every file that arrived, and why (arrivals)
     GET  /t/{tenant}/members, POST .../members/{login}   people and their sets (members)
+    POST /t/{tenant}/members                 a new member                  (members)
+    POST /t/{tenant}/members/{login}/welcome a link to set a first password (members)
+    GET  /welcome/{token}, POST              a new member sets their password (the link)
+    GET  /account, POST /account/password    one's own archives and password
     GET  /admin                              what `ingestd status` shows   (admin: status)
     POST /t/{tenant}/d/{id}/requeue|done     analyse again / accept as is  (attention)
 
@@ -45,12 +49,12 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
-from ingestd import log
+from ingestd import log, passwords
 from ingestd.archive import audit, handout
 from ingestd.archive.store import ArchiveStore
 from ingestd.config.settings import TENANT_NAME, Config
 from ingestd.db.database import Database
-from ingestd.errors import IngestdError, QueryCanceled
+from ingestd.errors import IngestdError, QueryCanceled, UsageError
 from ingestd.ops import metrics
 from ingestd.people import accounts
 from ingestd.people.accounts import Logins, Person, person
@@ -59,7 +63,7 @@ from ingestd.people.directory import Directory
 from ingestd.search import limits
 from ingestd.search.query import search
 from ingestd.textsafe import shown
-from ingestd.web import guard, i18n, previews, streaming
+from ingestd.web import guard, i18n, previews, streaming, welcome
 
 HERE = Path(__file__).resolve().parent
 PAGE_SIZE = 50
@@ -81,6 +85,7 @@ class Console:
     limiter: guard.LoginLimiter
     rate: guard.PersonRate
     templates: Jinja2Templates
+    secret: str  # the session key: it signs the cookies and the first-password links
 
 
 def _console(request: Request) -> Console:
@@ -162,7 +167,8 @@ def _scope(request: Request, action: Action) -> tuple[Person, str, int]:
 def login_form(request: Request) -> Response:
     if _who(request) is not None:
         return RedirectResponse("/", status_code=303)
-    return _page(request, "login.html")
+    notice = "first_password_set" if request.query_params.get("welcome") == "1" else None
+    return _page(request, "login.html", notice=notice)
 
 
 async def login_post(request: Request) -> Response:
@@ -661,6 +667,163 @@ async def member_change(request: Request) -> Response:
     return RedirectResponse(f"/t/{tenant}/members", status_code=303)
 
 
+async def member_add(request: Request) -> Response:
+    """An owner makes a login a member with a set: a new person (who gets a password
+    through the link the owner is offered next), or an existing one who keeps theirs."""
+    form = await _form(request)
+    me, tenant, _ = await run_in_threadpool(_scope, request, Action.members)
+    login = str(form.get("login") or "").strip()[:200]
+    capability_set = str(form.get("set") or "")
+    try:
+        accounts.check_login(login)
+        accounts.check_set(capability_set)
+    except UsageError as exc:
+        raise HTTPException(400, detail=str(exc)) from None
+    if login.lower() == me.login.lower():
+        raise HTTPException(400, detail="your own membership: ask another owner or the admin")
+
+    def add() -> accounts.Change:
+        with _console(request).db.transaction() as tx:
+            return accounts.add_member(
+                tx, login, tenant, capability_set, by=_web_actor(request, me)
+            )
+
+    done = await run_in_threadpool(add)
+    log.get_logger().info(
+        "web.member_added", tenant=tenant, login=done.login, set=capability_set,
+        new_person=done.new_person, by=me.login,
+    )  # fmt: skip
+    return RedirectResponse(f"/t/{tenant}/members", status_code=303)
+
+
+async def first_password_link(request: Request) -> Response:
+    """An owner asks for the link a new member sets their first password with; shown once
+    on this page (never logged or stored), good for welcome.WELCOME_DAYS."""
+    await _form(request)
+    me, tenant, _ = await run_in_threadpool(_scope, request, Action.members)
+    login = str(request.path_params["login"])[:200]
+    console = _console(request)
+
+    def check() -> str | None:
+        with console.db.transaction() as tx:
+            return accounts.first_password_refusal(tx, login, tenant)
+
+    refusal = await run_in_threadpool(check)
+    if refusal is not None:
+        raise HTTPException(400, detail=refusal)
+    token = welcome.make(console.secret, login, tenant, me.login)
+    log.get_logger().info("web.first_password_link", tenant=tenant, login=login, by=me.login)
+    response = _page(
+        request, "welcome_link.html", me=me, tenant=tenant, role=me.set_in(tenant),
+        login=login, link=f"{str(request.base_url).rstrip('/')}/welcome/{token}",
+        days=welcome.WELCOME_DAYS,
+    )  # fmt: skip
+    response.headers["cache-control"] = "no-store"
+    return response
+
+
+def _welcome(request: Request) -> welcome.Welcome:
+    """The link's promise if it still holds (signed, in time, the person still without a
+    password and a member of that archive alone); 404 otherwise."""
+    console = _console(request)
+    found = welcome.read(console.secret, str(request.path_params["token"]))
+    if found is None:
+        raise HTTPException(404)
+    with console.db.transaction() as tx:
+        if accounts.first_password_refusal(tx, found.login, found.tenant) is not None:
+            raise HTTPException(404)
+    return found
+
+
+def welcome_form(request: Request) -> Response:
+    found = _welcome(request)
+    response = _page(request, "welcome.html", login=found.login, tenant=found.tenant)
+    response.headers["cache-control"] = "no-store"
+    return response
+
+
+def _new_password(form: Any) -> str:
+    """The new password of a form (typed twice), or 400 saying what is wrong with it."""
+    new = str(form.get("new") or "")
+    if new != str(form.get("again") or ""):
+        raise HTTPException(400, detail="the two new passwords differ")
+    problem = passwords.new_password_problem(new)
+    if problem is not None:
+        raise HTTPException(400, detail=problem)
+    return new
+
+
+async def welcome_post(request: Request) -> Response:
+    form = await _form(request)
+    found = await run_in_threadpool(_welcome, request)
+    new = _new_password(form)
+    hashed = await run_in_threadpool(passwords.hash_password, new)
+    console = _console(request)
+
+    def store() -> None:
+        with console.db.transaction() as tx:  # checked again inside: a link is used once
+            if accounts.first_password_refusal(tx, found.login, found.tenant) is not None:
+                raise HTTPException(404)
+            accounts.set_password(
+                tx, found.login, hashed,
+                by={"login": found.login, "address": _address(request), "via": "web",
+                    "link_from": found.by},
+            )  # fmt: skip
+
+    await run_in_threadpool(store)
+    log.get_logger().info(
+        "web.first_password_set", tenant=found.tenant, login=found.login, link_from=found.by
+    )
+    return RedirectResponse("/login?welcome=1", status_code=303)
+
+
+def account_page(request: Request) -> Response:
+    """The person's own page: their archives and sets, and a new password."""
+    me = _required(request)
+    with _console(request).db.transaction() as tx:
+        row = tx.one("person_get", {"login": me.login})
+    local = row is not None and row["directory"] == "local"
+    return _page(
+        request, "account.html", me=me, memberships=sorted(me.memberships.items()),
+        local=local, changed=request.query_params.get("changed") == "1",
+    )  # fmt: skip
+
+
+async def account_password(request: Request) -> Response:
+    """A new password for oneself: the current one first (its failures count as failed
+    logins), then every other session of the person ends; this one goes on."""
+    form = await _form(request)
+    me = await run_in_threadpool(_required, request)
+    console = _console(request)
+    address = _address(request)
+    if max(console.limiter.refused(address, me.login), _banned(console, address)) > 0:
+        raise HTTPException(429, headers={"retry-after": "60"})
+    current = str(form.get("current") or "")[:1024]
+    checked = await run_in_threadpool(console.logins.check, me.login, current)
+    if checked is None or checked.login != me.login:
+        console.limiter.failed(address, me.login)
+        _report(console, address)
+        log.get_logger().warning("web.password_change_refused", login=me.login, address=address)
+        raise HTTPException(403, detail="the current password is not right")
+    new = _new_password(form)
+    hashed = await run_in_threadpool(passwords.hash_password, new)
+
+    def store() -> None:
+        with console.db.transaction() as tx:
+            accounts.set_password(tx, me.login, hashed, by=_web_actor(request, me))
+
+    try:
+        await run_in_threadpool(store)
+    except UsageError as exc:  # a directory person: their password is the directory's
+        raise HTTPException(400, detail=str(exc)) from None
+    # The new password ended every session begun before it; this browser starts anew.
+    request.session.clear()
+    request.session.update({"login": me.login, "at": time.time()})
+    guard.csrf_token(request.session)
+    log.get_logger().info("web.password_changed", login=me.login, address=address)
+    return RedirectResponse("/account?changed=1", status_code=303)
+
+
 def admin_page(request: Request) -> Response:
     """What `ingestd status` shows, for the appliance's admins."""
     from ingestd.ops.status_report import gather
@@ -781,6 +944,7 @@ def make_app(config: Config, db: Database, store: ArchiveStore) -> Starlette:
         limiter=guard.LoginLimiter(web.login_failures, web.login_window_seconds),
         rate=guard.PersonRate(web.requests_per_minute),
         templates=templates,
+        secret=guard.session_key(config.paths.state_dir),
     )
     _forget_unfinished(config)
     routes = [
@@ -801,7 +965,13 @@ def make_app(config: Config, db: Database, store: ArchiveStore) -> Starlette:
         Route("/t/{tenant}/d/{doc}/done", mark_done, methods=["POST"]),
         Route("/t/{tenant}/arrivals", arrivals_page, methods=["GET"]),
         Route("/t/{tenant}/members", members_page, methods=["GET"]),
+        Route("/t/{tenant}/members", member_add, methods=["POST"]),
         Route("/t/{tenant}/members/{login}", member_change, methods=["POST"]),
+        Route("/t/{tenant}/members/{login}/welcome", first_password_link, methods=["POST"]),
+        Route("/welcome/{token}", welcome_form, methods=["GET"]),
+        Route("/welcome/{token}", welcome_post, methods=["POST"]),
+        Route("/account", account_page, methods=["GET"]),
+        Route("/account/password", account_password, methods=["POST"]),
         Route("/admin", admin_page, methods=["GET"]),
         Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
         Mount("/dav", app=_dav(console)),
@@ -813,7 +983,7 @@ def make_app(config: Config, db: Database, store: ArchiveStore) -> Starlette:
             Middleware(guard.SecurityHeaders, https=web.secure),
             Middleware(
                 SessionMiddleware,
-                secret_key=guard.session_key(config.paths.state_dir),
+                secret_key=console.secret,
                 session_cookie="ingestd_session",
                 max_age=web.session_minutes * 60,
                 same_site="strict",

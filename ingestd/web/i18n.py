@@ -75,6 +75,35 @@ TEXTS: dict[str, dict[str, str]] = {
         "pools": "Worker pools",
         "spool": "SFTP spool",
         "bans": "Banned addresses",
+        "account": "Your account",
+        "back_members": "Back to the people",
+        "home": "Back to your archives",
+        "add_member": "Add a person",
+        "add": "Add",
+        "add_member_hint": (
+            "A new person cannot log in until they set a password: give them the link the "
+            "button next to their name makes."
+        ),
+        "first_password_link": "Link to set a password",
+        "first_password_link_hint": (
+            "Give this link to the person (it is shown only now): it lets them set their "
+            "password once."
+        ),
+        "days": "days",
+        "set_password": "Set your password",
+        "welcome_hint": "Choose the password you will log in with as",
+        "first_password_set": "Your password is set: log in with it.",
+        "change_password": "Change your password",
+        "change_password_hint": (
+            "Your other sessions (other browsers, other devices) end with the change."
+        ),
+        "current_password": "Current password",
+        "new_password": "New password (at least 8 characters)",
+        "new_password_again": "New password again",
+        "password_changed": "Your password is changed; your other sessions have ended.",
+        "directory_password": (
+            "You log in with your directory (Active Directory/LDAP) password: change it there."
+        ),
     },
     "de": {
         "title": "ingestd Archiv",
@@ -143,6 +172,36 @@ TEXTS: dict[str, dict[str, str]] = {
         "pools": "Worker-Pools",
         "spool": "SFTP-Spool",
         "bans": "Gesperrte Adressen",
+        "account": "Ihr Konto",
+        "back_members": "Zurück zu den Personen",
+        "home": "Zurück zu Ihren Archiven",
+        "add_member": "Person hinzufügen",
+        "add": "Hinzufügen",
+        "add_member_hint": (
+            "Eine neue Person kann sich erst anmelden, wenn sie ein Passwort gesetzt hat: "
+            "geben Sie ihr den Link, den die Schaltfläche neben ihrem Namen erzeugt."
+        ),
+        "first_password_link": "Link zum Setzen des Passworts",
+        "first_password_link_hint": (
+            "Geben Sie diesen Link der Person (er wird nur jetzt angezeigt): Mit ihm setzt "
+            "sie einmal ihr Passwort."
+        ),
+        "days": "Tage",
+        "set_password": "Passwort festlegen",
+        "welcome_hint": "Wählen Sie das Passwort, mit dem Sie sich anmelden als",
+        "first_password_set": "Ihr Passwort ist gesetzt: Melden Sie sich damit an.",
+        "change_password": "Passwort ändern",
+        "change_password_hint": (
+            "Ihre anderen Sitzungen (andere Browser, andere Geräte) enden mit der Änderung."
+        ),
+        "current_password": "Aktuelles Passwort",
+        "new_password": "Neues Passwort (mindestens 8 Zeichen)",
+        "new_password_again": "Neues Passwort wiederholen",
+        "password_changed": "Ihr Passwort ist geändert; Ihre anderen Sitzungen sind beendet.",
+        "directory_password": (
+            "Sie melden sich mit dem Passwort Ihres Verzeichnisses (Active Directory/LDAP) "
+            "an: Ändern Sie es dort."
+        ),
     },
 }
 

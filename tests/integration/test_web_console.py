@@ -431,6 +431,100 @@ def test_an_owner_sees_arrivals_and_manages_people_an_admin_sees_the_appliance(
         assert c.get("/t/acme/").status_code == 404  # an admin sees no tenant's documents
 
 
+def test_an_owner_adds_a_person_who_sets_their_password_once_through_the_link(
+    console: Console,
+) -> None:
+    """bert (beta owner) adds clara in the browser and asks for her link: shown once, not
+    cached; clara sets her password through it (typed twice, the rules of every password),
+    the link is void after, and the audit names bert as the one who handed it out. A link
+    is refused for a person with a password or one who reaches another archive (the owner
+    must never choose the password of someone who can see more than his archive); an
+    altered link is 404; bad logins, sets and a missing token change nothing."""
+    with console.db.transaction() as tx:
+        accounts.add_member(tx, "dora", "beta", "readonly")
+        accounts.add_member(tx, "dora", "acme", "readonly")  # no password, two archives
+    with console.login("bert") as c:
+        token = csrf(c, "/t/beta/members")
+        for bad in ({"login": "cla ra", "set": "user"}, {"login": "clara", "set": "admin"},
+                    {"login": "bert", "set": "readonly"}):  # fmt: skip
+            assert c.post("/t/beta/members", data={"csrf": token, **bad}).status_code == 400
+        assert c.post("/t/beta/members", data={"login": "clara", "set": "user"}).status_code == 403
+        r = c.post("/t/beta/members", data={"csrf": token, "login": "clara", "set": "user"})
+        assert r.status_code == 303
+        assert "clara" in c.get("/t/beta/members").text
+        page = c.post("/t/beta/members/clara/welcome", data={"csrf": token})
+        assert page.status_code == 200 and page.headers["cache-control"] == "no-store"
+        found = re.search(r'value="(http://[^"]+/welcome/([^"]+))"', page.text)
+        assert found, page.text
+        link = found.group(2)
+        for other in ("anna", "dora", "bert", "nobody"):
+            r = c.post(f"/t/beta/members/{other}/welcome", data={"csrf": token})
+            assert r.status_code == 400, other
+    with console.login("anna") as c:  # a user of acme: not the owner's business
+        assert c.post("/t/acme/members", data={"csrf": csrf(c, "/t/acme/"), "login": "x",
+                                               "set": "user"}).status_code == 403  # fmt: skip
+    with console.client() as anonymous:
+        assert anonymous.get(f"/welcome/{link[:-2]}xy").status_code == 404
+        form = anonymous.get(f"/welcome/{link}")
+        assert form.status_code == 200 and "clara" in form.text
+        token = csrf(anonymous, f"/welcome/{link}")
+        for new, again in (("lang genug 1", "lang genug 2"), ("kurz", "kurz")):
+            r = anonymous.post(f"/welcome/{link}", data={"csrf": token, "new": new,
+                                                         "again": again})  # fmt: skip
+            assert r.status_code == 400
+        r = anonymous.post(
+            f"/welcome/{link}",
+            data={"csrf": token, "new": "Claras Passwort", "again": "Claras Passwort"},
+        )
+        assert r.status_code == 303 and r.headers["location"] == "/login?welcome=1"
+        assert anonymous.get(f"/welcome/{link}").status_code == 404  # used: void
+        r = anonymous.post(f"/welcome/{link}", data={"csrf": token, "new": "ein anderes 12",
+                                                     "again": "ein anderes 12"})  # fmt: skip
+        assert r.status_code == 404
+    with console.login("clara", "Claras Passwort") as c:
+        assert c.get("/t/beta/").status_code == 200
+        assert c.get("/t/acme/").status_code == 404
+    (entry,) = [
+        e for e in _entries(console.db, "person.password_set") if e["detail"]["login"] == "clara"
+    ]
+    assert entry["detail"]["by"]["link_from"] == "bert"
+    added = [e for e in _entries(console.db, "member.added") if e["detail"]["login"] == "clara"]
+    assert added[0]["detail"]["by"]["login"] == "bert"
+
+
+def test_a_person_changes_their_own_password_and_their_other_sessions_end(console: Console) -> None:
+    """anna changes her password on her account page: the current one is asked first (a
+    wrong one is a failed login), the new one twice; her session in another browser ends,
+    this one goes on, and the new password is the one that logs in."""
+    with console.login("anna") as elsewhere, console.login("anna") as c:
+        assert elsewhere.get("/t/acme/").status_code == 200
+        page = c.get("/account")
+        assert page.status_code == 200 and "acme" in page.text
+        token = csrf(c, "/account")
+        wrong = {"csrf": token, "current": "falsch!!", "new": "neu und lang", "again":
+                 "neu und lang"}  # fmt: skip
+        assert c.post("/account/password", data=wrong).status_code == 403
+        differ = {"csrf": token, "current": PASSWORD, "new": "neu und lang", "again": "anders"}
+        assert c.post("/account/password", data=differ).status_code == 400
+        assert c.post("/account/password", data={**differ, "again": "neu und lang",
+                                                  "csrf": "x"}).status_code == 403  # fmt: skip
+        r = c.post("/account/password", data={**differ, "again": "neu und lang"})
+        assert r.status_code == 303 and r.headers["location"] == "/account?changed=1"
+        assert c.get("/account?changed=1").status_code == 200
+        assert c.get("/t/acme/").status_code == 200  # this session goes on
+        r = elsewhere.get("/t/acme/")
+        assert r.status_code == 303 and r.headers["location"] == "/login"
+    with console.client() as c:
+        r = c.post("/login", data={"login": "anna", "password": PASSWORD, "csrf": csrf(c)})
+        assert r.status_code == 401
+    with console.login("anna", "neu und lang") as c:
+        assert c.get("/t/acme/").status_code == 200
+    *_, entry = [
+        e for e in _entries(console.db, "person.password_set") if e["detail"]["login"] == "anna"
+    ]
+    assert entry["detail"]["by"]["via"] == "web" and entry["detail"]["by"]["login"] == "anna"
+
+
 def test_the_page_preview_is_served_and_never_a_path_outside_derived(console: Console) -> None:
     """The document's page-1 PNG is shown inline to a member; a stored path that would
     leave paths.derived is 404, as is another tenant's document."""
