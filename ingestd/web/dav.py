@@ -74,7 +74,8 @@ class PeopleDomainController(BaseDomainController):
     """Basic authentication by a person's login and password. A good answer is cached a
     minute (keyed by an HMAC of the password with a key of this process), so a client
     that sends credentials with every request costs one bcrypt check a minute, not one
-    per request; failures count towards the console's login throttle."""
+    per request; a new password or a sign-out since the check voids it at the next
+    request. Failures count towards the console's login throttle."""
 
     CACHE_SECONDS = 60.0
 
@@ -82,7 +83,7 @@ class PeopleDomainController(BaseDomainController):
         super().__init__(wsgidav_app, config)
         self.ctx: DavContext = config["ingestd"]
         self._key = secrets.token_bytes(32)
-        self._cache: dict[tuple[str, bytes], float] = {}
+        self._cache: dict[tuple[str, bytes], tuple[float, float]] = {}  # (until, checked at)
         self._lock = threading.Lock()
 
     def get_domain_realm(self, path_info: str, environ: dict[str, Any]) -> str:
@@ -105,10 +106,10 @@ class PeopleDomainController(BaseDomainController):
         tag = hmac.new(self._key, password.encode("utf-8", "surrogateescape"), "sha256").digest()
         now = time.monotonic()
         with self._lock:
-            fresh = self._cache.get((login.lower(), tag), 0.0) > now
-        if fresh:
-            found = self._person(login)
-        else:
+            until, checked = self._cache.get((login.lower(), tag), (0.0, 0.0))
+        found = self._person(login) if until > now else None
+        # A new password (or a sign-out in the console) since the check voids it at once.
+        if found is None or found.sessions_from >= checked:
             if self.ctx.limiter.refused(address, login) > 0 or self._banned(address):
                 metrics.WEB_LOGINS.labels("webdav", "throttled").inc()
                 log.get_logger().warning("dav.login_throttled", address=address, login=shown(login))
@@ -125,7 +126,7 @@ class PeopleDomainController(BaseDomainController):
             with self._lock:
                 if len(self._cache) > 10_000:
                     self._cache.clear()
-                self._cache[(login.lower(), tag)] = now + self.CACHE_SECONDS
+                self._cache[(login.lower(), tag)] = (now + self.CACHE_SECONDS, time.time())
         if found is None or not _mountable(found):
             return False
         environ[PERSON] = found

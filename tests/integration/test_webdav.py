@@ -74,6 +74,18 @@ def test_a_download_is_the_archive_s_bytes_and_audited(dav: Console) -> None:
     assert [(d["by"]["login"], d["to"]) for d in by] == [("dave", "webdav")]
 
 
+def test_a_new_password_ends_the_old_one_on_the_mount_at_once(dav: Console) -> None:
+    """The mount remembers a good password a minute (one bcrypt check a minute for a
+    client that sends it with every request), but a new password set since voids that at
+    the next request: the old one is 401 at once, the new one works."""
+    assert _propfind(dav, "/dav/", ("dave", PASSWORD)).status_code == 207
+    assert _propfind(dav, "/dav/", ("dave", PASSWORD)).status_code == 207  # remembered
+    with dav.db.transaction() as tx:
+        accounts.set_password(tx, "dave", hash_password("ein neues Passwort", rounds=4))
+    assert _propfind(dav, "/dav/", ("dave", PASSWORD)).status_code == 401
+    assert _propfind(dav, "/dav/", ("dave", "ein neues Passwort")).status_code == 207
+
+
 @pytest.mark.parametrize("method", ["PUT", "DELETE", "MKCOL", "MOVE", "COPY", "PROPPATCH", "LOCK"])
 def test_every_write_method_is_refused_and_changes_nothing(dav: Console, method: str) -> None:
     """403 or 405 for each write method, on the file and on its folder; the archive and
