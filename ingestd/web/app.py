@@ -348,7 +348,7 @@ def document_page(request: Request) -> Response:
         if doc is None:
             raise HTTPException(404)
         lineage = tx.all("web_document_lineage", {"id": doc_id, "tenant_id": tenant_id})
-        pages = tx.one("web_content_files", {"id": doc_id, "tenant_id": tenant_id})
+        files = tx.one("web_content_files", {"id": doc_id, "tenant_id": tenant_id})
         history = tx.all("trace_audit", {"id": doc_id, "tenant": tenant})
         audit.append(
             tx,
@@ -358,6 +358,10 @@ def document_page(request: Request) -> Response:
             document_id=doc_id,
             detail={"by": _web_actor(request, me)},
         )
+    # The searchable PDF's pages; before analysis made one, a PDF original's first page.
+    analysed = files["searchable_pdf"] if files is not None else None
+    original_pdf = files is not None and files["mime_type"] == "application/pdf"
+    count = int(files["page_count"] or 0) if files is not None and analysed else int(original_pdf)
     return _page(
         request,
         "document.html",
@@ -368,12 +372,9 @@ def document_page(request: Request) -> Response:
         parts=[r for r in lineage if r["parent_id"] == doc_id],
         batch=next((r for r in lineage if r["child_id"] == doc_id), None),
         history=history,
-        pages=(
-            range(1, min(int(pages["page_count"]), PREVIEW_PAGES) + 1)
-            if pages and pages["searchable_pdf"]
-            else range(0)
-        ),
-        more_pages=max(0, int(pages["page_count"]) - PREVIEW_PAGES) if pages else 0,
+        pages=range(1, min(count, PREVIEW_PAGES) + 1),
+        more_pages=max(0, count - PREVIEW_PAGES),
+        from_original=analysed is None and original_pdf,
     )
 
 
@@ -455,13 +456,18 @@ def page_preview(request: Request) -> Response:
         row = tx.one("web_content_files", {"id": doc_id, "tenant_id": tenant_id})
     if row is None:
         raise HTTPException(404)
+    derived = console.config.paths.derived_dir
     try:
-        png = previews.page_png(
-            console.config.paths.derived_dir,
-            row["searchable_pdf"],
-            int(raw),
-            int(row["page_count"]),
-        )
+        if row["searchable_pdf"]:
+            png = previews.page_png(
+                derived, row["searchable_pdf"], int(raw), int(row["page_count"] or 0)
+            )
+        elif row["mime_type"] == "application/pdf":  # not analysed (yet): the original
+            png = previews.original_png(
+                derived, console.store, str(row["archive_path"]), int(raw), PREVIEW_PAGES
+            )
+        else:
+            raise previews.NoPreview("no PDF to draw")
     except previews.NoPreview:
         raise HTTPException(404) from None
     return Response(png, media_type="image/png", headers={"cache-control": "private, max-age=3600"})

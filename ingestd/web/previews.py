@@ -1,6 +1,6 @@
 """Page previews for the console's document page: page N of the searchable PDF analysis
-made, as a PNG PREVIEW_WIDTH pixels wide, drawn on first request and kept beside the
-document's other derived data.
+made (or, before analysis made one, of a PDF original), as a PNG PREVIEW_WIDTH pixels
+wide, drawn on first request and kept beside the document's other derived data.
 
 Invariants enforced here:
 - the PDF is drawn in a child process (``python -m ingestd.web.render_page``) with a time
@@ -25,6 +25,7 @@ import tempfile
 from pathlib import Path
 
 from ingestd import log
+from ingestd.archive.store import ArchiveStore
 
 PREVIEW_WIDTH = 800  # px: a page readable on a laptop's screen, ~100-200 KB as PNG
 RENDER_SECONDS = 60  # one page, however hostile
@@ -60,6 +61,30 @@ def page_png(derived_root: Path, searchable_pdf: str | None, page: int, page_cou
     with contextlib.suppress(OSError):
         return kept.read_bytes()
     return _render(pdf, page, kept)
+
+
+def original_png(
+    derived_root: Path, store: ArchiveStore, archive_path: str, page: int, pages: int
+) -> bytes:
+    """The PNG of ``page`` of a PDF original analysis has not made a searchable PDF of
+    (not yet, or it failed: a document in attention), at most ``pages`` pages. Kept in the
+    document's derived directory (``<derived>/<archive path without extension>/``, where
+    analysis writes); the original never changes, so its previews never go stale.
+    Raises NoPreview."""
+    stem = archive_path.rsplit(".", 1)[0]
+    folder = derived_file(derived_root, stem)
+    if folder is None or not 1 <= page <= pages:
+        raise NoPreview("no such page")
+    kept = folder / PREVIEWS / f"original-{page}-{PREVIEW_WIDTH}.png"
+    with contextlib.suppress(OSError):
+        return kept.read_bytes()
+    with contextlib.suppress(OSError):  # as analysis makes it; read-only: drawn each time
+        folder.mkdir(mode=0o750, parents=True, exist_ok=True)
+    try:
+        with store.reading(archive_path) as pdf:
+            return _render(pdf, page, kept)
+    except OSError as exc:
+        raise NoPreview(f"the original: {exc.strerror}") from None
 
 
 def _render(pdf: Path, page: int, kept: Path) -> bytes:

@@ -609,6 +609,29 @@ def test_every_page_is_previewed_drawn_once_and_a_hostile_pdf_costs_only_its_pre
         assert c.get(f"/t/acme/d/{doc}").status_code == 200  # the console goes on
 
 
+def test_a_pdf_not_analysed_yet_is_previewed_from_its_original(console: Console) -> None:
+    """Before analysis made a searchable PDF (or when it failed: a document in attention)
+    the document page shows the first page of a PDF original, said to be that, drawn from
+    the archive and kept where analysis writes; a page the PDF lacks is 404, and so is
+    another tenant's document."""
+    doc = console.docs["Scan_0815.pdf"]
+    with console.db.transaction() as tx:
+        rel = tx.raw("SELECT archive_path FROM documents WHERE id = %(i)s", {"i": doc})[0]
+    stem = rel["archive_path"].rsplit(".", 1)[0]
+    with console.login("anna") as c:
+        page = c.get(f"/t/acme/d/{doc}").text
+        assert f'src="/t/acme/d/{doc}/page/1.png"' in page and "/page/2.png" not in page
+        assert "the first page of the original" in page
+        r = c.get(f"/t/acme/d/{doc}/page/1.png")
+        assert r.status_code == 200, (console.env.root / "web.log").read_text()[-2000:]
+        assert _png_width(r.content) == 800
+        kept = console.env.config.paths.derived_dir / stem / "previews" / "original-1-800.png"
+        assert kept.read_bytes() == r.content
+        assert c.get(f"/t/acme/d/{doc}/page/2.png").status_code == 404  # a one-page PDF
+        beta = console.docs["Beta_geheim.pdf"]
+        assert c.get(f"/t/acme/d/{beta}/page/1.png").status_code == 404
+
+
 def test_one_person_over_the_rate_gets_429_and_others_go_on(make_env: Any, db: Database) -> None:
     """requests_per_minute = 10: anna's 11th request within the minute is 429 with
     Retry-After; rita, logged in meanwhile, is served. The WebDAV mount has the same

@@ -1405,9 +1405,10 @@ ORDER BY d.id;
 
 -- name: web_content_files
 -- What analysis drew of the tenant's document (paths relative to paths.derived): the page-1
--- thumbnail, the searchable PDF and its page count.
-SELECT c.thumbnail, c.searchable_pdf, c.page_count
-FROM document_content c JOIN documents d ON d.id = c.document_id
+-- thumbnail, the searchable PDF and its page count (NULL before analysis); and the
+-- original's place and type (a PDF never analysed is previewed from the original).
+SELECT d.archive_path, d.mime_type, c.thumbnail, c.searchable_pdf, c.page_count
+FROM documents d LEFT JOIN document_content c ON c.document_id = d.id
 WHERE d.id = %(id)s AND d.tenant_id = %(tenant_id)s;
 
 -- name: person_from_directory
