@@ -226,8 +226,7 @@ def _what(
     db: Database, document_id: int, tenant: str | None, searchable: bool
 ) -> tuple[Row, str, str]:
     """The document's row, the variant and the name it is handed out under."""
-    with db.transaction() as tx:
-        doc = tx.one("document_handout", {"id": document_id, "tenant": tenant})
+    doc = db.one("document_handout", {"id": document_id, "tenant": tenant})  # one round trip
     if doc is None:
         where = f" of tenant {tenant}" if tenant else ""
         raise NoSuchDocument(f"document {document_id}: no such document{where}")

@@ -282,10 +282,19 @@ def listing(tx: Tx, tenant: str | None = None) -> list[dict[str, Any]]:
 
 def person(tx: Tx, login: str) -> Person | None:
     """The person ``login`` names (any case), with their memberships; None if nobody."""
-    row = _person_row(tx, login)
+    return _person_of(tx.one("person_now", {"login": login}))
+
+
+def person_now(db: Database, login: str) -> Person | None:
+    """``person`` in one round trip of its own (no transaction block): what the console
+    reads on every request."""
+    return _person_of(db.one("person_now", {"login": login}))
+
+
+def _person_of(row: dict[str, Any] | None) -> Person | None:
     if row is None:
         return None
-    found = tx.all("person_memberships", {"login": row["login"]})
+    found = row["memberships"]
     sets = {r["tenant"]: r["capability_set"] for r in found}
     ids = {r["tenant"]: int(r["tenant_id"]) for r in found}
     since = row["sessions_from"]

@@ -57,7 +57,7 @@ from ingestd.db.database import Database
 from ingestd.errors import IngestdError, QueryCanceled, UsageError
 from ingestd.ops import metrics
 from ingestd.people import accounts
-from ingestd.people.accounts import Logins, Person, person
+from ingestd.people.accounts import Logins, Person, person_now
 from ingestd.people.capabilities import ADMIN, TENANT_SETS, Action, may
 from ingestd.people.directory import Directory
 from ingestd.search import limits
@@ -131,8 +131,7 @@ def _who(request: Request) -> Person | None:
     if time.time() - at > _console(request).config.web.session_minutes * 60:
         request.session.clear()
         return None
-    with _console(request).db.transaction() as tx:
-        found = person(tx, login)
+    found = person_now(_console(request).db, login)
     if found is None or at <= found.sessions_from:  # signed out since, or a new password
         request.session.clear()
         return None

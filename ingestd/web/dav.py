@@ -137,10 +137,9 @@ class PeopleDomainController(BaseDomainController):
 
     def _person(self, login: str) -> Person | None:
         """The person as the database says now (memberships may have changed)."""
-        from ingestd.people.accounts import person
+        from ingestd.people.accounts import person_now
 
-        with self.ctx.db.transaction() as tx:
-            return person(tx, login)
+        return person_now(self.ctx.db, login)
 
 
 class PersonRateLimit(BaseMiddleware):

@@ -1259,11 +1259,17 @@ RETURNING login;
 UPDATE people SET admin = %(admin)s WHERE login = %(login)s
 RETURNING login;
 
--- name: person_memberships
-SELECT t.name AS tenant, t.id AS tenant_id, m.capability_set
-FROM tenant_members m JOIN tenants t ON t.id = m.tenant_id
-WHERE m.member = %(login)s
-ORDER BY t.name;
+-- name: person_now
+-- The person (any case) with their memberships, in one statement: what the console reads
+-- on every request. memberships: [{tenant, tenant_id, capability_set}] by tenant name.
+SELECT p.login, p.password_hash, p.admin, p.directory,
+       GREATEST(p.sessions_from, p.password_set_at) AS sessions_from,
+       COALESCE((SELECT jsonb_agg(jsonb_build_object(
+                    'tenant', t.name, 'tenant_id', t.id, 'capability_set', m.capability_set)
+                  ORDER BY t.name)
+                 FROM tenant_members m JOIN tenants t ON t.id = m.tenant_id
+                 WHERE m.member = p.login), '[]'::jsonb) AS memberships
+FROM people p WHERE lower(p.login) = lower(%(login)s);
 
 -- name: member_set
 -- Add the membership, or change its set; `previous` is the set it had (NULL: new), as
