@@ -570,6 +570,20 @@ class Database:
         except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
             raise self._error(exc) from exc
 
+    def all(self, name: str, params: Mapping[str, Any] | None = None) -> list[Row]:
+        """Every row of one named query run on its own, outside a transaction block (one
+        round trip), as ``one``. Errors are mapped."""
+        try:
+            with self._pool.connection(timeout=self._timeout) as conn:
+                conn.autocommit = True
+                try:
+                    return conn.execute(sql.query(name), params or {}).fetchall()
+                finally:
+                    if conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+                        conn.autocommit = False
+        except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
+            raise self._error(exc) from exc
+
     @contextlib.contextmanager
     def autocommit(self) -> Iterator[Tx]:
         """Yield a Tx on a connection in autocommit mode (CREATE DATABASE, LISTEN...)."""

@@ -57,6 +57,7 @@ _TENANT = re.compile(TENANT_NAME)
 _YEAR = re.compile(r"^\d{4}$")
 _MONTH = re.compile(r"^(0[1-9]|1[0-2])$")
 TAGS = "tags"
+FOLDERS_KEPT = 256  # month folders whose listing is kept (all dropped when more)
 
 
 @dataclass
@@ -313,6 +314,9 @@ class ArchiveProvider(DAVProvider):
     def __init__(self, ctx: DavContext) -> None:
         super().__init__()
         self.ctx = ctx
+        # (tenant, year, month) -> (its version, its files by name); see _month
+        self._folders: dict[tuple[str, int, int], tuple[dict[str, Any], dict[str, Row]]] = {}
+        self._lock = threading.Lock()
 
     def is_readonly(self) -> bool:
         return True
@@ -357,8 +361,7 @@ class ArchiveProvider(DAVProvider):
 
     # -- the database, every query by tenant -----------------------------------------------
     def _rows(self, query: str, params: dict[str, Any]) -> list[Row]:
-        with self.ctx.db.transaction() as tx:
-            return tx.all(query, params)
+        return self.ctx.db.all(query, params)  # one round trip, no transaction block
 
     def _years(self, tenant: str) -> list[str]:
         return [str(r["y"]) for r in self._rows("dav_years", {"tenant": tenant})]
@@ -368,7 +371,23 @@ class ArchiveProvider(DAVProvider):
         return [f"{int(r['m']):02d}" for r in rows]
 
     def _month(self, tenant: str, year: int, month: int) -> dict[str, Row]:
-        return _named(self._rows("dav_month", {"tenant": tenant, "year": year, "month": month}))
+        """The month's folder by name. A client reads one folder over and over (each GET
+        and PROPFIND of a file in it); a folder of thousands of documents is listed again
+        only when its version (dav_month_version, one small row) says it changed."""
+        params = {"tenant": tenant, "year": year, "month": month}
+        version = self.ctx.db.one("dav_month_version", params)
+        key = (tenant, year, month)
+        with self._lock:
+            kept = self._folders.get(key)
+        if kept is not None and version is not None and kept[0] == version:
+            return kept[1]
+        named = _named(self._rows("dav_month", params))
+        with self._lock:
+            if len(self._folders) >= FOLDERS_KEPT:
+                self._folders.clear()
+            if version is not None:
+                self._folders[key] = (dict(version), named)
+        return named
 
     def _tags(self, tenant: str) -> list[str]:
         return [_safe_tag(str(r["name"])) for r in self._rows("dav_tags", {"tenant": tenant})]

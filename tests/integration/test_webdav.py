@@ -17,7 +17,7 @@ import pytest
 
 from ingestd.passwords import hash_password
 from ingestd.people import accounts
-from tests.fixtures.web import PASSWORD, Console
+from tests.fixtures.web import PASSWORD, Console, ingest
 
 
 @pytest.fixture
@@ -84,6 +84,24 @@ def test_a_new_password_ends_the_old_one_on_the_mount_at_once(dav: Console) -> N
         accounts.set_password(tx, "dave", hash_password("ein neues Passwort", rounds=4))
     assert _propfind(dav, "/dav/", ("dave", PASSWORD)).status_code == 401
     assert _propfind(dav, "/dav/", ("dave", "ein neues Passwort")).status_code == 207
+
+
+def test_a_folder_read_again_shows_arrivals_and_the_trash_at_once(dav: Console) -> None:
+    """The mount keeps a month's listing between requests, but a document that arrives or
+    goes to the trash shows at the next request: a second scan of the same name appears
+    as `` (#ID)``, and when the first goes to the trash the second takes the plain name."""
+    folder = _where(dav, "Scan_0815.pdf")
+    assert "Scan_0815.pdf" in _propfind(dav, folder, ("dave", PASSWORD)).text
+    second, sha = ingest(dav.env, dav.db, "acme", "Scan_0815.pdf", seed=77)
+    listing = _propfind(dav, folder, ("dave", PASSWORD)).text
+    assert f"Scan_0815 (#{second}).pdf" in listing.replace("%20", " ").replace("%23", "#")
+    with dav.db.transaction() as tx:
+        tx.raw("UPDATE documents SET trashed_at = now() WHERE id = %(i)s",
+               {"i": dav.docs["Scan_0815.pdf"]})  # fmt: skip
+    listing = _propfind(dav, folder, ("dave", PASSWORD)).text
+    assert f"(#{second})" not in listing.replace("%23", "#") and "Scan_0815.pdf" in listing
+    got = httpx.get(dav.url + folder + "Scan_0815.pdf", auth=("dave", PASSWORD), timeout=60)
+    assert got.status_code == 200 and hashlib.sha256(got.content).hexdigest() == sha
 
 
 @pytest.mark.parametrize("method", ["PUT", "DELETE", "MKCOL", "MOVE", "COPY", "PROPPATCH", "LOCK"])

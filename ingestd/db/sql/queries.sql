@@ -1394,6 +1394,17 @@ WHERE t.name = %(tenant)s AND d.trashed_at IS NULL
                      + interval '1 month'
 ORDER BY d.id;
 
+-- name: dav_month_version
+-- What tells whether a month's folder changed since it was listed: documents arrive
+-- (count, highest id) and go to the trash and back (count, sum of ids); nothing else
+-- about a listed document changes its name in the folder.
+SELECT count(*) AS n, COALESCE(max(d.id), 0) AS top, COALESCE(sum(d.id), 0) AS total
+FROM documents d JOIN tenants t ON t.id = d.tenant_id
+WHERE t.name = %(tenant)s AND d.trashed_at IS NULL
+  AND d.created_at >= make_timestamptz(%(year)s, %(month)s, 1, 0, 0, 0, 'UTC')
+  AND d.created_at < make_timestamptz(%(year)s, %(month)s, 1, 0, 0, 0, 'UTC')
+                     + interval '1 month';
+
 -- name: dav_tags
 SELECT g.name FROM tags g JOIN tenants t ON t.id = g.tenant_id
 WHERE t.name = %(tenant)s
