@@ -178,17 +178,31 @@ def _ts(value: datetime | None) -> float | None:
 
 
 class _Folder(DAVCollection):
-    """A virtual folder: its members' names come from ``names``."""
+    """A virtual folder: its members' names come from ``names``; a folder of documents
+    also holds their rows (``files``), so listing it asks the database once, not once
+    per member."""
 
-    def __init__(self, path: str, environ: dict[str, Any], names: list[str]) -> None:
+    def __init__(
+        self,
+        path: str,
+        environ: dict[str, Any],
+        names: list[str],
+        files: dict[str, Row] | None = None,
+        ctx: DavContext | None = None,
+    ) -> None:
         super().__init__(path, environ)
         self._names = names
+        self._files = files or {}
+        self._ctx = ctx
 
     def get_member_names(self) -> list[str]:
         return self._names
 
     def get_member(self, name: str) -> Any:
-        return self.provider.get_resource_inst(self.path.rstrip("/") + "/" + name, self.environ)
+        path = self.path.rstrip("/") + "/" + name
+        if name in self._files and self._ctx is not None:
+            return _File(path, self.environ, self._files[name], self._ctx)
+        return self.provider.get_resource_inst(path, self.environ)
 
     def get_creation_date(self) -> float | None:
         return None
@@ -354,7 +368,7 @@ class ArchiveProvider(DAVProvider):
         if not files and not rest:
             return None
         if not rest:
-            return _Folder(folder, environ, sorted(files))
+            return _Folder(folder, environ, sorted(files), files, self.ctx)
         if len(rest) == 1 and rest[0] in files:
             return _File(f"{folder}/{rest[0]}", environ, files[rest[0]], self.ctx)
         return None
