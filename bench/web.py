@@ -17,6 +17,8 @@
    pay per file). The timed rounds of curl discard the bytes (as `sha256sum` does),
    rclone's write a file; one untimed download through each client is checked against
    the archive's SHA-256. Goal: >= 0.8x.
+3. A mapped drive opening the month folder of the corpus (PROPFIND Depth 1 listing every
+   document), next to the folder's query alone (no goal in the issue: shown).
 
 The corpus is bench/search.py's (the demo's letters as analysis stores them, nine in ten
 for the searched tenant). Medians of several rounds: the machines here are noisy.
@@ -201,7 +203,11 @@ def main() -> None:
     ap.add_argument("--mb", type=int, default=20, help="size of the downloaded original")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--small", action="store_true", help="300 documents, 5 users, 2 MB, 1 round")
-    ap.add_argument("--only", choices=["search", "download"], help="one of the two tables")
+    ap.add_argument(
+        "--only",
+        choices=["search", "download"],
+        help="the search table, or the download and folder tables",
+    )
     args = ap.parse_args()
     if args.small:
         args.docs, args.users, args.requests, args.mb, args.rounds = 300, 5, 4, 2, 1
@@ -232,6 +238,7 @@ def main() -> None:
                     _search_table(db, url, tenant_id, config_path, args)
                 if args.only != "search":
                     _download_table(url, res.document_id, archived, data, root, args)
+                    _listing_table(db, url, args)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
@@ -365,6 +372,36 @@ def _download_table(
                             ("WebDAV, rclone copyto (its start included)", rclone_t))]  # fmt: skip
     print(f"\nDownload of a {mb:.0f} MB original, medians of {args.rounds} round(s)")
     print_table(["what", "seconds", "MB/s", "ratio (goal >= 0.8x)"], rows)
+
+
+def _listing_table(db: Database, url: str, args: argparse.Namespace) -> None:
+    """A mapped drive opening the month folder that holds the corpus (PROPFIND Depth 1,
+    every document's name, size and date), next to the folder's query alone."""
+    dav = httpx.Client(base_url=url, timeout=300, auth=("davbench", PASSWORD))
+    folder = _dav_folder(dav)
+    _, year, month, _ = folder.split("/")
+    params = {"tenant": "acme", "year": int(year), "month": int(month)}
+    count = len(db.all("dav_month", params))
+    query, propfind = [], []
+    for _ in range(args.rounds):
+        t0 = time.perf_counter()
+        db.all("dav_month", params)
+        query.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        r = dav.request("PROPFIND", f"/dav/{folder}", headers={"Depth": "1"})
+        propfind.append(time.perf_counter() - t0)
+        if (
+            r.status_code != 207
+            or r.text.count("<d:response") + r.text.count("<D:response") < count
+        ):
+            raise BenchError(f"PROPFIND {folder}: {r.status_code}, not every document")
+    dav.close()
+    rows = [[what, f"{median(t) * 1000:.1f}", f"{median(t) / median(query):.1f}x"]
+            for what, t in (("the folder's query alone (baseline)", query),
+                            ("WebDAV PROPFIND Depth 1", propfind))]  # fmt: skip
+    print(f"\nA mapped drive opens a month folder of {count} documents, "
+          f"medians of {args.rounds} round(s)")  # fmt: skip
+    print_table(["what", "ms", "ratio"], rows)
 
 
 def _dav_folder(dav: httpx.Client) -> str:
