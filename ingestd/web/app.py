@@ -2,6 +2,7 @@
 may they (the capability table), then the page.
 
     GET  /login, POST /login, POST /logout
+    OPTIONS /                                "this server speaks WebDAV" (Windows asks)
     GET  /                                   the archives the person is a member of
     GET  /t/{tenant}/                        search and filters            (search)
     GET  /t/{tenant}/d/{id}                  a document: record, lineage, history (view)
@@ -919,11 +920,20 @@ async def http_error(request: Request, exc: Exception) -> Response:
     return response
 
 
+def webdav_probe(request: Request) -> Response:
+    """``OPTIONS /``: Windows' WebDAV client asks the server's root before it maps
+    ``/dav/<tenant>`` and gives up on a 405 ("the network name cannot be found"); the
+    answer is the mount's (read-only WebDAV, class 1) and tells nothing else."""
+    return Response(
+        b"", headers={"DAV": "1", "MS-Author-Via": "DAV", "Allow": "OPTIONS, HEAD, GET, PROPFIND"}
+    )
+
+
 def _dav(console: Console) -> Any:
     """The read-only WebDAV mount (ingestd/web/dav.py), a WSGI app run in threads."""
     from a2wsgi import WSGIMiddleware
 
-    from ingestd.web.dav import DavContext, make_dav_app
+    from ingestd.web.dav import DavContext, make_dav_app, one_date_header
 
     ctx = DavContext(
         config=console.config,
@@ -933,7 +943,7 @@ def _dav(console: Console) -> Any:
         limiter=console.limiter,
         rate=console.rate,
     )
-    return WSGIMiddleware(make_dav_app(ctx), workers=8)
+    return WSGIMiddleware(one_date_header(make_dav_app(ctx)), workers=8)
 
 
 def make_app(config: Config, db: Database, store: ArchiveStore) -> Starlette:
@@ -957,6 +967,7 @@ def make_app(config: Config, db: Database, store: ArchiveStore) -> Starlette:
         Route("/login", login_post, methods=["POST"]),
         Route("/logout", logout, methods=["POST"]),
         Route("/", home, methods=["GET"]),
+        Route("/", webdav_probe, methods=["OPTIONS"]),
         Route("/t/{tenant}/", search_page, methods=["GET"]),
         Route("/t/{tenant}/d/{doc}", document_page, methods=["GET"]),
         Route("/t/{tenant}/d/{doc}/original", download_original, methods=["GET"]),

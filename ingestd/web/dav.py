@@ -429,6 +429,20 @@ def _named(rows: list[Row]) -> dict[str, Row]:
     return out
 
 
+def one_date_header(app: Any) -> Any:
+    """``app`` without the Date header WsgiDAV writes: the HTTP server adds its own, and a
+    response with two is malformed (Date is a single header)."""
+
+    def wrapped(environ: dict[str, Any], start_response: Any) -> Any:
+        def start(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
+            kept = [(k, v) for k, v in headers if k.lower() != "date"]
+            return start_response(status, kept, exc_info)
+
+        return app(environ, start)
+
+    return wrapped
+
+
 def make_dav_app(ctx: DavContext) -> WsgiDAVApp:
     """The WSGI app of the mount (served under /dav by the console)."""
     config = {

@@ -104,6 +104,23 @@ def test_a_folder_read_again_shows_arrivals_and_the_trash_at_once(dav: Console) 
     assert got.status_code == 200 and hashlib.sha256(got.content).hexdigest() == sha
 
 
+def test_the_server_root_answers_the_options_probe_of_windows(dav: Console) -> None:
+    """Windows' WebDAV client (DavClnt, Microsoft-WebDAV-MiniRedir) asks ``OPTIONS /`` of
+    the server before it maps ``/dav/<tenant>``, and gives up ("the network name cannot be
+    found") on a 405 or a redirect to a login page: the root says it speaks WebDAV, as the
+    mount does, and tells nothing else."""
+    mount = httpx.request("OPTIONS", dav.url + "/dav/", auth=("dave", PASSWORD), timeout=60)
+    assert mount.status_code == 200
+    assert len(mount.headers.get_list("date")) == 1  # one Date: the server's, not WsgiDAV's too
+    for agent in ("DavClnt", "Microsoft-WebDAV-MiniRedir/10.0.19045"):
+        root = httpx.request("OPTIONS", dav.url + "/", headers={"User-Agent": agent}, timeout=60)
+        assert root.status_code == 200 and root.content == b""
+        assert root.headers["dav"] == mount.headers["dav"]
+        assert root.headers["ms-author-via"] == "DAV"
+        assert "set-cookie" not in root.headers
+    assert httpx.get(dav.url + "/", timeout=60).status_code in (303, 307)  # the console
+
+
 @pytest.mark.parametrize("method", ["PUT", "DELETE", "MKCOL", "MOVE", "COPY", "PROPPATCH", "LOCK"])
 def test_every_write_method_is_refused_and_changes_nothing(dav: Console, method: str) -> None:
     """403 or 405 for each write method, on the file and on its folder; the archive and
