@@ -559,25 +559,23 @@ class Database:
         """The first row of one named query run on its own, outside a transaction block:
         one round trip (no BEGIN, no COMMIT). For a read that decides nothing by itself,
         such as a look before the locked check. Errors are mapped."""
-        try:
-            with self._pool.connection(timeout=self._timeout) as conn:
-                conn.autocommit = True
-                try:
-                    return conn.execute(sql.query(name), params or {}).fetchone()
-                finally:
-                    if conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
-                        conn.autocommit = False
-        except (psycopg.Error, psycopg_pool.PoolTimeout) as exc:
-            raise self._error(exc) from exc
+        rows = self._alone(name, params, first=True)
+        return rows[0] if rows else None
 
     def all(self, name: str, params: Mapping[str, Any] | None = None) -> list[Row]:
-        """Every row of one named query run on its own, outside a transaction block (one
-        round trip), as ``one``. Errors are mapped."""
+        """Every row of one named query run on its own, as ``one`` (one round trip)."""
+        return self._alone(name, params, first=False)
+
+    def _alone(self, name: str, params: Mapping[str, Any] | None, *, first: bool) -> list[Row]:
         try:
             with self._pool.connection(timeout=self._timeout) as conn:
                 conn.autocommit = True
                 try:
-                    return conn.execute(sql.query(name), params or {}).fetchall()
+                    cur = conn.execute(sql.query(name), params or {})
+                    if not first:
+                        return cur.fetchall()
+                    row = cur.fetchone()
+                    return [] if row is None else [row]
                 finally:
                     if conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
                         conn.autocommit = False
