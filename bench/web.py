@@ -351,17 +351,20 @@ def _download_table(
         fetch(command, root / "rclone-copy.pdf")
         return time.perf_counter() - t0
 
-    disk, web, webdav, rclone_t = [], [], [], []
-    for _ in range(args.rounds):
-        t0 = time.perf_counter()
-        h = hashlib.sha256()
-        with archived.open("rb") as f:
-            while chunk := f.read(1 << 20):
-                h.update(chunk)
-        disk.append(time.perf_counter() - t0)
-        web.append(timed(console_get))
-        webdav.append(timed(dav_get))
-        rclone_t.append(timed(rclone))
+    disk, web, webdav, rclone_t, plain = [], [], [], [], []
+    with _plain_server(archived.parent) as plain_url:
+        plain_get = ["curl", "-sS", f"{plain_url}/{archived.name}"]
+        for _ in range(args.rounds):
+            t0 = time.perf_counter()
+            h = hashlib.sha256()
+            with archived.open("rb") as f:
+                while chunk := f.read(1 << 20):
+                    h.update(chunk)
+            disk.append(time.perf_counter() - t0)
+            web.append(timed(console_get))
+            webdav.append(timed(dav_get))
+            rclone_t.append(timed(rclone))
+            plain.append(timed(plain_get))
     console.close()
     dav.close()
     base = mb / median(disk)
@@ -369,9 +372,38 @@ def _download_table(
             for what, t in (("read and hash the archived file (baseline)", disk),
                             ("console download, curl (verified, audited)", web),
                             ("WebDAV GET, curl (verified, audited)", webdav),
-                            ("WebDAV, rclone copyto (its start included)", rclone_t))]  # fmt: skip
+                            ("WebDAV, rclone copyto (its start included)", rclone_t),
+                            ("for scale: a plain file server, curl (no login, hash, audit)",
+                             plain))]  # fmt: skip
     print(f"\nDownload of a {mb:.0f} MB original, medians of {args.rounds} round(s)")
     print_table(["what", "seconds", "MB/s", "ratio (goal >= 0.8x)"], rows)
+
+
+@contextlib.contextmanager
+def _plain_server(folder: Path) -> Iterator[str]:
+    """Python's own http.server over ``folder``: what sending the file costs on this
+    machine with nothing of ours (no login, no hash, no audit), for scale."""
+    port = _free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "http.server", "--bind", "127.0.0.1", str(port),
+         "--directory", str(folder)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                httpx.get(url + "/", timeout=5)
+                break
+            except httpx.TransportError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise BenchError("python -m http.server did not answer") from None
+                time.sleep(0.1)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(30)
 
 
 def _listing_table(db: Database, url: str, args: argparse.Namespace) -> None:
