@@ -64,7 +64,7 @@ from ingestd.people.directory import Directory
 from ingestd.search import limits
 from ingestd.search.query import search
 from ingestd.textsafe import shown
-from ingestd.web import guard, i18n, previews, streaming, welcome
+from ingestd.web import guard, i18n, previews, welcome
 
 HERE = Path(__file__).resolve().parent
 PAGE_SIZE = 50
@@ -415,7 +415,7 @@ def _download(request: Request, searchable: bool) -> Response:
         address=_address(request),
     )
     return StreamingResponse(
-        streaming.read_ahead(out.chunks),
+        out.chunks,
         media_type=out.media_type,
         headers={
             "content-length": str(out.size),
