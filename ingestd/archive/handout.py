@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import IO, Any, BinaryIO
 
 from ingestd import log
-from ingestd.archive import audit
+from ingestd.archive import audit, derived
 from ingestd.archive.store import CHUNK, ArchiveStore
 from ingestd.db.database import Database, Row
 from ingestd.durable import fsync_dir
@@ -464,10 +464,11 @@ def searchable_path(derived_root: Path, doc: Row) -> Path:
     rel = doc["searchable_pdf"]
     if rel is None:
         raise NoSearchablePdf(f"document {doc['id']}: {_no_searchable_reason(doc)}")
-    root = derived_root.resolve()
-    path = (root / str(rel)).resolve()
-    if root not in path.parents:
-        raise ArchiveError(f"document {doc['id']}: its searchable PDF path escapes {root}")
+    path = derived.inside(derived_root, str(rel))
+    if path is None:
+        raise ArchiveError(
+            f"document {doc['id']}: its searchable PDF path escapes {derived_root.resolve()}"
+        )
     return path
 
 

@@ -58,6 +58,7 @@ class Person:
     memberships: dict[str, str] = field(default_factory=dict)
     tenant_ids: dict[str, int] = field(default_factory=dict)  # of those tenants
     sessions_from: float = 0.0  # epoch: a session begun earlier is void (sign-out, password)
+    local: bool = True  # their password is ours (False: the directory's, [web.ldap])
 
     def set_in(self, tenant: str) -> str | None:
         """Their capability set in ``tenant`` (None: not a member)."""
@@ -176,11 +177,10 @@ def first_password_refusal(tx: Tx, login: str, tenant: str) -> str | None:
     password, else None. Only a local person without a password, no admin and a member of
     ``tenant`` alone: an owner never gets to choose the password of someone who can reach
     more than the owner's own tenant (that is the admin's `ingestd user passwd`)."""
-    row = _person_row(tx, login)
     found = person(tx, login)
-    if row is None or found is None or found.set_in(tenant) is None:
+    if found is None or found.set_in(tenant) is None:
         return "no member of this archive has that login"
-    if row["directory"] != "local":
+    if not found.local:
         return f"{found.login} logs in with the directory's password"
     if found.has_password:
         return f"{found.login} has a password already (they change it under their account)"
@@ -305,6 +305,7 @@ def _person_of(row: dict[str, Any] | None) -> Person | None:
         sets,
         ids,
         since.timestamp() if since is not None else 0.0,
+        row["directory"] == "local",
     )
 
 

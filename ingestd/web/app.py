@@ -51,10 +51,10 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from ingestd import log, passwords
-from ingestd.archive import audit, handout
+from ingestd.archive import audit, derived, handout
 from ingestd.archive.store import ArchiveStore
 from ingestd.config.settings import TENANT_NAME, Config
-from ingestd.db.database import Database
+from ingestd.db.database import Database, Tx
 from ingestd.errors import IngestdError, QueryCanceled, UsageError
 from ingestd.ops import metrics
 from ingestd.people import accounts
@@ -195,12 +195,18 @@ async def login_post(request: Request) -> Response:
         metrics.WEB_LOGINS.labels("web", "failed").inc()
         log.get_logger().warning("web.login_failed", address=address, login=shown(login))
         return _page(request, "login.html", 401, error="login_failed")
-    request.session.clear()  # a new session: nothing of the one before the login survives
-    request.session.update({"login": found.login, "at": time.time()})
-    guard.csrf_token(request.session)
+    _start_session(request, found.login)
     metrics.WEB_LOGINS.labels("web", "ok").inc()
     log.get_logger().info("web.login", address=address, login=found.login)
     return RedirectResponse("/", status_code=303)
+
+
+def _start_session(request: Request, login: str) -> None:
+    """A new session for ``login``: nothing of the one before survives, a fresh CSRF
+    token, begun now (a session begun before a sign-out or a new password is void)."""
+    request.session.clear()
+    request.session.update({"login": login, "at": time.time()})
+    guard.csrf_token(request.session)
 
 
 def _banned(console: Console, address: str) -> float:
@@ -433,7 +439,7 @@ def thumbnail(request: Request) -> Response:
     with console.db.transaction() as tx:
         row = tx.one("web_content_files", {"id": doc_id, "tenant_id": tenant_id})
     stored = row["thumbnail"] if row is not None else None
-    path = previews.derived_file(console.config.paths.derived_dir, stored)
+    path = derived.inside(console.config.paths.derived_dir, stored)
     if path is None or not path.is_file():
         raise HTTPException(404)
     return Response(
@@ -728,21 +734,25 @@ async def first_password_link(request: Request) -> Response:
     return response
 
 
-def _welcome(request: Request) -> welcome.Welcome:
-    """The link's promise if it still holds (signed, in time, the person still without a
-    password and a member of that archive alone); 404 otherwise."""
-    console = _console(request)
-    found = welcome.read(console.secret, str(request.path_params["token"]))
+def _link(request: Request) -> welcome.Welcome:
+    """What the link in the URL says if the console signed it in time; 404 otherwise.
+    Whether it still holds (the person still without a password and a member of that
+    archive alone) is the database's to say, see _link_holds."""
+    found = welcome.read(_console(request).secret, str(request.path_params["token"]))
     if found is None:
         raise HTTPException(404)
-    with console.db.transaction() as tx:
-        if accounts.first_password_refusal(tx, found.login, found.tenant) is not None:
-            raise HTTPException(404)
     return found
 
 
+def _link_holds(tx: Tx, found: welcome.Welcome) -> None:
+    if accounts.first_password_refusal(tx, found.login, found.tenant) is not None:
+        raise HTTPException(404)  # used, or the person reaches more now: void
+
+
 def welcome_form(request: Request) -> Response:
-    found = _welcome(request)
+    found = _link(request)
+    with _console(request).db.transaction() as tx:
+        _link_holds(tx, found)
     response = _page(request, "welcome.html", login=found.login, tenant=found.tenant)
     response.headers["cache-control"] = "no-store"
     return response
@@ -761,15 +771,14 @@ def _new_password(form: Any) -> str:
 
 async def welcome_post(request: Request) -> Response:
     form = await _form(request)
-    found = await run_in_threadpool(_welcome, request)
+    found = _link(request)
     new = _new_password(form)
     hashed = await run_in_threadpool(passwords.hash_password, new)
     console = _console(request)
 
     def store() -> None:
-        with console.db.transaction() as tx:  # checked again inside: a link is used once
-            if accounts.first_password_refusal(tx, found.login, found.tenant) is not None:
-                raise HTTPException(404)
+        with console.db.transaction() as tx:  # checked where it is used: a link works once
+            _link_holds(tx, found)
             accounts.set_password(
                 tx, found.login, hashed,
                 by={"login": found.login, "address": _address(request), "via": "web",
@@ -786,12 +795,9 @@ async def welcome_post(request: Request) -> Response:
 def account_page(request: Request) -> Response:
     """The person's own page: their archives and sets, and a new password."""
     me = _required(request)
-    with _console(request).db.transaction() as tx:
-        row = tx.one("person_get", {"login": me.login})
-    local = row is not None and row["directory"] == "local"
     return _page(
         request, "account.html", me=me, memberships=sorted(me.memberships.items()),
-        local=local, changed=request.query_params.get("changed") == "1",
+        local=me.local, changed=request.query_params.get("changed") == "1",
     )  # fmt: skip
 
 
@@ -822,10 +828,7 @@ async def account_password(request: Request) -> Response:
         await run_in_threadpool(store)
     except UsageError as exc:  # a directory person: their password is the directory's
         raise HTTPException(400, detail=str(exc)) from None
-    # The new password ended every session begun before it; this browser starts anew.
-    request.session.clear()
-    request.session.update({"login": me.login, "at": time.time()})
-    guard.csrf_token(request.session)
+    _start_session(request, me.login)  # the new password ended every earlier session
     log.get_logger().info("web.password_changed", login=me.login, address=address)
     return RedirectResponse("/account?changed=1", status_code=303)
 

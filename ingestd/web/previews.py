@@ -6,8 +6,9 @@ Invariants enforced here:
 - the PDF is drawn in a child process (``python -m ingestd.web.render_page``) with a time
   limit and an address-space limit: a PDF that crashes pdfium, loops or asks for a huge
   bitmap costs that child, never the console that serves everyone;
-- only a path inside ``paths.derived`` is read or written (a stored path that would
-  leave it is no preview), and the page number is checked against the stored page count;
+- only a path inside ``paths.derived`` is read or written (archive/derived.py: a stored
+  path that would leave it is no preview), and the page number is checked against the
+  stored page count;
 - a kept preview is named after the PDF it was drawn from (size and mtime), so a
   document analysed again never shows the old pages; the previews live in the
   document's derived directory, so whatever removes that (a purge, a tenant's removal)
@@ -25,6 +26,7 @@ import tempfile
 from pathlib import Path
 
 from ingestd import log
+from ingestd.archive import derived
 from ingestd.archive.store import ArchiveStore
 
 PREVIEW_WIDTH = 800  # px: a page readable on a laptop's screen, ~100-200 KB as PNG
@@ -37,20 +39,10 @@ class NoPreview(Exception):
     """No preview of this page (no PDF, out of range, drawing failed); the reason."""
 
 
-def derived_file(derived_root: Path, stored: str | None) -> Path | None:
-    """The file a stored path names inside ``derived_root``; None for no path or one that
-    would leave it (a path from the database is not trusted to stay inside)."""
-    if not stored:
-        return None
-    root = derived_root.resolve()
-    path = (root / stored).resolve()
-    return path if root in path.parents else None
-
-
 def page_png(derived_root: Path, searchable_pdf: str | None, page: int, page_count: int) -> bytes:
     """The PNG of ``page`` (1-based) of the document whose searchable PDF is stored at
     ``searchable_pdf`` (relative to ``derived_root``). Raises NoPreview."""
-    pdf = derived_file(derived_root, searchable_pdf)
+    pdf = derived.inside(derived_root, searchable_pdf)
     if pdf is None or not 1 <= page <= page_count:
         raise NoPreview("no such page")
     try:
@@ -71,8 +63,11 @@ def original_png(
     document's derived directory (``<derived>/<archive path without extension>/``, where
     analysis writes); the original never changes, so its previews never go stale.
     Raises NoPreview."""
-    stem = archive_path.rsplit(".", 1)[0]
-    folder = derived_file(derived_root, stem)
+    try:
+        rel = derived.folder(derived_root, archive_path).relative_to(derived_root)
+    except ValueError:
+        raise NoPreview("no such document folder") from None
+    folder = derived.inside(derived_root, str(rel))
     if folder is None or not 1 <= page <= pages:
         raise NoPreview("no such page")
     kept = folder / PREVIEWS / f"original-{page}-{PREVIEW_WIDTH}.png"

@@ -39,7 +39,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from ingestd.archive import retention
+from ingestd.archive import derived, retention
 from ingestd.config.settings import Config, DateSource
 from ingestd.intake.titles import TitleRules, parse_filename
 from ingestd.ops.runtime import make_archive
@@ -327,12 +327,12 @@ class OcrRetryOnce(ocr.OcrError):
 
 
 def derived_dir(root: Path, archive_path: str) -> Path:
-    """``<derived>/<tenant>/<yyyy>/<mm>/<sha256>/``: the archive's layout, so a document's
-    derivatives are found from its record alone. Refuses a path that would escape."""
-    rel = Path(archive_path).with_suffix("")
-    if rel.is_absolute() or ".." in rel.parts:
-        raise PermanentError(f"archive path {archive_path!r} is not a relative archive path")
-    return root / rel
+    """The document's derived folder (ingestd/archive/derived.py); a path that would
+    escape is a permanent error of the job."""
+    try:
+        return derived.folder(root, archive_path)
+    except ValueError as exc:
+        raise PermanentError(str(exc)) from None
 
 
 def load_text(out_dir: Path, sha256: str) -> dict[str, Any] | None:
