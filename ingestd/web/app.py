@@ -650,12 +650,21 @@ def members_page(request: Request) -> Response:
     )  # fmt: skip
 
 
+def _member_login(request: Request) -> str:
+    """The login a members URL names; 404 for what could be no login (never cut short:
+    a cut login could name someone else)."""
+    login = str(request.path_params["login"])
+    if len(login) > 200:
+        raise HTTPException(404)
+    return login
+
+
 async def member_change(request: Request) -> Response:
     """An owner changes a member's set or removes the membership (never their own: an
     owner cannot lock the tenant out of its last owner by accident)."""
     form = await _form(request)
     me, tenant, _ = await run_in_threadpool(_scope, request, Action.members)
-    login = str(request.path_params["login"])[:200]
+    login = _member_login(request)
     action = str(form.get("action") or "")
     if login.lower() == me.login.lower():
         raise HTTPException(400, detail="your own membership: ask another owner or the admin")
@@ -684,12 +693,14 @@ async def member_add(request: Request) -> Response:
     through the link the owner is offered next), or an existing one who keeps theirs."""
     form = await _form(request)
     me, tenant, _ = await run_in_threadpool(_scope, request, Action.members)
-    login = str(form.get("login") or "").strip()[:200]
+    login = str(form.get("login") or "").strip()  # never cut: a login too long is refused
     capability_set = str(form.get("set") or "")
     try:
         accounts.check_login(login)
         accounts.check_set(capability_set)
     except UsageError as exc:
+        log.get_logger().warning("web.member_refused", tenant=tenant, login=shown(login[:300]),
+                                 by=me.login, reason=str(exc))  # fmt: skip
         raise HTTPException(400, detail=str(exc)) from None
     if login.lower() == me.login.lower():
         raise HTTPException(400, detail="your own membership: ask another owner or the admin")
@@ -713,7 +724,7 @@ async def first_password_link(request: Request) -> Response:
     on this page (never logged or stored), good for welcome.WELCOME_DAYS."""
     await _form(request)
     me, tenant, _ = await run_in_threadpool(_scope, request, Action.members)
-    login = str(request.path_params["login"])[:200]
+    login = _member_login(request)
     console = _console(request)
 
     def check() -> str | None:
@@ -722,6 +733,8 @@ async def first_password_link(request: Request) -> Response:
 
     refusal = await run_in_threadpool(check)
     if refusal is not None:
+        log.get_logger().warning("web.first_password_link_refused", tenant=tenant,
+                                 login=shown(login), by=me.login, reason=refusal)  # fmt: skip
         raise HTTPException(400, detail=refusal)
     token = welcome.make(console.secret, login, tenant, me.login)
     log.get_logger().info("web.first_password_link", tenant=tenant, login=login, by=me.login)

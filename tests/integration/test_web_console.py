@@ -492,6 +492,50 @@ def test_an_owner_adds_a_person_who_sets_their_password_once_through_the_link(
     assert added[0]["detail"]["by"]["login"] == "bert"
 
 
+def test_hostile_people_forms_and_links_change_nothing_and_say_why(console: Console) -> None:
+    """What an attacker (or a careless paste) puts into the new people forms: CR/LF and a
+    header after it, an RFC 2047 encoded word, a NUL, 10,000 characters (never cut down to
+    a login that could name someone), path tricks, markup; another archive's members page;
+    a link padded to 8 KB, one signed for another archive's member, one with its JSON
+    swapped. Each is refused with a status and a reason (logged with the tenant), and the
+    people and their passwords stay exactly as they were."""
+    import urllib.parse
+
+    def people() -> list[tuple[str, str | None, bool]]:
+        with console.db.transaction() as tx:
+            rows = tx.raw(
+                "SELECT p.login, m.capability_set, p.password_hash IS NOT NULL AS pw "
+                "FROM people p LEFT JOIN tenant_members m ON m.member = p.login ORDER BY 1, 2"
+            )
+        return [(r["login"], r["capability_set"], r["pw"]) for r in rows]
+
+    before = people()
+    hostile = ["anna\r\nSet-Cookie: x=1", "=?utf-8?b?YW5uYQ==?=", "an\x00na", "a" * 10_000,
+               "../../etc/passwd", "<script>x</script>", "anna bert", ""]  # fmt: skip
+    with console.login("bert") as c:
+        token = csrf(c, "/t/beta/members")
+        for login in hostile:
+            r = c.post("/t/beta/members", data={"csrf": token, "login": login, "set": "user"})
+            assert r.status_code == 400, login[:40]
+            assert "cannot be a login" in r.text and "<script>x" not in r.text
+        for path in ("a" * 201, "..%2F..%2Fetc", "anna%0d%0aX:1"):
+            r = c.post(f"/t/beta/members/{path}/welcome", data={"csrf": token})
+            assert r.status_code in (400, 404), path
+            r = c.post(f"/t/beta/members/{path}", data={"csrf": token, "action": "owner"})
+            assert r.status_code in (400, 404), path
+        assert c.post("/t/acme/members", data={"csrf": token, "login": "mallory",
+                                               "set": "owner"}).status_code == 404  # fmt: skip
+        assert c.get("/t/acme/members").status_code == 404
+    log = (console.env.root / "web.log").read_text()
+    assert '"web.member_refused"' in log and '"tenant": "beta"' in log
+    with console.client() as anonymous:
+        assert anonymous.get("/welcome/" + "A" * 8_000).status_code in (404, 414, 431)
+        for token in ("", "x.y.z", "eyJsb2dpbiI6ImFubmEiLCJ0ZW5hbnQiOiJhY21lIiwiYnkiOiJiZXJ0In0"
+                      ".AAAAAA.AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"):  # fmt: skip
+            assert anonymous.get("/welcome/" + urllib.parse.quote(token)).status_code == 404
+    assert people() == before
+
+
 def test_a_person_changes_their_own_password_and_their_other_sessions_end(console: Console) -> None:
     """anna changes her password on her account page: the current one is asked first (a
     wrong one is a failed login), the new one twice; her session in another browser ends,
