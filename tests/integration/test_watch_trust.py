@@ -167,11 +167,17 @@ def test_descriptors_exhausted_is_transient_not_a_refusal(
             resource.setrlimit(
                 resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + 64, hard)
             )
-            write(folder / "Rechnung.pdf", pdf_bytes(seed=303))  # written before the hog
+            # Written beside the folder before the hog (writing needs a descriptor) and
+            # moved in once the table is full (a rename needs none): the watcher cannot
+            # take the file while descriptors are still free, however the threads are
+            # scheduled on a busy machine.
+            staged = tmp_path / "Rechnung.pdf"
+            write(staged, pdf_bytes(seed=303))
             while True:
                 hog.append(os.open("/dev/null", os.O_RDONLY))
         except OSError:
             pass  # EMFILE: the table is full
+        os.rename(staged, folder / "Rechnung.pdf")
         wait_until(lambda: sum(_retried(tenant, c) for c in causes) > before, timeout=60)
         assert (folder / "Rechnung.pdf").exists()
         assert not failed.exists() or not any(failed.rglob("*"))
