@@ -32,6 +32,7 @@ from ingestd.queue.kinds import JobKind
 FileType = Literal["pdf", "tiff", "jpeg", "png"]
 # Which date a document gets when its file name and its text both have one.
 DateSource = Literal["filename-first", "text-first"]
+OcrEngine = Literal["tesseract", "tesseract-cli", "ocrmypdf"]
 _ALL_TYPES: tuple[FileType, ...] = ("pdf", "tiff", "jpeg", "png")
 
 
@@ -622,11 +623,13 @@ class AnalysisConfig(_Section):
     """Orientation confidence a page needs to be turned (ocrmypdf's
     `--rotate-pages-threshold`)."""
     # Mode "redo" always runs ocrmypdf: only it strips an old OCR layer.
-    engine: Literal["tesseract", "ocrmypdf"] = "tesseract"
+    engine: OcrEngine = "tesseract"
     """The OCR engine: `tesseract` (in the job child: models loaded once, pages on every
-    core, the text layer laid over the original pages) or `ocrmypdf` (its command line per
-    file); mode `redo` always runs ocrmypdf."""
-    tenant_engines: dict[TenantName, Literal["tesseract", "ocrmypdf"]] = Field(default_factory=dict)
+    core, the text layer laid over the original pages), `tesseract-cli` (the same, each
+    page read by tesseract's command line: for hosts without the tesserocr wheel; models
+    load per page) or `ocrmypdf` (its command line per file); mode `redo` always runs
+    ocrmypdf."""
+    tenant_engines: dict[TenantName, OcrEngine] = Field(default_factory=dict)
     """The OCR engine per tenant, instead of `engine`."""
     # The page slots bound all files together anyway.
     jobs: Annotated[int, Field(ge=0, le=256)] = 0
@@ -670,7 +673,7 @@ class AnalysisConfig(_Section):
     def languages_for(self, tenant: str) -> tuple[str, ...]:
         return tuple(self.tenant_languages.get(tenant) or self.languages)
 
-    def engine_for(self, tenant: str) -> Literal["tesseract", "ocrmypdf"]:
+    def engine_for(self, tenant: str) -> OcrEngine:
         return self.tenant_engines.get(tenant, self.engine)
 
     def memory_limit_bytes(self) -> int:

@@ -1,7 +1,7 @@
 """OCR of one archived file: a searchable PDF, the text of every page, a thumbnail.
 
 Every input becomes a PDF first (images through img2pdf, losslessly: JPEG data is passed
-through, multi-frame TIFFs become one page per frame). Then one of two engines:
+through, multi-frame TIFFs become one page per frame). Then one of the engines:
 
 - ``tesseract`` (the default; worker/analysis/ocr/tesseract.py): in the job child, with
   engines that stay warm from job to job (models load once), pages rendered by pdfium
@@ -10,6 +10,9 @@ through, multi-frame TIFFs become one page per frame). Then one of two engines:
   file whose pages all have text (born digital) is not rasterised at all. The text
   layer is laid over the original pages; tesseract runs single-threaded per page
   (``OMP_THREAD_LIMIT=1``): one page per core beats tesseract's own threads.
+  ``tesseract-cli`` is the same with each page read by tesseract's command line
+  (worker/analysis/ocr/command_line.py, through pytesseract): no tesserocr wheel needed,
+  a model load per page more;
 - ``ocrmypdf``: its command line in a process group of its own (killed at the deadline
   with everything it started), for sites that want its output (and for mode "redo",
   which only it does: it strips an old OCR layer and keeps everything else).
@@ -25,7 +28,8 @@ only a temp directory that the next run removes.
 This module is the API and the order of the steps; the steps are its modules: options
 and errors, installation (tesseract, its language packs, the engines), inspection (the
 input and the page and pixel limits), images (to PDF), tesseract with warm, slots and
-textlayer (the in-process engine), engine (the ocrmypdf command line and its exit
+textlayer (the in-process engine), command_line and reading (the page reader without
+tesserocr), engine (the ocrmypdf command line and its exit
 status), text (page text and thumbnail), files (publishing, stale temp dirs).
 """
 

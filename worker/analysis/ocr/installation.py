@@ -65,8 +65,10 @@ def check_options(opts: OcrOptions) -> None:
     ]
     if opts.mode not in ("skip", "redo", "force"):
         problems.append(f"OCR mode {opts.mode!r} is not one of skip, redo, force")
-    if opts.engine not in ("tesseract", "ocrmypdf"):
-        problems.append(f"OCR engine {opts.engine!r} is not one of tesseract, ocrmypdf")
+    if opts.engine not in ("tesseract", "tesseract-cli", "ocrmypdf"):
+        problems.append(
+            f"OCR engine {opts.engine!r} is not one of tesseract, tesseract-cli, ocrmypdf"
+        )
     if opts.jobs < 0 or opts.slots < 0:
         problems.append("OCR jobs and slots must be >= 0")
     if min(opts.timeout, opts.page_timeout, opts.thumbnail_width, opts.image_dpi) <= 0:
@@ -83,7 +85,9 @@ def uses_ocrmypdf(opts: OcrOptions) -> bool:
 def check_installation(opts: OcrOptions) -> str:
     """Raise OcrConfigError for a missing program or language pack; the engine string."""
     ocrmypdf = uses_ocrmypdf(opts)
-    module = "ocrmypdf" if ocrmypdf else "tesserocr"
+    module = {"ocrmypdf": "ocrmypdf", "tesseract-cli": "pytesseract"}.get(
+        "ocrmypdf" if ocrmypdf else opts.engine, "tesserocr"
+    )
     if importlib.util.find_spec(module) is None:
         raise OcrConfigError(f"{module} is not installed in ingestd's Python environment")
     langs, tess_version, _ = tesseract_info()
@@ -101,6 +105,8 @@ def check_installation(opts: OcrOptions) -> str:
         )
     if ocrmypdf:
         return f"ocrmypdf {_ocrmypdf_version()}, tesseract {tess_version}"
+    if opts.engine == "tesseract-cli":
+        return f"tesseract {tess_version} (command line)"
     return f"tesseract {_version('tesserocr', 'tesseract_version')} (tesserocr)"
 
 

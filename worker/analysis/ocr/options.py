@@ -10,13 +10,15 @@ PDF = "application/pdf"
 IMAGE_TYPES = frozenset({"image/tiff", "image/jpeg", "image/png"})
 
 
-Engine = Literal["tesseract", "ocrmypdf"]
+Engine = Literal["tesseract", "tesseract-cli", "ocrmypdf"]
 
 
 @dataclass(frozen=True)
 class OcrOptions:
     # "tesseract": in the job child, warm engines, pages on threads (what the worker
-    # uses unless analysis.engine says otherwise); "ocrmypdf": its command line per file
+    # uses unless analysis.engine says otherwise); "tesseract-cli": the same pages on
+    # threads, each read by tesseract's command line (no tesserocr wheel needed; models
+    # load per page); "ocrmypdf": its command line per file
     # (mode "redo" always takes this one). The library's default stays the command
     # line, so a caller that names no engine gets what it got before.
     engine: Engine = "ocrmypdf"

@@ -42,10 +42,11 @@ import pypdfium2  # type: ignore[import-untyped]
 from PIL import Image
 
 from ingestd import log
-from worker.analysis.ocr import warm
+from worker.analysis.ocr import command_line, warm
 from worker.analysis.ocr.errors import OcrError, OcrFailed, OcrLimitExceeded, OcrTimeout
 from worker.analysis.ocr.inspection import page_images
 from worker.analysis.ocr.options import OcrOptions
+from worker.analysis.ocr.reading import Reading
 from worker.analysis.ocr.slots import PageSlots
 from worker.analysis.ocr.text import clean, page_text
 from worker.analysis.ocr.textlayer import PageWords, Word, glyphless_font, lay_over, page_rotation
@@ -62,14 +63,6 @@ _log = log.get_logger(component="ocr")
 class PageResult:
     text: str
     words: PageWords
-
-
-@dataclass(frozen=True, slots=True)
-class Reading:
-    text: str
-    words: list[Word]
-    confidence: int
-    upright: bool  # tesseract's layout analysis found the text lines upright
 
 
 def ocr_pdf(
@@ -220,13 +213,13 @@ def _one_page(
         began = time.time()
         image, rotate = _render(doc, index, dpi)
         languages = "+".join(opts.languages)
-        reading = _recognize(tessdata, languages, image, dpi, index, opts, deadline)
+        reading = read(tessdata, languages, image, dpi, index, opts, deadline)
         doubtful = reading.confidence < CONFIDENT or not reading.upright
         if opts.rotate_pages and doubtful and len(reading.words) >= MIN_WORDS_FOR_OSD:
-            turn = _orientation(tessdata, image, opts)
+            turn = turn_by(tessdata, image, opts, deadline)
             if turn:
                 turned = image.rotate(turn, expand=True)
-                again = _recognize(tessdata, languages, turned, dpi, index, opts, deadline)
+                again = read(tessdata, languages, turned, dpi, index, opts, deadline)
                 # Tesseract reads sideways lines too (as well, turned or not): then the
                 # turn is for the searchable PDF, which should show the page upright.
                 if again.confidence >= reading.confidence - TURN_SLACK:
@@ -263,6 +256,29 @@ def _render(doc: Any, index: int, dpi: float) -> tuple[Image.Image, int]:
         finally:
             page.close()
     return image, rotate
+
+
+def read(
+    tessdata: str,
+    languages: str,
+    image: Image.Image,
+    dpi: float,
+    index: int,
+    opts: OcrOptions,
+    deadline: float,
+) -> Reading:
+    """One page image read by the engine the options name: a warm tesserocr engine, or
+    tesseract's command line (worker/analysis/ocr/command_line.py)."""
+    if opts.engine == "tesseract-cli":
+        return command_line.recognize(tessdata, languages, image, dpi, index, opts, deadline)
+    return _recognize(tessdata, languages, image, dpi, index, opts, deadline)
+
+
+def turn_by(tessdata: str, image: Image.Image, opts: OcrOptions, deadline: float) -> int:
+    """Degrees (counter-clockwise) to turn the page image by so it reads upright."""
+    if opts.engine == "tesseract-cli":
+        return command_line.orientation(tessdata, image, opts, deadline)
+    return _orientation(tessdata, image, opts)
 
 
 def _recognize(
