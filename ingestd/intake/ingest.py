@@ -19,6 +19,12 @@ Order of operations (each step is what makes the next one safe):
 6. only after COMMIT (and once the streaming standbys have it, ``database.standby_wait``)
    dispose of the source.
 
+In the code each step is a method over typed values (ingestd/intake/record.py): 1-2
+``_inspect`` (the file type), 3-4 ``_stage`` (the staged copy), the ``JobPlan``, 5
+``_store`` (what the transaction left: ``Stored``), 6 ``_finish``. Whether a duplicate
+is skipped or refused is one ``DuplicatePolicy``, asked at the three points a duplicate
+can show (the locked look, the SQL function's ``ON CONFLICT``, after the commit).
+
 Duplicates and refusals are audit entries as well, committed before the source is
 dropped or quarantined.
 
@@ -32,15 +38,15 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Mapping
-from datetime import UTC, date, datetime
+from datetime import UTC, datetime
 
 from ingestd.archive import audit
 from ingestd.archive.audit import AuditKind
-from ingestd.archive.store import ArchivedFile, ArchiveStore, TooLarge
+from ingestd.archive.store import ArchivedFile, ArchiveStore, StagedFile, TooLarge
 from ingestd.arrivals.record import Arrival, ArrivalOutcome
 from ingestd.config.pathcheck import ProtectedPaths
 from ingestd.config.settings import IntakeConfig
-from ingestd.db.database import Committed, Database, Tx, jsonb
+from ingestd.db.database import Batch, Database, Tx
 from ingestd.errors import SourceProtected, TenantError, TenantNotActive, TenantNotFound
 from ingestd.intake import filetypes
 from ingestd.intake.fsops import why_not_removable
@@ -53,17 +59,22 @@ from ingestd.intake.items import (
     Reason,
     Refused,
 )
+from ingestd.intake.record import (
+    DuplicatePolicy,
+    IntakeRecord,
+    JobPlan,
+    Stored,
+    arrival,
+    duplicate_detail,
+    iso,
+)
 from ingestd.intake.source_file import check_filename, open_regular, remove_source, unavailable
-from ingestd.intake.tags import tag_names
-from ingestd.intake.titles import TitleRules, parse_filename
+from ingestd.intake.titles import FilenameInfo, TitleRules, parse_filename
 from ingestd.log import Logger, get_logger, new_trace_id
 from ingestd.ops import metrics
 from ingestd.ops.faults import crashpoint
-from ingestd.queue.enqueue import job_body
-from ingestd.queue.kinds import JobKind
 from ingestd.states import TenantStatus
 from ingestd.tenants import lookup
-from ingestd.textsafe import recordable_text
 
 
 class Intake:
@@ -87,6 +98,7 @@ class Intake:
         # None: only what the config check at load ensured.
         self.protected = protected
         self.allowed = {filetypes.ARCHIVABLE[t] for t in config.allowed_types}
+        self.duplicates = DuplicatePolicy.of(config.duplicates)
         self.log = get_logger()
         # Tenants the locked check of this process last found active. Their next file is
         # not looked up before staging: the locked check decides anyway, and a file of a
@@ -131,90 +143,90 @@ class Intake:
         return result
 
     def _ingest(self, item: IntakeItem, disposal: Disposal, log: Logger) -> IntakeResult:
-        cfg = self.config
-        check_filename(item.name, cfg.max_filename_bytes)
+        """The steps, top-down: inspect, stage, plan the job, record, finish."""
+        check_filename(item.name, self.config.max_filename_bytes)
         if self.protected is not None:
             # Before anything is read or recorded: a file in the archive's own folders
             # (seen through a link or bind mount) is never taken, so never removed.
             self.protected.check(item.path, action="take", owned=item.owned)
         fd, st = open_regular(item.path, owned=item.owned)
         try:
-            if st.st_size == 0:
-                raise Refused(Reason.empty, "file is empty")
-            if st.st_size > cfg.max_file_size:
-                raise Refused(
-                    Reason.too_large,
-                    f"file is {st.st_size} bytes, limit is {int(cfg.max_file_size)}",
-                )
-            try:
-                header = os.pread(fd, filetypes.HEADER_BYTES, 0)
-            except OSError as exc:
-                raise unavailable("read the file", exc) from exc
-            ftype = filetypes.detect(header)
-            if ftype is None or ftype not in self.allowed:
-                allowed = ", ".join(sorted(t.name for t in self.allowed))
-                raise Refused(
-                    Reason.bad_type,
-                    f"content is {filetypes.describe(header)}; allowed types: {allowed}",
-                )
-            if item.tenant not in self._seen_active:
-                self._check_active(item.tenant)
-            limit, now = int(cfg.max_file_size), datetime.now(UTC)
-            try:
-                if item.owned:
-                    staged = self.archive.adopt(
-                        item.tenant, item.path, fd, max_bytes=limit, when=now
-                    )
-                else:
-                    staged = self.archive.stage(item.tenant, fd, max_bytes=limit, when=now)
-            except TooLarge as exc:
-                raise Refused(Reason.too_large, str(exc)) from exc
-            after = os.fstat(fd)
-            if (after.st_size, after.st_mtime_ns) != (st.st_size, st.st_mtime_ns) or (
-                staged.size != st.st_size
-            ):
-                self.archive.discard(staged)
-                raise FileChanged(f"{item.path} changed while it was being read")
+            ftype = self._inspect(fd, st)
+            staged = self._stage(item, fd, st)
         finally:
             os.close(fd)
         crashpoint("after_stage")
         log = log.bind(sha256=staged.sha256)
+        name = parse_filename(item.name, self.rules)
+        plan = JobPlan.for_file(item, ftype)
+        stored = self._store(item, staged, ftype, name, plan, log)
+        return self._finish(item, disposal, log, stored, ftype, name, plan)
 
-        info = parse_filename(item.name, self.rules)
-        if item.split is not None and ftype in filetypes.BATCH_TYPES:
-            # A batch is analysed only through its children: its one job splits it
-            # (tenant-fair, under the job's limits), with the policy of the moment it
-            # arrived, so a retry or a reload cannot change the cut.
-            kind = JobKind.split_batch
-            payload: dict[str, object] = {"policy": item.split.as_payload()}
-        else:
-            kind = JobKind.analyze_document
-            payload = {"force": False}
-        body = job_body(kind, payload, item.trace)  # document_id: added by intake_record
+    def _inspect(self, fd: int, st: os.stat_result) -> filetypes.FileType:
+        """Step 1: the opened file is one we take (not empty, not over the limit, an
+        archivable type by its magic bytes); its type."""
+        if st.st_size == 0:
+            raise Refused(Reason.empty, "file is empty")
+        if st.st_size > self.config.max_file_size:
+            raise Refused(
+                Reason.too_large,
+                f"file is {st.st_size} bytes, limit is {int(self.config.max_file_size)}",
+            )
+        try:
+            header = os.pread(fd, filetypes.HEADER_BYTES, 0)
+        except OSError as exc:
+            raise unavailable("read the file", exc) from exc
+        ftype = filetypes.detect(header)
+        if ftype is None or ftype not in self.allowed:
+            allowed = ", ".join(sorted(t.name for t in self.allowed))
+            raise Refused(
+                Reason.bad_type,
+                f"content is {filetypes.describe(header)}; allowed types: {allowed}",
+            )
+        return ftype
+
+    def _stage(self, item: IntakeItem, fd: int, st: os.stat_result) -> StagedFile:
+        """Step 2: for an active tenant, the bytes copied (or, owned, linked) into the
+        archive's staging area while hashed, fsynced; the same bytes as inspected."""
+        if item.tenant not in self._seen_active:
+            self._check_active(item.tenant)
+        limit, now = int(self.config.max_file_size), datetime.now(UTC)
+        try:
+            if item.owned:
+                staged = self.archive.adopt(item.tenant, item.path, fd, max_bytes=limit, when=now)
+            else:
+                staged = self.archive.stage(item.tenant, fd, max_bytes=limit, when=now)
+        except TooLarge as exc:
+            raise Refused(Reason.too_large, str(exc)) from exc
+        after = os.fstat(fd)
+        if (after.st_size, after.st_mtime_ns) != (st.st_size, st.st_mtime_ns) or (
+            staged.size != st.st_size
+        ):
+            self.archive.discard(staged)
+            raise FileChanged(f"{item.path} changed while it was being read")
+        return staged
+
+    def _store(
+        self,
+        item: IntakeItem,
+        staged: StagedFile,
+        ftype: filetypes.FileType,
+        name: FilenameInfo,
+        plan: JobPlan,
+        log: Logger,
+    ) -> Stored:
+        """Step 4: the one transaction, in two round trips (the lock with the duplicate
+        check, then every row with the COMMIT: Database.pipelined). The staged copy is
+        dropped on any failure before it was linked."""
         archived: ArchivedFile | None = None
         existing: int | None = None  # the document that already has these bytes
-        recorded: Committed | None = None
         try:
-            # Two round trips: the lock with the duplicate check, then every row with the
-            # COMMIT (Database.pipelined).
             with self.db.pipelined(replicated=True) as tx:
-                try:
-                    row = lookup.found(
-                        tx.one("intake_lock", {"name": item.tenant, "sha256": staged.sha256}),
-                        item.tenant,
-                    )
-                    # The locked row (a re-created tenant: new id).
-                    tenant_id = lookup.active_id(row)
-                except TenantError:
-                    self._seen_active.discard(item.tenant)
-                    raise
-                self._seen_active.add(item.tenant)
-                if row["existing"] is not None:
+                tenant_id, existing = self._lock(tx, item, staged.sha256)
+                if existing is not None:
                     # Same bytes already recorded for this tenant: nothing new is linked.
-                    existing = int(row["existing"])
                     self.archive.discard(staged)
-                    if self.config.duplicates == "refuse":
-                        raise Refused(Reason.duplicate, f"same content as document {existing}")
+                    self.duplicates.found(existing)
                     tx.commit_with(
                         "audit_append",
                         audit.append_params(
@@ -222,63 +234,27 @@ class Intake:
                             item.tenant,
                             AuditKind.duplicate,
                             existing,
-                            self._duplicate_detail(item, staged.sha256),
+                            duplicate_detail(item, staged.sha256),
                         ),
-                        also=[_arrival(item, tenant_id, staged.sha256, staged.size)],
+                        also=[arrival(item, tenant_id, staged.sha256, staged.size)],
                     )
                 else:
-                    # Linked to its WORM name only under the tenant's FOR SHARE lock: marking
-                    # the tenant suspended or deleting waits for this transaction, so every
-                    # file archived for a tenant is either recorded before delete-tenant
-                    # looks, or never linked at all (no orphan behind the wipe).
+                    # Linked to its WORM name only under the tenant's FOR SHARE lock:
+                    # marking the tenant suspended or deleting waits for this transaction,
+                    # so every file archived for a tenant is either recorded before
+                    # delete-tenant looks, or never linked at all (no orphan behind it).
                     archived = self.archive.commit(staged, ftype.extension)
                     crashpoint("after_archive")
-                    # Last chance to die uncommitted: the statement below leaves with its
-                    # COMMIT.
+                    # Last chance to die uncommitted: the statement leaves with its COMMIT.
                     crashpoint("before_commit")
+                    record = IntakeRecord(
+                        tenant_id, item, archived, ftype, name, plan, self.duplicates
+                    )
                     recorded = tx.commit_with(
                         "intake_record",
-                        {
-                            "tenant_id": tenant_id,
-                            "tenant": audit.recordable(item.tenant),
-                            "sha256": archived.sha256,
-                            "size_bytes": archived.size,
-                            "mime_type": ftype.mime,
-                            "extension": ftype.extension,
-                            "original_filename": item.name,
-                            "source": item.source,
-                            "source_subdir": recordable_text(item.subdir),
-                            "archive_path": archived.relpath,
-                            "title": info.title,
-                            "issued_date": info.issued,
-                            "trace_id": item.trace,
-                            "job_kind": str(kind),
-                            "job_payload": jsonb(body),
-                            "derive_title": info.placeholder,
-                            "tags": tag_names(item.tags),
-                            # The document.archived detail; the job's id is added in SQL.
-                            "archived": jsonb(
-                                audit.recordable(
-                                    {
-                                        "sha256": archived.sha256,
-                                        "size": archived.size,
-                                        "path": archived.relpath,
-                                        "type": ftype.name,
-                                        "filename": item.name,
-                                        "source": item.source,
-                                    }
-                                )
-                            ),
-                            # Lost a race with an identical file: recorded as a duplicate,
-                            # or (refused) not at all, the refusal is recorded below.
-                            "duplicate": None
-                            if self.config.duplicates == "refuse"
-                            else jsonb(
-                                audit.recordable(self._duplicate_detail(item, archived.sha256))
-                            ),
-                        },
+                        record.params(),
                         # Its arrival row: archived, or a duplicate if it lost the race.
-                        also=[_arrival(item, tenant_id, archived.sha256, archived.size)],
+                        also=[arrival(item, tenant_id, archived.sha256, archived.size)],
                     )
         except BaseException as exc:
             if archived is None and existing is None:  # never linked: the copy is ours to drop
@@ -292,29 +268,67 @@ class Intake:
         if tx.standbys_behind:  # not in time (database.standby_wait): told, then dropped
             log.warning("intake.standby_behind", standbys=tx.standbys_behind)
         if existing is not None:
-            return self._duplicate(item, disposal, log, staged.sha256, existing)
-        assert archived is not None and recorded is not None
+            return Stored(staged.sha256, existing)
+        assert archived is not None
         done = recorded.row
         assert done is not None  # the function always returns its one row
         if done["document"] is None:
             # Lost a race with an identical file committed since the lock's look.
-            dup_id = int(done["duplicate_of"]) if done["duplicate_of"] is not None else None
-            if self.config.duplicates == "refuse":
-                raise Refused(Reason.duplicate, f"same content as document {dup_id}")
-            return self._duplicate(item, disposal, log, archived.sha256, dup_id)
-        document_id, job_id = int(done["document"]), int(done["job"])
+            lost_to = int(done["duplicate_of"]) if done["duplicate_of"] is not None else None
+            self.duplicates.found(lost_to)
+            return Stored(archived.sha256, lost_to)
+        return Stored(archived.sha256, int(done["document"]), int(done["job"]), archived)
+
+    def _lock(self, tx: Batch, item: IntakeItem, sha256: str) -> tuple[int, int | None]:
+        """The tenant row locked FOR SHARE, still active (its id: a re-created tenant has
+        a new one), and the document already holding these bytes, if any."""
+        try:
+            row = lookup.found(
+                tx.one("intake_lock", {"name": item.tenant, "sha256": sha256}), item.tenant
+            )
+            tenant_id = lookup.active_id(row)
+        except TenantError:
+            self._seen_active.discard(item.tenant)
+            raise
+        self._seen_active.add(item.tenant)
+        return tenant_id, (int(row["existing"]) if row["existing"] is not None else None)
+
+    def _finish(
+        self,
+        item: IntakeItem,
+        disposal: Disposal,
+        log: Logger,
+        stored: Stored,
+        ftype: filetypes.FileType,
+        name: FilenameInfo,
+        plan: JobPlan,
+    ) -> IntakeResult:
+        """Step 5, after COMMIT: the source disposed of, the outcome logged and counted."""
+        # The bytes are archived and recorded (committed), so the source is safe to drop.
+        # This is also how a re-run after a crash finishes up.
         left = self._dispose(item, disposal, log)
+        if stored.duplicate:
+            log.info("intake.duplicate", document_id=stored.document_id)
+            return IntakeResult(
+                item,
+                Outcome.duplicate,
+                sha256=stored.sha256,
+                document_id=stored.document_id,
+                source_left=left,
+            )
+        archived = stored.archived
+        assert archived is not None
         metrics.INTAKE_BYTES.labels(item.tenant, item.source_kind).inc(archived.size)
         log.info(
             "intake.ingested",
-            document_id=document_id,
-            job_id=job_id,
+            document_id=stored.document_id,
+            job_id=stored.job_id,
             size=archived.size,
             type=ftype.name,
-            title=info.title,
-            issued=_iso(info.issued),
-            derive_title=info.placeholder,
-            job_kind=str(kind),
+            title=name.title,
+            issued=iso(name.issued),
+            derive_title=name.placeholder,
+            job_kind=str(plan.kind),
             archive_path=archived.relpath,
             reused_archive_file=archived.reused,
         )
@@ -322,8 +336,8 @@ class Intake:
             item,
             Outcome.ingested,
             sha256=archived.sha256,
-            document_id=document_id,
-            job_id=job_id,
+            document_id=stored.document_id,
+            job_id=stored.job_id,
             archive_path=archived.relpath,
             source_left=left,
         )
@@ -343,28 +357,6 @@ class Intake:
             log.warning("intake.source_not_removed", detail=reason)
             return reason
         return None
-
-    def _duplicate(
-        self,
-        item: IntakeItem,
-        disposal: Disposal,
-        log: Logger,
-        sha256: str,
-        document_id: int | None,
-    ) -> IntakeResult:
-        """After the duplicate's entry committed (in the intake transaction)."""
-        # The bytes are archived and recorded (committed) under that document, so the
-        # source is safe to drop. This is also how a re-run after a crash finishes up.
-        left = self._dispose(item, disposal, log)
-        log.info("intake.duplicate", document_id=document_id)
-        return IntakeResult(
-            item, Outcome.duplicate, sha256=sha256, document_id=document_id, source_left=left
-        )
-
-    @staticmethod
-    def _duplicate_detail(item: IntakeItem, sha256: str) -> dict[str, object]:
-        """The detail of a ``document.duplicate`` entry."""
-        return {"sha256": sha256, "filename": item.name, "source": item.source}
 
     def _record_refusal(self, item: IntakeItem, refusal: Refused) -> None:
         detail = {
@@ -408,25 +400,3 @@ class Intake:
         retry; one round trip outside any transaction: the check that decides is the
         locked one in the intake transaction."""
         lookup.active_id(lookup.found(self.db.one("tenant_by_name", {"name": tenant}), tenant))
-
-
-def _arrival(
-    item: IntakeItem, tenant_id: int, sha256: str, size: int
-) -> tuple[str, dict[str, object]]:
-    """The ``arrival_intake`` statement of ``item``, queued with the intake's COMMIT."""
-    params = Arrival(
-        trace_id=item.trace or new_trace_id(),
-        tenant=item.tenant,
-        source=item.source,
-        name=item.name,
-        outcome=ArrivalOutcome.archived,  # or duplicate: decided in SQL
-        subdir=item.subdir,
-        size=size,
-        sha256=sha256,
-        arrived_at=item.arrived,
-    ).params()
-    return "arrival_intake", {**params, "tenant_id": tenant_id}
-
-
-def _iso(d: date | None) -> str | None:
-    return d.isoformat() if d else None
