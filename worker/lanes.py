@@ -33,11 +33,11 @@ from ingestd import log
 from ingestd.config.settings import Config
 from ingestd.db.database import Database
 from ingestd.ops.sdnotify import Notifier
+from ingestd.ops.signals import Flags
 from ingestd.queue.claims import default_worker_id
 from ingestd.queue.pools import Pool, resolve
 from worker.child import Child
 from worker.runner import Runner
-from worker.signals import Flags
 
 TURN = 1.0  # seconds between looks at the lanes when no signal comes
 

@@ -13,8 +13,9 @@ Signal handlers only set flags and write a byte to a wake-up pipe; the loop wait
 pipe together with the child's pipe, the child's exit and the LISTEN socket, so a signal,
 a result, a crash and a notification are each seen at once, without polling.
 
-Its parts: ``worker/signals.py`` (the flags and the wake-up pipe), ``worker/listener.py``
-(LISTEN), ``worker/heartbeat.py`` (the lease), ``worker/child.py`` (the job child),
+Its parts: ``ingestd/ops/signals.py`` (the flags and the wake-up pipe, the daemon's
+too), ``worker/listener.py`` (LISTEN), ``worker/heartbeat.py`` (the lease),
+``worker/child.py`` (the job child),
 ``worker/recording.py`` (writing an outcome), ``worker/housekeeping.py`` (rescue, relay,
 prune). This module is the loop that ties them together.
 """
@@ -36,6 +37,7 @@ from ingestd.errors import ConfigError, DatabaseError, DatabaseUnavailable, Exit
 from ingestd.ops import health
 from ingestd.ops.metrics_server import MetricsEndpoint
 from ingestd.ops.sdnotify import Notifier
+from ingestd.ops.signals import Flags
 from ingestd.queue import pools
 from ingestd.queue.claims import Job, Queue, WorkerIdentity, WorkerIdInUse
 from ingestd.queue.pools import EVERYTHING, Scope
@@ -47,7 +49,6 @@ from worker.listener import Listener
 from worker.outcomes import Ended, Ending, Result, elapsed, number
 from worker.probes import start_metrics
 from worker.recording import DB_RETRY_DELAYS, record_outcome, record_refusal
-from worker.signals import Flags
 
 PRUNE_EVERY = 3600.0
 RESCUE_EVERY_MAX = 5.0

@@ -13,15 +13,10 @@ without $NOTIFY_SOCKET).
 from __future__ import annotations
 
 import contextlib
-import os
-import select
-import signal
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from types import FrameType
-from typing import Any
 
 from ingestd import log
 from ingestd.archive import sealkey
@@ -53,6 +48,7 @@ from ingestd.ops.metrics_server import (
 from ingestd.ops.reload_request import record_reload
 from ingestd.ops.runtime import make_intake, open_database
 from ingestd.ops.sdnotify import Notifier
+from ingestd.ops.signals import Flags
 from ingestd.sources.hotfolders import HotFolders
 from ingestd.sources.sftp import hostkeys
 from ingestd.sources.sftp.bans import UNBAN_DIR
@@ -60,58 +56,6 @@ from ingestd.sources.sftp.in_progress import uploads_in_progress
 from ingestd.sources.sftp.service import SftpService
 from ingestd.sources.sftp.spool import Spool
 from ingestd.sources.sftp.tenant_status import TenantStatusCache
-
-
-class Flags:
-    """Set by the signal handlers, read by the main loop.
-
-    A handler runs in the main thread between two bytecodes, possibly while that thread
-    holds an Event's internal lock (inside ``wait`` or ``clear``): a handler taking that
-    lock again would hang the daemon for good. So a handler only sets ``reload``, sets
-    ``stop`` (an Event other threads wait on; the main thread only reads it, lock-free)
-    and writes a byte to the pipe the main loop sleeps on.
-    """
-
-    def __init__(self) -> None:
-        self.stop = threading.Event()
-        self.reload = False
-        self._r, self._w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-        self._saved: dict[int, Any] = {}
-
-    def install(self) -> None:
-        for sig, handler in (
-            (signal.SIGTERM, self._on_stop),
-            (signal.SIGINT, self._on_stop),
-            (signal.SIGHUP, self._on_reload),
-        ):
-            self._saved[sig] = signal.signal(sig, handler)
-
-    def sleep(self, seconds: float) -> None:
-        """Until a signal comes or ``seconds`` have passed."""
-        readable, _, _ = select.select([self._r], [], [], seconds)
-        if readable:
-            with contextlib.suppress(BlockingIOError):
-                while os.read(self._r, 512):
-                    pass
-
-    def close(self) -> None:
-        """The previous handlers back first: no late signal may write to a closed fd."""
-        for sig, handler in self._saved.items():
-            signal.signal(sig, handler)
-        os.close(self._r)
-        os.close(self._w)
-
-    def _poke(self) -> None:
-        with contextlib.suppress(BlockingIOError):  # full: a wake-up is pending anyway
-            os.write(self._w, b"\0")
-
-    def _on_stop(self, signum: int, frame: FrameType | None) -> None:
-        self.stop.set()
-        self._poke()
-
-    def _on_reload(self, signum: int, frame: FrameType | None) -> None:
-        self.reload = True
-        self._poke()
 
 
 class _SchemaWhenReachable(threading.Thread):
@@ -280,10 +224,13 @@ def _serve(config: Config, config_path: Path | None, notifier: Notifier | None) 
     notifier = notifier or Notifier()
     flags = Flags()
     flags.install()
+    # For the threads that wait for the stop (the schema thread): set by this loop, never
+    # by a handler (ingestd/ops/signals.py).
+    stopping = threading.Event()
     # A database that refuses us (no such role or database) ends the start (exit 3); one
     # that is down does not: uploads are spooled until it answers.
     with open_database(config, migrate_schema=False, require_server=False) as db:
-        schema = _SchemaWhenReachable(db, flags.stop, lambda: _after_migrate(config, db, logger))
+        schema = _SchemaWhenReachable(db, stopping, lambda: _after_migrate(config, db, logger))
         schema.start()
         intake = make_intake(config, db)
         # Operator events decided here (quarantines, refused uploads, bans); buffered on
@@ -345,8 +292,8 @@ def _serve(config: Config, config_path: Path | None, notifier: Notifier | None) 
                     next_ping = time.monotonic() + ping_every
                 wait = 1.0 if ping_every is None else min(1.0, next_ping - time.monotonic())
                 flags.sleep(max(0.0, wait))
-                if flags.reload:
-                    flags.reload = False  # SIGHUPs meanwhile: this reload reads their config
+                if flags.reload.is_set():
+                    flags.reload.clear()  # SIGHUPs meanwhile: this reload reads their config
                     notifier.reloading()
                     reloads += 1  # #30 (confd): `account add` & co. wait for the record
                     try:
@@ -372,6 +319,7 @@ def _serve(config: Config, config_path: Path | None, notifier: Notifier | None) 
                     logger.info("daemon.reloaded", hot_folders=len(new.watch))
                     record_reload(config.paths.state_dir, reloads, None)
         finally:
+            stopping.set()
             notifier.stopping("stopping" if flags.stop.is_set() else "stopping (error)")
             logger.info("daemon.stopping")
             schema.join(5)

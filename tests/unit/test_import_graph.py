@@ -35,6 +35,7 @@ LAYERS: list[list[str]] = [
         "ingestd.ops.health",
         "ingestd.ops.logflood",
         "ingestd.ops.sdnotify",
+        "ingestd.ops.signals",
     ],
     ["ingestd.arrivals"],  # (issue 30) the arrival rows; the event log writes them too
     [

@@ -1,14 +1,21 @@
-"""The worker's signal handling: flags a handler sets, and a wake-up pipe it writes to.
+"""Signal handling for every long-running process (the daemon, the worker and its
+lanes): flags a handler sets, and a wake-up pipe it writes to.
 
-A handler only sets a flag and writes a byte to the pipe; the loop waits on the pipe's
-read end together with everything else it waits for, so a signal is seen at once, and
-nothing that could block (a lock, I/O beyond one byte) ever runs inside a handler.
+The one rule: a handler only sets a flag and writes a byte to the pipe. The loop waits
+on the pipe's read end (``sleep``, or ``fileno`` in its own select) together with
+everything else it waits for, so a signal is seen at once, and nothing that could block
+(a lock, I/O beyond one byte) ever runs inside a handler. So the flags are plain
+attributes, never ``threading.Event``s: ``Event.set()`` takes a lock, and a handler that
+interrupts the main thread while it holds that lock (inside ``wait`` or ``clear``) would
+wait for itself forever. Threads that need an Event to wait on get one set by the loop,
+outside the handler (the daemon's ``stopping``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import select
 import signal
 import time
 from types import FrameType
@@ -36,7 +43,8 @@ class Flag:
 
 
 class Flags:
-    """Set by signal handlers (nothing else happens in a handler) and by ``Runner.stop``."""
+    """Set by signal handlers (nothing else happens in a handler) and by the loop itself
+    (``request_stop``: the worker's ``Runner.stop``, a drained queue)."""
 
     def __init__(self) -> None:
         self.stop = Flag()
@@ -63,8 +71,16 @@ class Flags:
         self._saved.clear()
 
     def close(self) -> None:
+        """The previous handlers back first: no late signal may write to a closed fd."""
+        self.restore()
         os.close(self._r)
         os.close(self._w)
+
+    def sleep(self, seconds: float) -> None:
+        """Until a signal (or a ``poke``) comes or ``seconds`` have passed."""
+        readable, _, _ = select.select([self._r], [], [], max(0.0, seconds))
+        if readable:
+            self.clear_wake()
 
     def poke(self) -> None:
         with contextlib.suppress(BlockingIOError):
