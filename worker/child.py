@@ -44,7 +44,7 @@ from ingestd.config.settings import Config
 from ingestd.db.database import Database
 from ingestd.errors import IngestdError
 from ingestd.queue.claims import Job
-from worker.jobs import JobContext, Kind, load
+from worker.jobs import JobContext, Kind, LimitReached, load
 from worker.limits import fewer_malloc_arenas
 from worker.outcomes import Done, Ended, Ending, Result
 
@@ -256,6 +256,8 @@ def run_job(job: Job, kinds: dict[str, Kind], config: Config, db: Database) -> R
     ctx = JobContext(job=job, config=config, db=db, log=logger)
     try:
         kind.handler(ctx)
+    except LimitReached as exc:  # retried once, then attention: the runner's limit_rule
+        return Ended(Ending.limit, exc.message, again=exc.again)
     except IngestdError as exc:
         # Retry or not is the error's own ``transient``; attention, its ``attention``.
         if exc.transient:

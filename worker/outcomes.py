@@ -26,6 +26,7 @@ class Ending(enum.Enum):
     error = "error"  # anything else: a failed attempt, retried on the ladder
     permanent = "permanent"  # PermanentError: failed at once, not retried
     attention = "attention"  # NeedsAttention: the document waits for an operator
+    limit = "limit"  # LimitReached: a limit that may be the machine's moment (limit_rule)
     # Found by the runner:
     died = "died"  # the child exited mid-job (OOM killer, a crash in a C library)
     timeout = "timeout"  # the kind's time limit ran out; the child was killed
@@ -47,6 +48,8 @@ class Ended:
 
     ending: Ending
     detail: str
+    # Ending.limit: how the reason ends when the limit is reached again after the retry.
+    again: str = ""
 
 
 Result = Done | Ended
@@ -62,20 +65,24 @@ class JobStatus(enum.StrEnum):
 
 
 def limit_rule(job: Job, ended: Ended, timeout: float) -> Ended:
-    """A job killed at its time limit, or whose child died (the OOM killer, a crash in a
-    C library), is retried once: the machine may have been busy, or short of memory for
-    a moment. The second time it is the file: a document's job ends needing attention
-    with the limit named, any other job fails for good; no more blind retries, each of
-    which would take the same time or memory again."""
-    assert ended.ending in (Ending.timeout, Ending.died)
+    """The one retry-once rule, for every limit that may be the machine's moment rather
+    than the file's: a job killed at its time limit, a child that died (the OOM killer, a
+    crash in a C library), a limit a job reports itself (``LimitReached``: OCR past
+    ``analysis.ocr_timeout``). The first time it is retried: the machine may have been
+    busy, or short of memory for a moment. The second time it is the file: a document's
+    job ends needing attention with the limit named, any other job fails for good; no
+    more blind retries, each of which would take the same time or memory again."""
+    assert ended.ending in (Ending.timeout, Ending.died, Ending.limit)
     if job.retry_count < 1:
         return Ended(Ending.error, ended.detail)
-    limit = (
-        f"the limit worker.timeouts.{job.kind} ({number(timeout)} s)"
-        if ended.ending is Ending.timeout
-        else "the memory or the program it needs (the child died)"
-    )
-    detail = f"{ended.detail}; again after a retry: it exceeds {limit}"
+    if ended.ending is Ending.limit:
+        tail = ended.again
+    elif ended.ending is Ending.timeout:
+        limit = f"worker.timeouts.{job.kind} ({number(timeout)} s)"
+        tail = f"again after a retry: it exceeds the limit {limit}"
+    else:
+        tail = "again after a retry: it exceeds the memory or the program it needs (the child died)"
+    detail = f"{ended.detail}; {tail}"
     return Ended(Ending.attention if job.document_id is not None else Ending.permanent, detail)
 
 

@@ -5,7 +5,7 @@
                                  attempt if the applier raised
     Ended released            -> Queue.release: handed back, no attempt counted
     Ended lost                -> nothing to write: the job is another worker's now
-    Ended timeout/died        -> limit_rule, then as below
+    Ended timeout/died/limit  -> limit_rule, then as below
     Ended error/permanent/attention -> Queue.fail: retried, failed or needs attention
 
 The database may be away for a moment while an outcome is written (``record`` retries);
@@ -24,7 +24,6 @@ from structlog.typing import FilteringBoundLogger
 from ingestd.errors import DatabaseUnavailable
 from ingestd.ops import metrics
 from ingestd.queue.claims import Job, Queue
-from ingestd.queue.kinds import JobKind
 from worker.jobs import Kind
 from worker.outcomes import Done, Ended, Ending, JobStatus, Result, describe, elapsed, limit_rule
 
@@ -110,6 +109,8 @@ def record_outcome(
     elif result.ending is Ending.died:
         jl.error("job.child_died", seconds=seconds, error=result.detail)
         result = limit_rule(job, result, timeout)
+    elif result.ending is Ending.limit:
+        result = limit_rule(job, result, timeout)
     _record_failure(queue, registered, job, jl, result, t0)
 
 
@@ -127,13 +128,8 @@ def _record_done(
     if ours:
         jl.info("job.done", seconds=seconds, result=done.summary or None)
         observe(job, Observed.done, t0)
-        if done.summary.get("ocr"):
-            read = done.summary.get("ocr_pages", done.summary.get("pages"))
-            metrics.OCR_PAGES.labels(job.tenant).inc(int(read or 0))
-            metrics.OCR_ENGINE_LOADS.inc(int(done.summary.get("engine_loads") or 0))
-        if job.kind == JobKind.split_batch:
-            metrics.SPLIT_PAGES.labels(job.tenant).inc(int(done.summary.get("pages") or 0))
-            metrics.SPLIT_CHILDREN.labels(job.tenant).inc(int(done.summary.get("children") or 0))
+        if registered is not None and registered.count is not None:
+            registered.count(job, done.summary)  # the kind's own metrics
     else:
         jl.warning(
             "job.lost",

@@ -13,7 +13,7 @@ while the job is still this worker's (a rescued attempt's results are never writ
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +30,19 @@ class PermanentError(IngestdError):
     """A failure retrying cannot fix: the job goes to ``failed`` at once."""
 
     transient = False
+
+
+class LimitReached(IngestdError):
+    """A limit that may be the machine's moment rather than the file's (OCR past its
+    time on a busy machine): the attempt fails and is retried once, like a job killed at
+    its time limit (worker/outcomes.py, ``limit_rule``); reached again, the document
+    needs attention (any other job fails for good), its reason ending with ``again``."""
+
+    transient = True
+
+    def __init__(self, message: str, *, again: str) -> None:
+        super().__init__(message)
+        self.again = again
 
 
 class NeedsAttention(PermanentError):
@@ -59,6 +72,9 @@ Handler = Callable[[JobContext], None]
 # The data's type is each kind's own: the registry of all kinds cannot name it, so this
 # one seam says Any and every applier declares the type it takes.
 Applier = Callable[[Tx, Job, Any], None]
+# (job, ctx.result) -> None; runs in the worker once the job is recorded done: the kind's
+# own metrics (pages OCRed, batches split), so the generic recorder names no kind.
+Counter = Callable[[Job, Mapping[str, Any]], None]
 
 
 @dataclass(frozen=True)
@@ -72,6 +88,7 @@ class Kind:
     # The operator event written when a job of this kind fails for good (None: none; a
     # notification that cannot be delivered must not notify about itself).
     failed_event: str | None = "job.failed"
+    count: Counter | None = None
 
 
 REGISTRY: dict[str, Kind] = {}
@@ -91,12 +108,13 @@ def register(
     tenant_status: Iterable[str] = (TenantStatus.active,),
     apply: Applier | None = None,
     failed_event: str | None = "job.failed",
+    count: Counter | None = None,
 ) -> Callable[[Handler], Handler]:
     if name in RETIRED_KINDS:
         raise ValueError(f"{name!r} is a retired job kind")
 
     def decorate(fn: Handler) -> Handler:
-        REGISTRY[name] = Kind(name, fn, frozenset(tenant_status), apply, failed_event)
+        REGISTRY[name] = Kind(name, fn, frozenset(tenant_status), apply, failed_event, count)
         return fn
 
     return decorate

@@ -36,20 +36,23 @@ import hashlib
 import json
 import os
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from ingestd.archive import derived, retention
 from ingestd.config.settings import Config, DateSource
 from ingestd.intake.titles import TitleRules, parse_filename
+from ingestd.ops import metrics
 from ingestd.ops.runtime import make_archive
+from ingestd.queue.claims import Job
 from ingestd.queue.kinds import JobKind
 from worker.analysis import ocr
 from worker.analysis.content_title import title_from_text
 from worker.analysis.dates import date_from_text
 from worker.analysis.taxonomy import match_rules
 from worker.analysis.workflows import DocumentFacts, apply_step, event_payload, plan
-from worker.jobs import JobContext, NeedsAttention, PermanentError, register
+from worker.jobs import JobContext, LimitReached, NeedsAttention, PermanentError, register
 from worker.jobs.analysis_record import Analysis, DateChange, Delivery, TitleChange, apply_analysis
 
 CHUNK = 1 << 20
@@ -137,7 +140,16 @@ def _derive_issued_date(
     return new
 
 
-@register(JobKind.analyze_document, apply=apply_analysis)
+def count_ocr(job: Job, summary: Mapping[str, Any]) -> None:
+    """The pages this attempt OCRed and the models it loaded (none when it reused the
+    text a previous attempt saved)."""
+    if summary.get("ocr"):
+        read = summary.get("ocr_pages", summary.get("pages"))
+        metrics.OCR_PAGES.labels(job.tenant).inc(int(read or 0))
+        metrics.OCR_ENGINE_LOADS.inc(int(summary.get("engine_loads") or 0))
+
+
+@register(JobKind.analyze_document, apply=apply_analysis, count=count_ocr)
 def analyze_document(ctx: JobContext) -> None:
     job, cfg = ctx.job, ctx.config
     with ctx.db.transaction() as tx:
@@ -294,15 +306,12 @@ def run_ocr(ctx: JobContext, original: Path, mime_type: str, out_dir: Path) -> d
     try:
         res = ocr.analyze_file(original, mime_type, out_dir, opts)
     except ocr.OcrTimeout as exc:
-        if ctx.job.retry_count >= 1:
-            # Every further attempt would hold a worker as long again, for nothing.
-            raise NeedsAttention(
-                f"{exc.message}; it timed out again after a retry: the file "
-                f"needs more than analysis.ocr_timeout ({a.ocr_timeout:g} s) "
-                "allows"
-            ) from None
-        raise OcrRetryOnce(
-            f"{exc.message}; retried once (the machine may have been busy), then it needs attention"
+        # Retried once (the machine may have been busy); every further attempt would hold
+        # a worker as long again, for nothing (worker/outcomes.py, limit_rule).
+        raise LimitReached(
+            exc.message,
+            again="it timed out again after a retry: the file needs more than "
+            f"analysis.ocr_timeout ({a.ocr_timeout:g} s) allows",
         ) from None
     # OcrInputError (encrypted, damaged, over a limit: the document needs attention) and
     # OcrConfigError (a missing language pack: failed until an admin fixes it, then
@@ -318,12 +327,6 @@ def run_ocr(ctx: JobContext, original: Path, mime_type: str, out_dir: Path) -> d
         "engine_loads": res.engine_loads,
         "ran": True,
     }
-
-
-class OcrRetryOnce(ocr.OcrError):
-    """An OCR timeout on the first attempt: retried once, not blindly max_retries times."""
-
-    transient = True
 
 
 def derived_dir(root: Path, archive_path: str) -> Path:

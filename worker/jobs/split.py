@@ -26,6 +26,7 @@ with a higher ``--max-pages``, or ``documents analyze`` to take it as one docume
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -40,6 +41,7 @@ from ingestd.archive.store import remove_tree
 from ingestd.config.split import SplitPolicy
 from ingestd.db.database import Tx
 from ingestd.intake.tags import link_tags
+from ingestd.ops import metrics
 from ingestd.ops.faults import crashpoint
 from ingestd.ops.runtime import make_archive
 from ingestd.queue.claims import Job
@@ -339,4 +341,10 @@ def _apply_whole(tx: Tx, job: Job, data: SplitResult, tenant_id: int) -> None:
     remove_tree(Path(data.work_dir))
 
 
-register(JobKind.split_batch, apply=apply_split)(split_batch_job)
+def count_split(job: Job, summary: Mapping[str, Any]) -> None:
+    """The pages a batch had and the documents it was cut into."""
+    metrics.SPLIT_PAGES.labels(job.tenant).inc(int(summary.get("pages") or 0))
+    metrics.SPLIT_CHILDREN.labels(job.tenant).inc(int(summary.get("children") or 0))
+
+
+register(JobKind.split_batch, apply=apply_split, count=count_split)(split_batch_job)
