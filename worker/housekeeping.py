@@ -1,14 +1,18 @@
-"""What the worker does between jobs: rescue expired leases, relay events, prune old jobs
-and old arrivals.
+"""What a worker process does beside its jobs: rescue expired leases, relay operator
+events into notify jobs, prune old jobs, old arrivals and stale split work.
 
-Every worker does it (there is no leader to elect); each step is one short statement
-that is cheap when there is nothing to do and safe when two workers do it at once. When
-the runner calls them is its own business (``Runner._housekeeping``).
+Every worker process does it (there is no leader to elect); each step is one short
+statement that is cheap when there is nothing to do and safe when two workers do it at
+once. ``Housekeeper`` keeps the clocks: once per process, never once per lane. A single
+runner asks it between jobs (``Runner._housekeeping``); a process with lanes asks it from
+its main loop (worker/lanes.py), so one lane's hour-long OCR job never holds up the
+rescue of another worker's jobs or the relay of a notification.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from structlog.typing import FilteringBoundLogger
@@ -28,17 +32,51 @@ PRUNE_BATCH = 5000  # rows Queue.prune deletes at most per call
 LOGGED_RESCUES = 50  # rescued jobs named in one log line
 
 
-def rescue(queue: Queue, db: Database, config: Config, log: FilteringBoundLogger) -> None:
-    """Take back the jobs whose lease ran out (their worker died or hangs), then relay
-    new operator events into notify jobs at the same pace (the outbox's relay)."""
+PRUNE_EVERY = 3600.0  # at start, then hourly: cheap when there is nothing to do
+RESCUE_EVERY_MAX = 5.0  # and at most half a lease
+
+
+class Housekeeper:
+    """The process's housekeeping clocks: rescue and relay every few seconds, prune
+    hourly. ``config`` and ``queue`` are read at each step (a reload changes them)."""
+
+    def __init__(
+        self,
+        db: Database,
+        config: Callable[[], Config],
+        queue: Callable[[], Queue],
+        log: FilteringBoundLogger,
+    ) -> None:
+        self.db, self.config, self.queue, self.log = db, config, queue, log
+        now = time.monotonic()
+        self.next_rescue = now
+        self.next_prune = now
+
+    def next_due(self) -> float:
+        """The monotonic time of the next step."""
+        return min(self.next_rescue, self.next_prune)
+
+    def run_due(self) -> None:
+        """The steps whose time has come; DatabaseError goes to the caller's backoff."""
+        now = time.monotonic()
+        if now >= self.next_rescue:
+            self.rescue_and_relay()
+        if now >= self.next_prune:
+            self.next_prune = now + PRUNE_EVERY
+            prune(self.queue(), self.config(), self.log)
+
+    def rescue_and_relay(self) -> None:
+        """Both now (also what --drain does before it counts what is left)."""
+        config = self.config()
+        self.next_rescue = time.monotonic() + min(RESCUE_EVERY_MAX, config.worker.lease_seconds / 2)
+        rescue(self.queue(), self.log)
+        relay(self.db, config, self.log)
+
+
+def rescue(queue: Queue, log: FilteringBoundLogger) -> None:
+    """Take back the jobs whose lease ran out (their worker died or hangs)."""
     rows = queue.rescue()
     count_failed_rescues(rows)
-    try:
-        notify.relay(db, config)
-    except DatabaseError:
-        raise  # the loop's backoff handles an outage
-    except Exception:  # a bug in matching must not stop the worker's jobs
-        log.exception("worker.relay_failed")
     if rows:
         log.warning(
             "worker.rescued",
@@ -48,6 +86,16 @@ def rescue(queue: Queue, db: Database, config: Config, log: FilteringBoundLogger
                 for r in rows[:LOGGED_RESCUES]
             ],
         )
+
+
+def relay(db: Database, config: Config, log: FilteringBoundLogger) -> None:
+    """New operator events into notify jobs (the outbox's relay), at the rescue's pace."""
+    try:
+        notify.relay(db, config)
+    except DatabaseError:
+        raise  # the loop's backoff handles an outage
+    except Exception:  # a bug in matching must not stop the worker's jobs
+        log.exception("worker.relay_failed")
 
 
 def count_failed_rescues(rows: Sequence[Mapping[str, Any]]) -> None:

@@ -4,7 +4,8 @@ A lane is the whole single-job worker (worker/runner.py: claim, run in its own j
 heartbeat, record), on a thread of this process. Each lane has its own job child, lease
 heartbeat and LISTEN connection; they share the worker id (jobs are owned by their
 attempt, not by the name; log lines carry ``lane``), the database pool, the metrics
-endpoint (lane 1 serves it) and the systemd notification socket. So the cores stay busy
+endpoint (lane 1 serves it) and the systemd notification socket. Housekeeping (rescue,
+relay, prune: worker/housekeeping.py) is the process's, done once on its main loop. So the cores stay busy
 when two one-page scans are queued together (two lanes, a job each), and one 300-page
 batch still uses every core (its pages on threads in its job child; host-wide page
 slots keep the total at ``worker.concurrency``, worker/analysis/ocr/slots.py).
@@ -26,17 +27,20 @@ from __future__ import annotations
 
 import select
 import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
 from ingestd import log
 from ingestd.config.settings import Config
 from ingestd.db.database import Database
+from ingestd.errors import DatabaseError
 from ingestd.ops.sdnotify import Notifier
 from ingestd.ops.signals import Flags
-from ingestd.queue.claims import default_worker_id
+from ingestd.queue.claims import Queue, default_worker_id
 from ingestd.queue.pools import Pool, resolve
 from worker.child import Child
+from worker.housekeeping import Housekeeper
 from worker.runner import Runner
 
 TURN = 1.0  # seconds between looks at the lanes when no signal comes
@@ -144,10 +148,21 @@ class Lanes:
                 child=children[lane - 1] if lane <= len(children) else None,
                 lane=lane,
                 scope=scopes[lane - 1],
+                keeps_house=count == 1,
             )
             for lane in range(1, count + 1)
         ]
         self._errors: list[BaseException] = []
+        # Rescue, relay and prune once per process, on this main loop (lane 1's config:
+        # it reloads it on SIGHUP), never held up by a lane's long job.
+        first = self.runners[0]
+        self.housekeeper = Housekeeper(
+            db,
+            lambda: first.config,
+            lambda: Queue(db, first.config.worker, base, first.config.deliveries),
+            self.log,
+        )
+        self._house_failures = 0
 
     def run(self) -> int:
         if len(self.runners) == 1:
@@ -167,9 +182,12 @@ class Lanes:
                 t.start()
             stopped = False
             while any(t.is_alive() for t in threads):
-                ready, _, _ = select.select([self.flags.fileno()], [], [], TURN)
+                wait = min(TURN, self.housekeeper.next_due() - time.monotonic())
+                ready, _, _ = select.select([self.flags.fileno()], [], [], max(0.0, wait))
                 if ready:
                     self.flags.clear_wake()
+                if not stopped:
+                    self._keep_house()
                 if self.flags.reload.is_set():
                     self.flags.reload.clear()
                     for r in self.runners:
@@ -191,6 +209,19 @@ class Lanes:
         if self._errors:
             raise self._errors[0]
         return 0
+
+    def _keep_house(self) -> None:
+        """The housekeeping that is due; a database away is retried with a backoff (the
+        lanes see the same outage and log it themselves)."""
+        try:
+            self.housekeeper.run_due()
+            self._house_failures = 0
+        except DatabaseError as exc:
+            delay = min(2.0**self._house_failures, 30.0)
+            self._house_failures += 1
+            self.housekeeper.next_rescue = time.monotonic() + delay
+            self.housekeeper.next_prune = max(self.housekeeper.next_prune, time.monotonic() + delay)
+            self.log.debug("worker.housekeeping_postponed", error=exc.message, retry_in=delay)
 
     def _lane(self, runner: Runner) -> None:
         try:

@@ -50,8 +50,6 @@ from worker.outcomes import Ended, Ending, Result, elapsed, number
 from worker.probes import start_metrics
 from worker.recording import DB_RETRY_DELAYS, record_outcome, record_refusal
 
-PRUNE_EVERY = 3600.0
-RESCUE_EVERY_MAX = 5.0
 IDENTITY_EVERY = 10.0  # how often the worker id's session is checked (one SELECT 1)
 
 
@@ -84,6 +82,7 @@ class Runner:
         child: Child | None = None,
         lane: int = 1,
         scope: Scope = EVERYTHING,
+        keeps_house: bool = True,
     ) -> None:
         self.config = config
         # Which tenants and kinds this lane claims: its pool's, or the pool's short kinds
@@ -117,9 +116,14 @@ class Runner:
         )
         self._next_identity = 0.0
         self.heartbeat = Heartbeat(lambda: self.queue, self.flags.poke, self.log)
+        # The process's rescue, relay and prune: this runner's unless a process with
+        # lanes keeps them on its main loop (worker/lanes.py).
+        self.housekeeper = (
+            housekeeping.Housekeeper(db, lambda: self.config, lambda: self.queue, self.log)
+            if keeps_house
+            else None
+        )
         now = time.monotonic()
-        self._next_rescue = now
-        self._next_prune = now  # at start, then hourly: cheap when there is nothing to do
         wd = self.notifier.watchdog_interval
         self._next_watchdog = now if wd else float("inf")
         self._status_text = ""
@@ -244,17 +248,15 @@ class Runner:
         if not self.identity.held or now >= self._next_identity:
             self._next_identity = now + IDENTITY_EVERY
             self.identity.check()
-        if now >= self._next_rescue:
-            self._rescue()
-        if now >= self._next_prune:
-            self._next_prune = now + PRUNE_EVERY
-            self._prune()
+        if self.housekeeper is not None:
+            self.housekeeper.run_due()
 
     def _queue_counts(self) -> tuple[int, int]:
         """(ready, running) in this lane's scope, over all workers, after a rescue pass:
         --drain ends only when nothing is ready and no job of any worker still runs (a
         dead worker's job is rescued and run first)."""
-        self._rescue()
+        housekeeping.rescue(self.queue, self.log)
+        housekeeping.relay(self.db, self.config, self.log)
         return housekeeping.queue_counts(self.db, self.scope)
 
     def _serves(self) -> dict[str, object]:
@@ -265,7 +267,9 @@ class Runner:
         self._set_status("idle")
         now = time.monotonic()
         wait = self.config.worker.poll_interval if at_most is None else at_most
-        until = min(now + wait, self._next_rescue, self._next_watchdog, self._next_prune)
+        until = min(now + wait, self._next_watchdog)
+        if self.housekeeper is not None:
+            until = min(until, self.housekeeper.next_due())
         fds = [self.flags.fileno()]
         lfd = self.listener.fileno()
         if lfd is not None:
@@ -373,15 +377,7 @@ class Runner:
                 self.child.kill()
                 return Ended(Ending.timeout, f"timed out after {number(timeout)} s")
 
-    # -- housekeeping ---------------------------------------------------------------------
-    def _rescue(self) -> None:
-        every = min(RESCUE_EVERY_MAX, self.config.worker.lease_seconds / 2)
-        self._next_rescue = time.monotonic() + every
-        housekeeping.rescue(self.queue, self.db, self.config, self.log)
-
-    def _prune(self) -> None:
-        housekeeping.prune(self.queue, self.config, self.log)
-
+    # -- reload ---------------------------------------------------------------------------
     def _reload(self) -> None:
         self.flags.reload.clear()
         self.notifier.reloading()
