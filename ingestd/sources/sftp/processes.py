@@ -38,7 +38,8 @@ from ingestd.ops.logflood import FloodGate
 from ingestd.sources.sftp.bans import BanList
 from ingestd.sources.sftp.connections import Admission, Connection, shut_down
 from ingestd.sources.sftp.ipc import Channel, Message, Op, Peer, PeerGone, Reply, StartArgs
-from ingestd.sources.sftp.spool import Entry, Spool
+from ingestd.sources.sftp.spool import Spool
+from ingestd.sources.sftp.spool_entry import Entry
 from ingestd.sources.sftp.tenant_status import TenantStatusCache
 
 # Seconds a new process may take to import and load its keys before it counts as failed.

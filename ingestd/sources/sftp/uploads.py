@@ -1,7 +1,7 @@
 """One open write handle: an upload's bytes, its quota and its content check, until CLOSE.
 
 Uploads go to a private partial file per handle; CLOSE fsyncs it and hands it to the
-spool (see spool.py). Content intake would refuse (by its first bytes: ``filetypes``)
+spool (see spool_entry.py). Content intake would refuse (by its first bytes: ``filetypes``)
 fails the upload itself, with the reason in the status message, so the scanner shows the
 error instead of a success nobody sees undone.
 """
@@ -28,7 +28,7 @@ from ingestd.sources.sftp.refusals import (
     refuse,
     storage_refusal,
 )
-from ingestd.sources.sftp.spool import QuotaExceeded
+from ingestd.sources.sftp.spool_ledger import QuotaExceeded
 
 if TYPE_CHECKING:
     from ingestd.sources.sftp.vfs import InboxSFTP
@@ -191,7 +191,7 @@ class UploadHandle(paramiko.SFTPHandle):
                 if refusal is not None:
                     raise refusal
             # A final-named upload's queue entry goes into the file before the fsync:
-            # that fsync then makes both durable (spool.write_entry).
+            # that fsync then makes both durable (spool_entry.write_entry).
             prepared = self.vfs.prepare_upload(self.fd, self.parts, st.st_size, st.st_mtime)
             os.fsync(self.fd)
         except SftpRefusal as exc:

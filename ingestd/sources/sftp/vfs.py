@@ -38,7 +38,7 @@ from ingestd.sources.sftp.refusals import (
     storage_refusal,
 )
 from ingestd.sources.sftp.session import Session
-from ingestd.sources.sftp.spool import Entry, label
+from ingestd.sources.sftp.spool_entry import Entry, label
 from ingestd.sources.sftp.uploads import UploadHandle
 from ingestd.sources.sftp.views import EventSink
 from ingestd.states import TenantStatus
