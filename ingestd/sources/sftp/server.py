@@ -35,13 +35,20 @@ from ingestd.sources.sftp.accounts import Accounts
 from ingestd.sources.sftp.algorithms import disabled_algorithms, negotiated, record_kex, uses_legacy
 from ingestd.sources.sftp.auth import ServerPolicy, safe
 from ingestd.sources.sftp.bans import BanList
-from ingestd.sources.sftp.connections import Admission, Connection, PreAuthSocket, conn_log
+from ingestd.sources.sftp.connections import (
+    Admission,
+    AdmissionView,
+    Connection,
+    PreAuthSocket,
+    conn_log,
+)
 from ingestd.sources.sftp.hostkeys import HostKey
+from ingestd.sources.sftp.login_context import LoginContext
 from ingestd.sources.sftp.session import HandleBudget
 from ingestd.sources.sftp.spool import Spool, SpoolView
 from ingestd.sources.sftp.subsystem import IngestSFTPServer
 from ingestd.sources.sftp.vfs import InboxSFTP
-from ingestd.sources.sftp.views import AdmissionView, BanView, FloodLog, TenantStatusView
+from ingestd.sources.sftp.views import BanView, FloodLog, TenantStatusView
 
 if TYPE_CHECKING:
     from ingestd.sources.sftp.processes import SftpProcesses
@@ -133,13 +140,31 @@ class SessionHost:
         )
         if isinstance(self.auth_flood, FloodGate):
             self.auth_flood.burst = auth_burst(config)
+        self._login = LoginContext(
+            accounts=self.accounts,
+            spool=self.spool,
+            bans=self.bans,
+            admission=self.admission,
+            tenant_status=self.tenant_status,
+            log=self.log,
+            auth_flood=self.auth_flood,
+            flood=self.flood,
+            handles=self.handles,
+            legacy_algorithms=config.sftp.legacy_algorithms,
+            max_auth_attempts=config.sftp.max_auth_attempts,
+            max_handles_per_session=config.sftp.max_handles_per_session,
+            max_file_size=int(config.intake.max_file_size),
+            max_filename_bytes=config.intake.max_filename_bytes,
+            allowed_types=frozenset(config.intake.allowed_types),
+        )
+
+    def login_context(self) -> LoginContext:
+        """What a login needs of this host, as of the last ``apply`` (auth.py)."""
+        return self._login
 
     # -- log lines a flood repeats -----------------------------------------------------------
     def flood_log(self, level: str, event: str, conn: Connection, **fields: Any) -> None:
         conn_log(self.flood, level, event, conn, **fields)
-
-    def auth_log(self, level: str, event: str, conn: Connection, **fields: Any) -> None:
-        conn_log(self.auth_flood, level, event, conn, **fields)
 
     def close(self) -> None:
         self.flood.close()  # the summaries of what was held back
@@ -177,7 +202,7 @@ class SessionHost:
             for key in self.hostkeys:
                 transport.add_server_key(key.key)
             transport.set_subsystem_handler("sftp", IngestSFTPServer, sftp_si=InboxSFTP)
-            policy = ServerPolicy(self, conn)
+            policy = ServerPolicy(self.login_context, conn)
             reason = self._handshake(transport, conn, policy)
             if reason != "ok":
                 return
