@@ -2,8 +2,9 @@
 
 paramiko calls ``InboxSFTP`` per request. Paths are canonicalised in ``paths`` (and only
 there); each refusal is logged with the account and the path (``refusals``); an OPEN
-returns an ``UploadHandle`` (``uploads``); listings show pending uploads too
-(``listing``). A rename of a temp-named upload to its final name completes it.
+returns an ``UploadHandle`` (``uploads``), whose CLOSE is one ``close_upload`` into the
+session's ``Inbox`` (``inbox``); listings show pending uploads too (``listing``). A
+rename of a temp-named upload to its final name completes it (``Inbox.publish``).
 """
 
 from __future__ import annotations
