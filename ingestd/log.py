@@ -7,7 +7,7 @@ The stdlib ``logging`` records of libraries (psycopg.pool, psycopg, watchdog, ..
 ``warnings`` go through the same renderer into the same stream, so ``journalctl -o cat |
 jq`` never meets a plain-text line: their message is ``event``, their logger name
 ``logger``, a traceback one ``exception`` string. paramiko stays silent: the SFTP server
-cuts its logger off (ingestd/sources/sftp/server.py) and logs its own events instead.
+cuts its logger off (ingestd/sources/sftp/session_host.py) and logs its own events instead.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ def gather(config: Config, db: Database | None = None) -> dict[str, Any]:
     from ingestd.queue import pool_status
     from ingestd.sources.hotfolders import backlog_on_disk
     from ingestd.sources.sftp.bans import read_bans
-    from ingestd.sources.sftp.spool import spool_counts
+    from ingestd.sources.sftp.spool_layout import spool_counts
 
     report: dict[str, Any] = {
         "spool": spool_counts(config.paths.spool),

@@ -20,7 +20,7 @@ from ingestd.ops.events import EventLog
 from ingestd.ops.runtime import make_intake
 from ingestd.sources.hotfolders import HotFolders
 from ingestd.sources.sftp.in_progress import uploads_in_progress
-from ingestd.sources.sftp.spool import new_partial
+from ingestd.sources.sftp.spool_layout import new_partial
 from tests.conftest import Env, run_cli, wait_until
 from tests.fixtures.files import pdf_bytes, write
 

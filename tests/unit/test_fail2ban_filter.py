@@ -81,7 +81,7 @@ def server_lines(tmp_path: Path) -> Iterator[list[str]]:
 
         def policy(ip: str) -> ServerPolicy:
             assert server.host is not None  # sftp.processes = 1: the host is the server's
-            return ServerPolicy(server.host, Connection(f"c-{ip}", ip, 40000))
+            return ServerPolicy(server.host.login_context, Connection(f"c-{ip}", ip, 40000))
 
         p = policy("192.0.2.7")
         p.check_auth_password("nobody", "x")  # unknown_user

@@ -10,7 +10,7 @@ import threading
 import pytest
 
 from ingestd.sources.sftp.ipc import Channel, Message, Op, Peer, PeerGone, Reply
-from ingestd.sources.sftp.spool import QuotaExceeded
+from ingestd.sources.sftp.spool_ledger import QuotaExceeded
 
 
 def pair() -> tuple[Channel, Channel]:

@@ -8,15 +8,18 @@ from pathlib import Path
 
 import pytest
 
-from ingestd.sources.sftp import spool as spool_module
-from ingestd.sources.sftp.spool import QuotaExceeded, Spool, load_entry, new_partial, write_entry
+from ingestd.sources.sftp import spool_entry
+from ingestd.sources.sftp.spool import Spool
+from ingestd.sources.sftp.spool_entry import load_entry, write_entry
+from ingestd.sources.sftp.spool_layout import new_partial
+from ingestd.sources.sftp.spool_ledger import QuotaExceeded
 
 
 def opened(tmp_path: Path) -> Spool:
     return Spool(tmp_path / "spool", ["*.part"]).open()
 
 
-def entry_for(spool: Spool, size: int, name: str = "a.pdf") -> spool_module.Entry:
+def entry_for(spool: Spool, size: int, name: str = "a.pdf") -> spool_entry.Entry:
     return spool.make_entry(
         account="scan1",
         tenant="acme",
@@ -59,7 +62,7 @@ def test_entries_live_in_the_data_files_attribute_and_recovery_reads_both_kinds(
     write_entry(spool.queue_dir, src, one)
     assert not (spool.queue_dir / f"{one.id}.json").exists()
     assert load_entry(spool.queue_dir / f"{one.id}.data") == one
-    monkeypatch.setattr(spool_module, "label", lambda target, entry: False)
+    monkeypatch.setattr(spool_entry, "label", lambda target, entry: False)
     src2 = tmp_path / "two"
     src2.write_bytes(b"%PDF-1 two!")
     two = entry_for(spool, 11, "two.pdf")

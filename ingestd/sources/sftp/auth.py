@@ -16,7 +16,8 @@ the uploads wait in the spool.
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 import paramiko
 
@@ -25,12 +26,10 @@ from ingestd.sources.handoff import tenant_reason, tenant_refusal_text
 from ingestd.sources.sftp import refusal_channel
 from ingestd.sources.sftp.accounts import Verdict
 from ingestd.sources.sftp.connections import Connection
+from ingestd.sources.sftp.login_context import LoginContext
 from ingestd.sources.sftp.session import Session
 from ingestd.states import TenantStatus
 from ingestd.textsafe import shown
-
-if TYPE_CHECKING:
-    from ingestd.sources.sftp.server import SessionHost
 
 
 def safe(value: str) -> str:
@@ -45,13 +44,16 @@ REFUSAL_WAIT = 2.0
 
 
 class ServerPolicy(paramiko.ServerInterface):
-    """paramiko asks this object what a connection may do; only SFTP after a login."""
+    """paramiko asks this object what a connection may do; only SFTP after a login.
 
-    def __init__(self, server: SessionHost, conn: Connection) -> None:
-        self.server = server
+    ``context`` gives the host's current ``LoginContext``: each step of a login reads it
+    once, so a config reload applies to the next attempt, as it always has."""
+
+    def __init__(self, context: Callable[[], LoginContext], conn: Connection) -> None:
+        self.context = context
         self.conn = conn
         self.session: Session | None = None
-        self.log = server.log.bind(conn=conn.id, remote_ip=conn.remote_ip)
+        self.log = context().log.bind(conn=conn.id, remote_ip=conn.remote_ip)
         # The account whose key paramiko may still have to verify (see check_auth_publickey).
         self._key_user: str | None = None
         self._login_lock = threading.Lock()
@@ -65,17 +67,17 @@ class ServerPolicy(paramiko.ServerInterface):
 
     # -- authentication -------------------------------------------------------------------
     def get_allowed_auths(self, username: str) -> str:
-        return ",".join(self.server.accounts.auth_methods(username))
+        return ",".join(self.context().accounts.auth_methods(username))
 
     def check_auth_none(self, username: str) -> int:
         return paramiko.AUTH_FAILED
 
     def check_auth_password(self, username: str, password: str) -> int:
-        verdict = self.server.accounts.check_password(username, password, self.conn.remote_ip)
+        verdict = self.context().accounts.check_password(username, password, self.conn.remote_ip)
         return self._conclude(username, "password", verdict)
 
     def check_auth_publickey(self, username: str, key: paramiko.PKey) -> int:
-        verdict = self.server.accounts.check_key(username, key, self.conn.remote_ip)
+        verdict = self.context().accounts.check_key(username, key, self.conn.remote_ip)
         if verdict is not Verdict.ok:
             return self._conclude(username, "publickey", verdict)
         # Fix: paramiko asks this *before* it checks the signature, and also for a client's
@@ -106,7 +108,7 @@ class ServerPolicy(paramiko.ServerInterface):
                     self._key_user, "publickey"
                 ):
                     pass  # the session channel says why, then the connection closes
-                elif not self.server.admission.admit_session(self.conn):
+                elif not self.context().admission.admit_session(self.conn):
                     self.refusal = "connection_limit"  # logged by admit_session
                     self.conn.kill.set()
                 else:
@@ -114,11 +116,12 @@ class ServerPolicy(paramiko.ServerInterface):
             return self.session is not None
 
     def _legacy_refused(self, username: str) -> bool:
-        account = self.server.accounts.get(username)
+        ctx = self.context()
+        account = ctx.accounts.get(username)
         assert account is not None
-        allowed = self.server.cfg.legacy_algorithms or account.legacy_algorithms
+        allowed = ctx.legacy_algorithms or account.legacy_algorithms
         if self.conn.legacy and not allowed:
-            self.server.auth_log(
+            ctx.auth_log(
                 "warning",
                 "sftp.legacy_refused",
                 self.conn,
@@ -136,8 +139,9 @@ class ServerPolicy(paramiko.ServerInterface):
         ``sftp.auth_failed`` line (fail2ban would ban the scanner), and only after the
         credentials were checked, so nobody without them learns the tenant's status.
         """
-        cache = self.server.tenant_status
-        account = self.server.accounts.get(username)
+        ctx = self.context()
+        cache = ctx.tenant_status
+        account = ctx.accounts.get(username)
         assert account is not None
         status = cache.status(account.tenant) if cache is not None else None
         if status is None or status == TenantStatus.active:
@@ -158,23 +162,24 @@ class ServerPolicy(paramiko.ServerInterface):
 
     def _login(self, username: str, method: str) -> None:
         conn = self.conn
-        account = self.server.accounts.get(username)
+        ctx = self.context()
+        account = ctx.accounts.get(username)
         assert account is not None
         self.session = Session(
             account=account,
             remote_ip=conn.remote_ip,
             conn_id=conn.id,
-            spool=self.server.spool,
-            max_file_size=int(self.server.config.intake.max_file_size),
-            max_filename_bytes=self.server.config.intake.max_filename_bytes,
+            spool=ctx.spool,
+            max_file_size=ctx.max_file_size,
+            max_filename_bytes=ctx.max_filename_bytes,
             log=self.log.bind(account=account.username, tenant=account.tenant),
             legacy=conn.legacy,
-            tenant_status=self.server.tenant_status,
-            allowed_types=frozenset(self.server.config.intake.allowed_types),
-            events=self.server.bans.events,
-            max_handles=self.server.cfg.max_handles_per_session,
-            handle_budget=self.server.handles,
-            flood=self.server.flood,
+            tenant_status=ctx.tenant_status,
+            allowed_types=ctx.allowed_types,
+            events=ctx.bans.events,
+            max_handles=ctx.max_handles_per_session,
+            handle_budget=ctx.handles,
+            flood=ctx.flood,
         )
         conn.session = self.session
         conn.authenticated.set()
@@ -183,6 +188,7 @@ class ServerPolicy(paramiko.ServerInterface):
 
     def _conclude(self, username: str, method: str, verdict: Verdict) -> int:
         conn = self.conn
+        ctx = self.context()
         if verdict is Verdict.ok:
             if self._legacy_refused(username):
                 return paramiko.AUTH_FAILED
@@ -192,7 +198,7 @@ class ServerPolicy(paramiko.ServerInterface):
                 return paramiko.AUTH_SUCCESSFUL
             with self._login_lock:
                 conn.account = username
-                if not self.server.admission.admit_session(conn):
+                if not ctx.admission.admit_session(conn):
                     # The credentials were right: no failure, no ban score. paramiko
                     # answers "authenticated"; no channel opens, the connection closes.
                     self.refusal = "connection_limit"  # logged by admit_session
@@ -202,13 +208,13 @@ class ServerPolicy(paramiko.ServerInterface):
             return paramiko.AUTH_SUCCESSFUL
         if verdict is Verdict.wrong_key:
             # Clients offer every key they hold; a key that does not fit is not an attack.
-            self.server.auth_log("info", "sftp.key_rejected", conn, username=safe(username))
+            ctx.auth_log("info", "sftp.key_rejected", conn, username=safe(username))
             return paramiko.AUTH_FAILED
         conn.auth_failures += 1
         metrics.SFTP_AUTH_FAILURES.labels(str(verdict)).inc()
         # The fail2ban line: fixed event name, remote_ip key (see config/fail2ban/). Its
         # summary under a flood is "sftp.auth_failed.summary", which the filter ignores.
-        self.server.auth_log(
+        ctx.auth_log(
             "warning",
             "sftp.auth_failed",
             conn,
@@ -218,13 +224,11 @@ class ServerPolicy(paramiko.ServerInterface):
             attempt=conn.auth_failures,
         )
         if verdict is not Verdict.source_not_allowed:
-            banned = self.server.bans.failure(
-                conn.remote_ip, unknown_user=verdict is Verdict.unknown_user
-            )
+            banned = ctx.bans.failure(conn.remote_ip, unknown_user=verdict is Verdict.unknown_user)
             if banned is not None:
                 conn.kill.set()
-        if conn.auth_failures >= self.server.cfg.max_auth_attempts:
-            self.server.auth_log(
+        if conn.auth_failures >= ctx.max_auth_attempts:
+            ctx.auth_log(
                 "warning", "sftp.too_many_auth_failures", conn, attempts=conn.auth_failures
             )
             conn.kill.set()

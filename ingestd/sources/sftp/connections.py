@@ -31,7 +31,7 @@ import time
 from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import paramiko
 
@@ -126,6 +126,16 @@ def shut_down(conn: Connection) -> None:
 def conn_log(gate: FloodLog, level: str, event: str, conn: Connection, **fields: Any) -> None:
     """A per-connection log line through ``gate`` (keyed by the remote IP)."""
     gate.log_event(level, event, conn.remote_ip, conn=conn.id, remote_ip=conn.remote_ip, **fields)
+
+
+class AdmissionView(Protocol):
+    """The session pool: a verified login takes a slot (or is refused); a connection that
+    ends frees what it held. ``Admission`` itself in a single-process server, a proxy of
+    the supervisor's in an SFTP process (process.py)."""
+
+    def admit_session(self, conn: Connection) -> bool: ...
+
+    def remove(self, conn: Connection) -> None: ...
 
 
 class Admission:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import paramiko
 
-from ingestd.sources.sftp.spool import Entry
+from ingestd.sources.sftp.spool_entry import Entry
 
 PENDING_FILE_MODE = 0o100640
 DIR_ATTR_MODE = 0o040750

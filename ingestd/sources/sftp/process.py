@@ -32,7 +32,7 @@ from ingestd.ops import metrics
 from ingestd.sources.sftp import hostkeys
 from ingestd.sources.sftp.connections import Connection, PreAuthSocket, shut_down
 from ingestd.sources.sftp.ipc import Channel, Message, Op, Peer, PeerGone, Reply, StartArgs
-from ingestd.sources.sftp.server import SessionHost, quiet_paramiko
+from ingestd.sources.sftp.session_host import SessionHost, quiet_paramiko
 from ingestd.sources.sftp.spool_client import SpoolClient
 
 if TYPE_CHECKING:

@@ -38,7 +38,8 @@ from ingestd.ops.logflood import FloodGate
 from ingestd.sources.sftp.bans import BanList
 from ingestd.sources.sftp.connections import Admission, Connection, shut_down
 from ingestd.sources.sftp.ipc import Channel, Message, Op, Peer, PeerGone, Reply, StartArgs
-from ingestd.sources.sftp.spool import Entry, Spool
+from ingestd.sources.sftp.spool import Spool
+from ingestd.sources.sftp.spool_answers import SPOOL_OPS, answer_spool
 from ingestd.sources.sftp.tenant_status import TenantStatusCache
 
 # Seconds a new process may take to import and load its keys before it counts as failed.
@@ -267,7 +268,9 @@ class SftpProcesses:
             pass  # the process exited; _supervise retires it
 
     def _answer(self, child: Child, m: Message) -> object:
-        spool, owner, a = self.spool, child.owner, m.args
+        a = m.args
+        if m.op in SPOOL_OPS:
+            return answer_spool(self.spool, child.owner, m.op, a)
         match m.op:
             case Op.ready:
                 child.ready.set()
@@ -282,28 +285,6 @@ class SftpProcesses:
                     conn = child.conns.pop(str(a[0]), None)
                 if conn is not None:
                     self._ended(conn)
-            case Op.grant:
-                return spool.grant(str(a[0]), _int(a[1]), _int(a[2]), _int(a[3]), owner)
-            case Op.release:
-                spool.release(str(a[0]), _int(a[1]), owner)
-            case Op.stage:
-                spool.stage(str(a[0]), _int(a[1]), _int(a[2]), owner)
-            case Op.release_staged:
-                spool.release_staged(str(a[0]), _int(a[1]))
-            case Op.enqueued:
-                entry = a[0]
-                assert isinstance(entry, Entry)
-                spool.accept(entry, reserved=_int(a[1]), staged=_int(a[2]), owner=owner)
-            case Op.pending:
-                return spool.pending(str(a[0]), str(a[1]))
-            case Op.pending_under:
-                return spool.pending_under(str(a[0]), str(a[1]))
-            case Op.remove:
-                entry = spool.entry(str(a[0]))
-                return entry is not None and spool.remove(entry)
-            case Op.rename:
-                entry = spool.entry(str(a[0]))
-                return entry is not None and spool.rename(entry, str(a[1]), str(a[2]))
             case Op.ban_failure:
                 return self.bans.failure(str(a[0]), unknown_user=bool(a[1]))
             case Op.event:
@@ -417,9 +398,3 @@ class SftpProcesses:
             self.log.info("sftp.process_stopped", **fields)
         else:
             self.log.error("sftp.process_died", **fields)
-
-
-def _int(value: object) -> int:
-    if not isinstance(value, int):
-        raise IngestdError(f"expected a number, got {type(value).__name__}")
-    return value

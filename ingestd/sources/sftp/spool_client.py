@@ -19,15 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from ingestd.sources.sftp.ipc import Op, Peer, PeerGone
-from ingestd.sources.sftp.spool import (
-    Entry,
-    QuotaExceeded,
-    account_inbox,
-    is_temp_name,
-    make_entry,
-    new_partial,
-    write_entry,
-)
+from ingestd.sources.sftp.spool_entry import Entry, make_entry, write_entry
+from ingestd.sources.sftp.spool_layout import SpoolLayout, is_temp_name
+from ingestd.sources.sftp.spool_ledger import QuotaExceeded
 
 STEP = 8 * 1024 * 1024
 IDLE_RETURN = 1.0
@@ -35,9 +29,7 @@ IDLE_RETURN = 1.0
 
 class SpoolClient:
     def __init__(self, root: Path, temp_names: list[str], owner: str, peer: Peer) -> None:
-        self.inbox_root = root / "inbox"
-        self.partial_dir = root / "partial"
-        self.queue_dir = root / "queue"
+        self.layout = SpoolLayout(root)
         self.temp_names = [p.lower() for p in temp_names]
         self.owner = owner
         self.peer = peer
@@ -52,10 +44,10 @@ class SpoolClient:
         return is_temp_name(self.temp_names, name)
 
     def inbox(self, account: str) -> Path:
-        return account_inbox(self.inbox_root, account)
+        return self.layout.inbox(account)
 
     def new_partial(self, account: str) -> tuple[Path, int]:
-        made = new_partial(self.partial_dir, account, self.owner)
+        made = self.layout.new_partial(account, self.owner)
         with self._lock:
             self._uploads[account] = self._uploads.get(account, 0) + 1
             self._idle_since.pop(account, None)
@@ -130,7 +122,7 @@ class SpoolClient:
     def enqueue(
         self, src: Path, entry: Entry, *, reserved: int, staged: int = 0, labelled: bool = False
     ) -> Entry:
-        write_entry(self.queue_dir, src, entry, labelled=labelled)
+        write_entry(self.layout.queue_dir, src, entry, labelled=labelled)
         with self._lock:
             self._spend(entry.account, reserved)
         # One-way: durable already; the supervisor indexes it before it answers any later

@@ -26,7 +26,8 @@ from ingestd.ops.events import EventLog
 from ingestd.sources import retry
 from ingestd.sources.handoff import Handoff, Source, Step
 from ingestd.sources.quarantine import quarantine
-from ingestd.sources.sftp.spool import Entry, Spool
+from ingestd.sources.sftp.spool import Spool
+from ingestd.sources.sftp.spool_entry import Entry
 
 
 class SpoolIntake:

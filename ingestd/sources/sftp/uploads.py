@@ -1,9 +1,10 @@
 """One open write handle: an upload's bytes, its quota and its content check, until CLOSE.
 
-Uploads go to a private partial file per handle; CLOSE fsyncs it and hands it to the
-spool (see spool.py). Content intake would refuse (by its first bytes: ``filetypes``)
-fails the upload itself, with the reason in the status message, so the scanner shows the
-error instead of a success nobody sees undone.
+Uploads go to a private partial file per handle; CLOSE hands it, in one call, to the
+session's inbox (``UploadInbox.close_upload``, inbox.py), which fsyncs it and gives it
+to the spool. Content intake would refuse (by its first bytes: ``filetypes``) fails the
+upload itself, with the reason in the status message, so the scanner shows the error
+instead of a success nobody sees undone.
 """
 
 from __future__ import annotations
@@ -13,11 +14,12 @@ import errno
 import os
 import shutil
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import paramiko
 from paramiko.sftp import SFTP_FAILURE, SFTP_OK, SFTP_PERMISSION_DENIED
 
+from ingestd.config.settings import SftpAccountConfig
 from ingestd.intake import filetypes
 from ingestd.sources.sftp.listing import attrs
 from ingestd.sources.sftp.paths import vpath_of
@@ -28,10 +30,26 @@ from ingestd.sources.sftp.refusals import (
     refuse,
     storage_refusal,
 )
-from ingestd.sources.sftp.spool import QuotaExceeded
+from ingestd.sources.sftp.session import Session
+from ingestd.sources.sftp.spool import SpoolView
+from ingestd.sources.sftp.spool_ledger import QuotaExceeded
 
-if TYPE_CHECKING:
-    from ingestd.sources.sftp.vfs import InboxSFTP
+
+class UploadInbox(Protocol):
+    """What an upload handle uses of the session's inbox (``InboxSFTP``): who uploads,
+    where the quota is kept, how a refusal is logged, and the one call of its CLOSE."""
+
+    session: Session
+    account: SftpAccountConfig
+    spool: SpoolView
+
+    def refused(self, op: str, parts: tuple[str, ...] | str, exc: SftpRefusal) -> None: ...
+
+    def check_setstat(self, attr: paramiko.SFTPAttributes) -> None: ...
+
+    def close_upload(
+        self, fd: int, partial: Path, parts: tuple[str, ...], size: int, mtime: float, reserved: int
+    ) -> None: ...
 
 
 def uncovered(gaps: list[tuple[int, int]], start: int, end: int) -> list[tuple[int, int]]:
@@ -58,7 +76,7 @@ class UploadHandle(paramiko.SFTPHandle):
     uploads (``x.pdf.part``) are checked when they are renamed to their final name.
     """
 
-    def __init__(self, vfs: InboxSFTP, parts: tuple[str, ...], flags: int) -> None:
+    def __init__(self, vfs: UploadInbox, parts: tuple[str, ...], flags: int) -> None:
         super().__init__(flags)
         self.vfs = vfs
         self.session = vfs.session
@@ -190,28 +208,19 @@ class UploadHandle(paramiko.SFTPHandle):
                 )
                 if refusal is not None:
                     raise refusal
-            # A final-named upload's queue entry goes into the file before the fsync:
-            # that fsync then makes both durable (spool.write_entry).
-            prepared = self.vfs.prepare_upload(self.fd, self.parts, st.st_size, st.st_mtime)
-            os.fsync(self.fd)
         except SftpRefusal as exc:
             self._fail("close", exc)
             return exc.code
         except OSError as exc:
             self._fail("close", storage_refusal(exc, "fsync_error"))
             return SFTP_FAILURE
-        os.close(self.fd)
-        self.fd = -1
+        fd, self.fd = self.fd, -1  # close_upload closes it, whatever happens
         try:
-            self.vfs.complete_upload(
-                self.partial, self.parts, st.st_size, st.st_mtime, self.size, prepared
-            )
+            # One call: entry, fsync and hand-over to the spool (Inbox.close_upload).
+            self.vfs.close_upload(fd, self.partial, self.parts, st.st_size, st.st_mtime, self.size)
         except SftpRefusal as exc:
             self._fail("close", exc)
             return exc.code
-        except OSError as exc:
-            self._fail("close", storage_refusal(exc, "store_error"))
-            return SFTP_FAILURE
         self.size = 0  # the spool holds these bytes now, as a queue entry or a temp file
         self._end()
         return SFTP_OK

@@ -2,8 +2,9 @@
 
 paramiko calls ``InboxSFTP`` per request. Paths are canonicalised in ``paths`` (and only
 there); each refusal is logged with the account and the path (``refusals``); an OPEN
-returns an ``UploadHandle`` (``uploads``); listings show pending uploads too
-(``listing``). A rename of a temp-named upload to its final name completes it.
+returns an ``UploadHandle`` (``uploads``), whose CLOSE is one ``close_upload`` into the
+session's ``Inbox`` (``inbox``); listings show pending uploads too (``listing``). A
+rename of a temp-named upload to its final name completes it (``Inbox.publish``).
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +24,8 @@ from ingestd.intake.items import Refused
 from ingestd.intake.source_file import check_filename
 from ingestd.log import new_trace_id
 from ingestd.ops import metrics
-from ingestd.sources.handoff import subfolder_tags, tenant_reason, tenant_refusal_text
+from ingestd.sources.handoff import tenant_reason, tenant_refusal_text
+from ingestd.sources.sftp.inbox import Inbox, Prepared, subdir_of
 from ingestd.sources.sftp.listing import attrs, entry_attrs, listing
 from ingestd.sources.sftp.paths import Chroot, resolve, vpath_of
 from ingestd.sources.sftp.refusals import (
@@ -38,19 +39,10 @@ from ingestd.sources.sftp.refusals import (
     storage_refusal,
 )
 from ingestd.sources.sftp.session import Session
-from ingestd.sources.sftp.spool import Entry, label
+from ingestd.sources.sftp.spool_entry import Entry
 from ingestd.sources.sftp.uploads import UploadHandle
 from ingestd.sources.sftp.views import EventSink
 from ingestd.states import TenantStatus
-
-
-@dataclass(frozen=True)
-class Prepared:
-    """A final-named upload's queue entry, made at CLOSE; ``labelled``: already written
-    into the upload's file (before its fsync)."""
-
-    entry: Entry
-    labelled: bool = False
 
 
 class InboxSFTP(paramiko.SFTPServerInterface):
@@ -66,6 +58,7 @@ class InboxSFTP(paramiko.SFTPServerInterface):
         self.spool = session.spool
         self.root = session.spool.inbox(self.account.username)
         self.chroot = Chroot(self.root)
+        self.inbox = Inbox(session, self.chroot)
 
     # -- helpers ------------------------------------------------------------------------
     def refused(self, op: str, parts: tuple[str, ...] | str, exc: SftpRefusal) -> None:
@@ -152,13 +145,10 @@ class InboxSFTP(paramiko.SFTPServerInterface):
         except Refused as exc:
             raise refuse("bad_filename", exc.detail, SFTP_FAILURE) from None
 
-    def _subdir(self, parts: tuple[str, ...]) -> str:
-        return "/".join(parts[:-1])
-
     def _pending(self, parts: tuple[str, ...]) -> Entry | None:
         if not parts:
             return None
-        return self.spool.find(self.account.username, self._subdir(parts), parts[-1])
+        return self.spool.find(self.account.username, subdir_of(parts), parts[-1])
 
     def _tenant_active(self) -> None:
         """Refuse a new upload once the tenant is known not to be active (suspended,
@@ -207,90 +197,11 @@ class InboxSFTP(paramiko.SFTPServerInterface):
         self.session.log.debug("sftp.open", path=vpath_of(parts))
         return handle
 
-    def prepare_upload(
-        self, fd: int, parts: tuple[str, ...], size: int, mtime: float
-    ) -> Prepared | None:
-        """Before CLOSE's fsync: the queue entry of a final-named upload, written into the
-        file when the filesystem keeps it there. None for a temp name (no entry yet)."""
-        if self.spool.is_temp_name(parts[-1]):
-            return None
-        entry = self._entry(parts, size, mtime)
-        return Prepared(entry, labelled=label(fd, entry))
-
-    def complete_upload(
-        self,
-        partial: Path,
-        parts: tuple[str, ...],
-        size: int,
-        mtime: float,
-        reserved: int,
-        prepared: Prepared | None,
+    def close_upload(
+        self, fd: int, partial: Path, parts: tuple[str, ...], size: int, mtime: float, reserved: int
     ) -> None:
-        """The upload under ``partial`` (which reserved ``reserved`` bytes of the quota) is
-        CLOSEd and fsynced: publish it."""
-        name = parts[-1]
-        vpath = vpath_of(parts)
-        if prepared is None:
-            # Stays visible under its temp name until the client renames it.
-            parent = self.chroot.parent_dir(parts)
-            target = parent / name
-            old = self.chroot.lstat(parts)
-            os.replace(partial, target)
-            fsync_dir(parent)
-            self.spool.stage(self.account.username, reserved, size)
-            if old is not None:
-                self.spool.release_staged(self.account.username, old.st_size)
-            self.session.log.info("sftp.upload_staged", path=vpath, size=size)
-        else:
-            self._publish(partial, prepared, reserved=reserved, labelled=prepared.labelled)
-        self.session.remember(vpath, size, mtime)
-
-    def _entry(self, parts: tuple[str, ...], size: int, mtime: float) -> Entry:
-        acct = self.account
-        subdir = self._subdir(parts)
-        return self.spool.make_entry(
-            account=acct.username,
-            tenant=acct.tenant,
-            filename=parts[-1],
-            subdir=subdir,
-            size=size,
-            mtime=mtime,
-            remote_ip=self.session.remote_ip,
-            tags=list(
-                subfolder_tags(
-                    acct.tags,
-                    subdir,
-                    enabled=acct.subfolder_tags,
-                    date_folders=acct.date_folder_tags,
-                )
-            ),
-        )
-
-    def _publish(
-        self,
-        src: Path,
-        prepared: Prepared,
-        *,
-        reserved: int = 0,
-        staged: int = 0,
-        labelled: bool = False,
-    ) -> None:
-        entry = prepared.entry
-        acct = self.account
-        self.spool.enqueue(src, entry, reserved=reserved, staged=staged, labelled=labelled)
-        self.session.uploads += 1
-        self.session.upload_bytes += entry.size
-        metrics.SFTP_UPLOADS.labels(acct.tenant).inc()
-        metrics.SFTP_UPLOAD_BYTES.labels(acct.tenant).inc(entry.size)
-        # The spool id is the upload's correlation id (trace): intake and its jobs carry it.
-        path = "/".join((entry.subdir, entry.filename)) if entry.subdir else entry.filename
-        self.session.log.info(
-            "sftp.upload_complete",
-            path=vpath_of(tuple(path.split("/"))),
-            size=entry.size,
-            spool_id=entry.id,
-            trace=entry.id,
-        )
+        """An upload's CLOSE (``UploadHandle.close``): see ``Inbox.close_upload``."""
+        self.inbox.close_upload(fd, partial, parts, size, mtime, reserved)
 
     def list_folder(self, path: str) -> Any:
         parts = resolve(path)
@@ -375,8 +286,8 @@ class InboxSFTP(paramiko.SFTPServerInterface):
                     os.unlink(self.chroot.real(new))
                     self.spool.release_staged(self.account.username, target.st_size)
                 try:
-                    made = self._entry(new, st.st_size, st.st_mtime)
-                    self._publish(real_old, Prepared(made), staged=st.st_size)
+                    made = self.inbox.entry(new, st.st_size, st.st_mtime)
+                    self.inbox.publish(real_old, Prepared(made), staged=st.st_size)
                 except FileNotFoundError:
                     return SFTP_NO_SUCH_FILE  # another session took it first
                 except OSError as exc:
@@ -401,7 +312,7 @@ class InboxSFTP(paramiko.SFTPServerInterface):
             raise refuse(
                 "rename_to_temp", "a completed upload cannot get a temp name", SFTP_FAILURE
             )
-        if not self.spool.rename(entry, self._subdir(new), new[-1]):
+        if not self.spool.rename(entry, subdir_of(new), new[-1]):
             raise refuse("being_ingested", "the file is already being archived", SFTP_FAILURE)
         self.session.log.info("sftp.renamed_pending", old=vpath_of(old), new=vpath_of(new))
         return SFTP_OK

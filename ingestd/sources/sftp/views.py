@@ -1,9 +1,10 @@
 """What serving one connection needs of the state every connection shares.
 
-In a single-process server these are the real objects (``Admission``, ``BanList``,
-``EventLog``, ``TenantStatusCache``); in an SFTP process (``sftp.processes`` > 1) they are
-proxies that ask the supervisor, which holds the one copy of each (process.py). So a
-limit, a ban score or a tenant status is the same for every process by construction.
+In a single-process server these are the real objects (``BanList``, ``EventLog``,
+``TenantStatusCache``); in an SFTP process (``sftp.processes`` > 1) they are proxies that
+ask the supervisor, which holds the one copy of each (process.py). So a limit, a ban
+score or a tenant status is the same for every process by construction. (The session
+pool's view, ``AdmissionView``, is beside ``Admission`` in connections.py.)
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from ingestd.ops.events import Severity
-    from ingestd.sources.sftp.connections import Connection
 
 
 class EventSink(Protocol):
@@ -50,12 +50,3 @@ class BanView(Protocol):
     def events(self) -> EventSink | None: ...
 
     def failure(self, ip: str, *, unknown_user: bool) -> float | None: ...
-
-
-class AdmissionView(Protocol):
-    """The session pool: a verified login takes a slot (or is refused); a connection that
-    ends frees what it held."""
-
-    def admit_session(self, conn: Connection) -> bool: ...
-
-    def remove(self, conn: Connection) -> None: ...

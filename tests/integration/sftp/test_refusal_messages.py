@@ -36,7 +36,7 @@ from paramiko.sftp import (
     int64,
 )
 
-from ingestd.sources.sftp import spool, vfs
+from ingestd.sources.sftp import inbox, spool_entry
 from tests.conftest import wait_until
 from tests.fixtures.files import pdf_bytes
 from tests.integration.sftp.conftest import Rig
@@ -387,7 +387,7 @@ def test_full_spool_says_so_at_write_and_at_close(
     """ENOSPC in a WRITE or in CLOSE's spool hand-off reaches the client as "spool is full"."""
     rig = small_spool_rig
     # A filesystem without extended attributes: each queue entry needs a file of its own.
-    for module in (vfs, spool):
+    for module in (inbox, spool_entry):
         monkeypatch.setattr(module, "label", lambda target, entry: False)
     # Exactly the spool's size: every WRITE fits, the queue metadata at CLOSE does not.
     exact = pdf_bytes("exact", pad_to=SPOOL_BYTES - 1000, seed=30)
