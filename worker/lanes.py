@@ -5,10 +5,11 @@ heartbeat, record), on a thread of this process. Each lane has its own job child
 heartbeat and LISTEN connection; they share the worker id (jobs are owned by their
 attempt, not by the name; log lines carry ``lane``), the database pool, the metrics
 endpoint (lane 1 serves it) and the systemd notification socket. Housekeeping (rescue,
-relay, prune: worker/housekeeping.py) is the process's, done once on its main loop. So the cores stay busy
-when two one-page scans are queued together (two lanes, a job each), and one 300-page
-batch still uses every core (its pages on threads in its job child; host-wide page
-slots keep the total at ``worker.concurrency``, worker/analysis/ocr/slots.py).
+relay, prune: worker/housekeeping.py) is the process's, done once on its main loop. So
+the cores stay busy when two one-page scans are queued together (two lanes, a job each),
+and one 300-page batch still uses every core (its pages on threads in its job child;
+host-wide page slots keep the total at ``worker.concurrency``,
+worker/analysis/ocr/slots.py).
 
 Signals: only this module's main thread installs handlers; they set flags, the main loop
 hands a stop to every lane (``Runner.stop``: each finishes or releases its job within
