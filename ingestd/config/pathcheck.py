@@ -27,7 +27,7 @@ import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from ingestd.config.mounts import (
     MOUNTS,
@@ -39,9 +39,6 @@ from ingestd.config.mounts import (
     within,
 )
 from ingestd.errors import SourceProtected
-
-if TYPE_CHECKING:  # config imports this module; the model is only needed for types
-    from ingestd.config.settings import Config
 
 
 class Role(enum.Enum):
@@ -104,21 +101,13 @@ class NamedPath:
     watch: int | None = None  # index of its [[watch]] entry
 
 
-def configured_paths(config: Config) -> list[NamedPath]:
-    """Every path of the config with its key, in config order."""
-    p = config.paths
-    out = [
-        NamedPath("paths.state_dir", p.state_dir, Role.state),
-        NamedPath("paths.archive", p.archive_dir, Role.archive),
-        NamedPath("paths.derived", p.derived_dir, Role.derived),
-        NamedPath("paths.spool", p.spool, Role.spool),
-    ]
-    for i, w in enumerate(config.watch):
-        out.append(NamedPath(f"watch[{i}].path", w.path, Role.hot, i))
-        if w.done is not None:
-            out.append(NamedPath(f"watch[{i}].done", w.done, Role.done, i))
-        out.append(NamedPath(f"watch[{i}].failed", w.failed_dir(p.state_dir), Role.failed, i))
-    return out
+class Configured(Protocol):
+    """What the checks read of a config (``ingestd.config.settings.Config``, which imports
+    this module: a protocol here, not an import back)."""
+
+    def named_paths(self) -> list[NamedPath]:
+        """Every path of the config with its key, in config order."""
+        ...
 
 
 def allowed(a: Role, b: Role) -> frozenset[Relation]:
@@ -158,9 +147,9 @@ def _nest_note(a: NamedPath, b: NamedPath) -> str:
 
 
 # -- as written ---------------------------------------------------------------------------
-def lexical_problems(config: Config) -> list[str]:
+def lexical_problems(config: Configured) -> list[str]:
     """Overlaps visible in the text of the config (``..`` collapsed); no filesystem."""
-    named = configured_paths(config)
+    named = config.named_paths()
     normal = [os.path.normpath(n.path) for n in named]
     problems = []
     for j, i in _pairs(named):
@@ -239,10 +228,10 @@ def findings(a: Identity, b: Identity) -> Iterator[Finding]:
     yield from _by_inode(a, b)
 
 
-def filesystem_problems(config: Config, mounts: Sequence[Mount] | None = None) -> list[str]:
+def filesystem_problems(config: Configured, mounts: Sequence[Mount] | None = None) -> list[str]:
     """Every pair of configured paths that aliases on this machine, by real path,
     filesystem identity or inode; each problem names both keys and how they alias."""
-    named = configured_paths(config)
+    named = config.named_paths()
     table = read_mounts() if mounts is None else mounts
     ids = [identify(n.path, table) for n in named]
     problems = []
@@ -280,10 +269,10 @@ class ProtectedPaths:
         self._spool = None if spool is None else os.path.realpath(spool)
 
     @classmethod
-    def from_config(cls, config: Config) -> ProtectedPaths:
-        named = {n.role: n for n in configured_paths(config) if n.role in PROTECTED}
+    def from_config(cls, config: Configured) -> ProtectedPaths:
+        named = {n.role: n for n in config.named_paths()}
         # The most specific first: a folder in the archive is reported as in the archive.
-        return cls([named[role] for role in PROTECTED], config.paths.spool)
+        return cls([named[role] for role in PROTECTED], named[Role.spool].path)
 
     def problem(self, source: Path, *, action: str, owned: bool = False) -> str | None:
         """Why ``source`` must not be removed/moved, or None."""

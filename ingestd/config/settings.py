@@ -1020,6 +1020,23 @@ class Config(_Section):
     # print `ingestd --config PATH ...` when it is not the default file.
     _source_path: Path | None = PrivateAttr(default=None)
 
+    def named_paths(self) -> list[pathcheck.NamedPath]:
+        """Every path of the config with its key and role, in config order (what
+        ingestd/config/pathcheck.py checks for overlaps and protects at runtime)."""
+        p, named, role = self.paths, pathcheck.NamedPath, pathcheck.Role
+        out = [
+            named("paths.state_dir", p.state_dir, role.state),
+            named("paths.archive", p.archive_dir, role.archive),
+            named("paths.derived", p.derived_dir, role.derived),
+            named("paths.spool", p.spool, role.spool),
+        ]
+        for i, w in enumerate(self.watch):
+            out.append(named(f"watch[{i}].path", w.path, role.hot, i))
+            if w.done is not None:
+                out.append(named(f"watch[{i}].done", w.done, role.done, i))
+            out.append(named(f"watch[{i}].failed", w.failed_dir(p.state_dir), role.failed, i))
+        return out
+
     @property
     def source_path(self) -> Path | None:
         """The absolute path of the file this config was read from (None: in memory)."""
