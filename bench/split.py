@@ -87,7 +87,7 @@ def run_ingestd(batch: Path, out: Path) -> dict[str, object]:
 def run_paperless(batch: Path, out: Path) -> dict[str, object]:
     """paperless-ngx's barcode splitting: render, read with defaults, split, write."""
     import pikepdf
-    import pypdfium2
+    import pypdfium2  # type: ignore[import-untyped]
     import zxingcpp
 
     t0 = time.perf_counter()
