@@ -42,11 +42,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench._common import bench_cluster, print_table
 from ingestd import log
 from ingestd.config.load import parse_config
+from ingestd.daemon.wiring import make_intake
 from ingestd.db.database import Database
 from ingestd.db.schema import migrate
 from ingestd.demo.samples import pdf_bytes
 from ingestd.intake.items import IntakeItem
-from ingestd.ops.runtime import make_intake
 from ingestd.sources.hotfolders import HotFolders
 
 # Intake threads of the watcher (hotfolders.workers), and so of the plain loop.

@@ -57,10 +57,10 @@ import httpx
 from bench._common import BenchError, bench_cluster, median, print_table, run_main
 from bench.search import populate
 from ingestd.config.load import parse_config
+from ingestd.daemon.wiring import make_intake
 from ingestd.db.database import Database
 from ingestd.db.schema import migrate
 from ingestd.intake.items import IntakeItem, Outcome
-from ingestd.ops.runtime import make_intake
 from ingestd.passwords import hash_password
 from ingestd.people import accounts
 from ingestd.search.query import search

@@ -169,7 +169,7 @@ def drop_batch(folder: Path) -> Path:
 def batch_demo() -> None:
     """The batch and its children: each letter a document with its own title."""
     from ingestd.config.load import load_config
-    from ingestd.ops.runtime import open_database
+    from ingestd.daemon.wiring import open_database
 
     config = load_config(DEMO / "ingestd.toml")
     with open_database(config) as db, db.transaction() as tx:
@@ -207,7 +207,7 @@ def workers_demo() -> None:
 def analysis_demo() -> None:
     """What analyze-document derived for each document."""
     from ingestd.config.load import load_config
-    from ingestd.ops.runtime import open_database
+    from ingestd.daemon.wiring import open_database
 
     print("\nwhat the workers derived (title, date, correspondent, tags, text):")
     config = load_config(DEMO / "ingestd.toml")

@@ -21,9 +21,9 @@ from ingestd.archive.store import remove_tree
 from ingestd.config.settings import Config
 from ingestd.db.database import Database
 from ingestd.errors import DatabaseError
-from ingestd.ops import metrics
 from ingestd.queue.claims import Queue
 from ingestd.queue.pools import EVERYTHING, Scope
+from ingestd.runtime import metrics
 from worker.jobs import notify, split
 from worker.outcomes import JobStatus
 

@@ -36,10 +36,10 @@ from ingestd import log
 from ingestd.config.settings import Config
 from ingestd.db.database import Database
 from ingestd.errors import DatabaseError
-from ingestd.ops.sdnotify import Notifier
-from ingestd.ops.signals import Flags
 from ingestd.queue.claims import Queue, default_worker_id
 from ingestd.queue.pools import Pool, resolve
+from ingestd.runtime.sdnotify import Notifier
+from ingestd.runtime.signals import Flags
 from worker.child import Child
 from worker.housekeeping import Housekeeper
 from worker.runner import Runner

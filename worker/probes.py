@@ -7,8 +7,8 @@ from structlog.typing import FilteringBoundLogger
 from ingestd.config.settings import Config
 from ingestd.db.database import Database
 from ingestd.errors import DatabaseError
-from ingestd.ops import health
 from ingestd.ops.metrics_server import MetricsEndpoint
+from ingestd.runtime import health
 
 
 def worker_health(db: Database, config: Config) -> health.Health:

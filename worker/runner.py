@@ -13,7 +13,7 @@ Signal handlers only set flags and write a byte to a wake-up pipe; the loop wait
 pipe together with the child's pipe, the child's exit and the LISTEN socket, so a signal,
 a result, a crash and a notification are each seen at once, without polling.
 
-Its parts: ``ingestd/ops/signals.py`` (the flags and the wake-up pipe, the daemon's
+Its parts: ``ingestd/runtime/signals.py`` (the flags and the wake-up pipe, the daemon's
 too), ``worker/listener.py`` (LISTEN), ``worker/heartbeat.py`` (the lease),
 ``worker/child.py`` (the job child),
 ``worker/recording.py`` (writing an outcome), ``worker/housekeeping.py`` (rescue, relay,
@@ -34,13 +34,13 @@ from ingestd.config.load import load_config
 from ingestd.config.settings import Config
 from ingestd.db.database import Database
 from ingestd.errors import ConfigError, DatabaseError, DatabaseUnavailable, ExitCode, IngestdError
-from ingestd.ops import health
 from ingestd.ops.metrics_server import MetricsEndpoint
-from ingestd.ops.sdnotify import Notifier
-from ingestd.ops.signals import Flags
 from ingestd.queue import pools
 from ingestd.queue.claims import Job, Queue, WorkerIdentity, WorkerIdInUse
 from ingestd.queue.pools import EVERYTHING, Scope
+from ingestd.runtime import health
+from ingestd.runtime.sdnotify import Notifier
+from ingestd.runtime.signals import Flags
 from worker import housekeeping
 from worker.child import Child, Woke
 from worker.heartbeat import Heartbeat

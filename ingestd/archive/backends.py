@@ -12,7 +12,7 @@ from ingestd.archive.retention import lock_until
 from ingestd.archive.s3 import S3Archive
 from ingestd.archive.store import ArchiveStore, LocalArchive
 from ingestd.config.filemodes import read_secret_file
-from ingestd.config.settings import ArchiveConfig, PathsConfig, RetentionConfig, S3Config
+from ingestd.config.settings import ArchiveConfig, Config, PathsConfig, RetentionConfig, S3Config
 from ingestd.errors import ConfigError
 
 STAGING_DIR = "s3-staging"
@@ -29,6 +29,11 @@ class ArchiveLocation:
 
     def store(self) -> ArchiveStore:
         return archive_for(self.paths, self.archive, self.retention)
+
+
+def make_archive(config: Config) -> ArchiveStore:
+    """The archive backend the config names: the local WORM file system or S3."""
+    return archive_for(config.paths, config.archive, config.retention)
 
 
 def archive_for(

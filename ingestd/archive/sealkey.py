@@ -42,7 +42,7 @@ from ingestd.config.filemodes import read_secret_file
 from ingestd.db.database import Database, Tx
 from ingestd.durable import fsync_dir, publish_new, replace_whole
 from ingestd.errors import ConfigError, ExitCode, IngestdError
-from ingestd.ops import statedir
+from ingestd.runtime import statedir
 
 KEY_DIR = "audit"
 KEY_FILE = "seal-ed25519.key"

@@ -27,7 +27,7 @@ from typing import Protocol
 
 from ingestd.durable import fsync_dir
 from ingestd.errors import ArchiveError, ExitCode, IngestdError
-from ingestd.ops import statedir
+from ingestd.runtime import statedir
 
 TEMP_PREFIX = ".tmp-"
 CHUNK = 1024 * 1024

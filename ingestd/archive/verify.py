@@ -24,7 +24,7 @@ from typing import Any
 
 from ingestd.archive.store import FILE_MODE, ArchiveStore, is_temp
 from ingestd.db.database import Database
-from ingestd.ops import statedir
+from ingestd.runtime import statedir
 
 LAST_RUN_DIR = "verify"
 LAST_RUN_FILE = "last.json"

@@ -4,7 +4,7 @@ Three writers, one row shape (``Arrival``):
 
 - intake, inside its own transaction: archived and duplicate (query ``arrival_intake``,
   queued with the COMMIT) and refused (with the refusal's audit entry);
-- the sources, through the operator event log (``ingestd/ops/events.py``) as events of
+- the sources, through the operator event log (``ingestd/events/outbox.py``) as events of
   type ``arrival.<outcome>``: quarantined (after the move), waiting (tenant not active,
   database down) and the SFTP server's refusals. The event log writes them at once or,
   with the database down, into its on-disk buffer and from there once it is back; its

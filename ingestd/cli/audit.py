@@ -51,8 +51,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
     from ingestd.archive import audit
     from ingestd.archive.audit import SYSTEM_CHAIN, AuditKind
     from ingestd.archive.audit_verify import verify_audit
+    from ingestd.archive.backends import make_archive
     from ingestd.archive.sealkey import read_witness
-    from ingestd.ops.runtime import make_archive, open_database
+    from ingestd.daemon.wiring import open_database
 
     config = load(args)
     anchor = _anchor(args, config.paths.state_dir)
@@ -105,7 +106,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 def cmd_seal(args: argparse.Namespace) -> int:
     from ingestd.archive.seals import seal_all
-    from ingestd.ops.runtime import open_database
+    from ingestd.daemon.wiring import open_database
 
     config = load(args)
     with open_database(config) as db:
@@ -123,7 +124,7 @@ def cmd_seal(args: argparse.Namespace) -> int:
 def cmd_rotate_key(args: argparse.Namespace) -> int:
     from ingestd.archive.export_check import fingerprint
     from ingestd.archive.sealkey import public_path, rotate
-    from ingestd.ops.runtime import open_database
+    from ingestd.daemon.wiring import open_database
 
     config = load(args)
     with open_database(config) as db:
@@ -142,7 +143,7 @@ def cmd_rotate_key(args: argparse.Namespace) -> int:
 
 def cmd_export(args: argparse.Namespace) -> int:
     from ingestd.archive.audit_export import export_chain, write_export
-    from ingestd.ops.runtime import open_database
+    from ingestd.daemon.wiring import open_database
 
     config = load(args)
     with open_database(config) as db:

@@ -44,8 +44,8 @@ def _prepare_target(args: argparse.Namespace, user: pwd.struct_passwd) -> None:
 
 
 def cmd_backup(args: argparse.Namespace) -> int:
+    from ingestd.daemon.wiring import open_database
     from ingestd.ops.backup import check_target, make_backup
-    from ingestd.ops.runtime import open_database
 
     config = load(args)
     target = Path(args.dir).absolute()

@@ -26,8 +26,8 @@ from ingestd.tenants import lookup
 
 # -- ingest -----------------------------------------------------------------------------
 def cmd_ingest(args: argparse.Namespace) -> int:
+    from ingestd.daemon.wiring import make_intake, open_database
     from ingestd.intake.items import Disposal
-    from ingestd.ops.runtime import make_intake, open_database
 
     config = load(args)
     disposal = Disposal.keep if args.keep_source else Disposal.delete
@@ -88,7 +88,7 @@ def cmd_documents_analyze(args: argparse.Namespace) -> int:
 
     A re-analysis sends no workflow webhook unless --redeliver: receivers heard of the
     document when it arrived."""
-    from ingestd.ops.runtime import open_database
+    from ingestd.daemon.wiring import open_database
     from ingestd.queue.reanalyze import reanalyze
 
     config = load(args)
@@ -132,7 +132,7 @@ def _analyze_all(args: argparse.Namespace, config: Config) -> int:
     """--all: one analyze-document job for every document of an active tenant, in one
     statement (documents_reanalyze: not those in the trash, split batches, nor those with
     one queued already); counted first, and confirmed above CONFIRM_ABOVE."""
-    from ingestd.ops.runtime import open_database
+    from ingestd.daemon.wiring import open_database
     from ingestd.queue.enqueue import enqueue_each
     from ingestd.queue.kinds import JobKind
 
@@ -185,7 +185,7 @@ def cmd_documents_split(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
     from ingestd.config.split import SplitPolicy
-    from ingestd.ops.runtime import open_database
+    from ingestd.daemon.wiring import open_database
     from ingestd.queue.enqueue import enqueue
     from ingestd.queue.kinds import JobKind
 
@@ -251,7 +251,7 @@ def _not_splittable(row: dict[str, Any] | None, tenant: str) -> str | None:
 def cmd_documents(args: argparse.Namespace) -> int:
     """Newest first: arrival time, original name and source with the title; filtered by
     tenant, name glob, source and arrival time."""
-    from ingestd.ops.runtime import open_database
+    from ingestd.daemon.wiring import open_database
 
     config = load(args)
     params = {
@@ -306,7 +306,7 @@ def batch_mark(row: dict[str, Any]) -> str:
 
 def cmd_documents_show(args: argparse.Namespace) -> int:
     """One document: its record, and a batch's children or a child's batch with pages."""
-    from ingestd.ops.runtime import open_database
+    from ingestd.daemon.wiring import open_database
 
     config = load(args)
     with open_database(config) as db, db.transaction() as tx:
@@ -388,7 +388,7 @@ def pages(row: dict[str, Any]) -> str:
 
 def cmd_documents_attention(args: argparse.Namespace) -> int:
     """Documents archived but not analysable (encrypted, damaged, over a limit), and why."""
-    from ingestd.ops.runtime import open_database
+    from ingestd.daemon.wiring import open_database
 
     config = load(args)
     with open_database(config) as db, db.transaction() as tx:
@@ -421,7 +421,7 @@ def cmd_documents_attention(args: argparse.Namespace) -> int:
 
 
 def cmd_documents_mark_done(args: argparse.Namespace) -> int:
-    from ingestd.ops.runtime import open_database
+    from ingestd.daemon.wiring import open_database
 
     config = load(args)
     done: list[int] = []
@@ -592,8 +592,9 @@ def cmd_documents_get(args: argparse.Namespace) -> int:
     """Write the original (or the searchable PDF) under its original name, re-hashed
     against the archive, recorded in the tenant's audit chain (ingestd/archive/handout.py)."""
     from ingestd.archive import handout
+    from ingestd.archive.backends import make_archive
+    from ingestd.daemon.wiring import open_database
     from ingestd.errors import UsageError
-    from ingestd.ops.runtime import make_archive, open_database
 
     if args.output == "-" and args.json:
         raise UsageError("-o - writes the document to stdout; --json has no room there")

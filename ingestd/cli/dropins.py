@@ -83,7 +83,7 @@ def _remove_file(config_path: Path, path: Path) -> Config:
 
 
 def _reloaded(config: Config) -> None:
-    from ingestd.ops.reload_request import request_reload
+    from ingestd.daemon.reload_request import request_reload
 
     print(request_reload(config.paths.state_dir))
 

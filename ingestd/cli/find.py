@@ -27,7 +27,7 @@ def outcome_text(row: dict[str, Any]) -> str:
 
 def cmd_find(args: argparse.Namespace) -> int:
     from ingestd.arrivals import story
-    from ingestd.ops.runtime import open_database
+    from ingestd.daemon.wiring import open_database
 
     config = load(args)
     story.check_status(args.status)

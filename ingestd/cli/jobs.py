@@ -25,7 +25,7 @@ _ERROR_MIN = 20
 
 
 def cmd_jobs(args: argparse.Namespace) -> int:
-    from ingestd.ops.runtime import open_database
+    from ingestd.daemon.wiring import open_database
 
     if args.jobs_cmd == "retry" and not args.failed and (args.tenant or args.kind):
         print(

@@ -33,7 +33,7 @@ from ingestd.queue.pools import Pool
 
 # -- worker -----------------------------------------------------------------------------
 def cmd_worker(args: argparse.Namespace) -> int:
-    from ingestd.ops.runtime import open_database
+    from ingestd.daemon.wiring import open_database
     from worker.child import Child
     from worker.lanes import Lanes
     from worker.runner import load_kinds

@@ -28,7 +28,7 @@ def _tenant_id(tx: Any, name: str) -> int:
 
 
 def cmd_hold(args: argparse.Namespace) -> int:
-    from ingestd.ops.runtime import open_database
+    from ingestd.daemon.wiring import open_database
 
     config = load(args)
     problems: list[str] = []
@@ -91,7 +91,7 @@ def cmd_hold(args: argparse.Namespace) -> int:
 
 
 def cmd_retention_show(args: argparse.Namespace) -> int:
-    from ingestd.ops.runtime import open_database
+    from ingestd.daemon.wiring import open_database
 
     config = load(args)
     policy = retention.policy_for(config.retention, args.tenant)

@@ -46,7 +46,7 @@ def _hits(text: str) -> int:
 
 def cmd_search(args: argparse.Namespace) -> int:
     from ingestd.cli.common import load, print_json, shown
-    from ingestd.ops.runtime import open_database
+    from ingestd.daemon.wiring import open_database
 
     config = load(args)
     query = limits.checked(args.query)  # before the database: a refusal needs none

@@ -67,8 +67,8 @@ def cmd_check_config(args: argparse.Namespace) -> int:
 def cmd_migrate(args: argparse.Namespace) -> int:
     from ingestd.archive import sealkey
     from ingestd.archive.export_check import fingerprint
+    from ingestd.daemon.wiring import open_database
     from ingestd.db.schema import migrate
-    from ingestd.ops.runtime import open_database
 
     config = load(args)
     with open_database(config, migrate_schema=False) as db:
@@ -230,8 +230,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
     import time
 
     from ingestd.archive import audit
+    from ingestd.archive.backends import make_archive
     from ingestd.archive.verify import PROBLEM_KINDS, record_run, verify_archive
-    from ingestd.ops.runtime import make_archive, open_database
+    from ingestd.daemon.wiring import open_database
 
     config = load(args)
     started = time.time()
@@ -278,7 +279,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 # -- serve ------------------------------------------------------------------------------
 def cmd_serve(args: argparse.Namespace) -> int:
-    from ingestd.ops.daemon import serve
+    from ingestd.daemon.serve import serve
 
     config = load(args)
     return serve(config, args.config)

@@ -46,7 +46,7 @@ def _enqueue(
 
 def cmd_tenant(args: argparse.Namespace) -> int:
     from ingestd.cli.common import load, print_json, print_table
-    from ingestd.ops.runtime import open_database
+    from ingestd.daemon.wiring import open_database
 
     config = load(args)
     with open_database(config) as db:
@@ -205,7 +205,7 @@ def _wait_active(db: Any, name: str, seconds: float) -> int:
 def cmd_document_lifecycle(args: argparse.Namespace) -> int:
     """trash: mark documents; purge: one purge-document job per trashed document."""
     from ingestd.cli.common import load, print_json
-    from ingestd.ops.runtime import open_database
+    from ingestd.daemon.wiring import open_database
 
     config = load(args)
     done: list[dict[str, Any]] = []

@@ -16,7 +16,7 @@ from ingestd.errors import ExitCode, NotFound
 
 def cmd_trace(args: argparse.Namespace) -> int:
     from ingestd.arrivals import story
-    from ingestd.ops.runtime import open_database
+    from ingestd.daemon.wiring import open_database
 
     config = load(args)
     with open_database(config) as db:

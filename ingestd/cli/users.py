@@ -41,7 +41,7 @@ def _new_hash(args: argparse.Namespace, *, required: bool) -> str | None:
 
 
 def cmd_user_add(args: argparse.Namespace) -> int:
-    from ingestd.ops.runtime import open_database
+    from ingestd.daemon.wiring import open_database
     from ingestd.people import accounts
 
     accounts.check_login(args.login)
@@ -96,7 +96,7 @@ def cmd_user_add(args: argparse.Namespace) -> int:
 
 
 def cmd_user_list(args: argparse.Namespace) -> int:
-    from ingestd.ops.runtime import open_database
+    from ingestd.daemon.wiring import open_database
     from ingestd.people import accounts
 
     config = load(args)
@@ -137,7 +137,7 @@ def cmd_user_list(args: argparse.Namespace) -> int:
 
 
 def cmd_user_remove(args: argparse.Namespace) -> int:
-    from ingestd.ops.runtime import open_database
+    from ingestd.daemon.wiring import open_database
     from ingestd.people import accounts
 
     if args.admin and args.tenant is not None:
@@ -165,7 +165,7 @@ def cmd_user_remove(args: argparse.Namespace) -> int:
 
 
 def cmd_user_passwd(args: argparse.Namespace) -> int:
-    from ingestd.ops.runtime import open_database
+    from ingestd.daemon.wiring import open_database
     from ingestd.people import accounts
 
     config = load(args)

@@ -50,7 +50,7 @@ EVENT_TYPES: tuple[str, ...] = (
     "tenant.suspended",
     "tenant.deleting",
     "tenant.deleted",
-    "file.quarantined",  # the daemon (ingestd.ops.events.EventLog)
+    "file.quarantined",  # the daemon (ingestd.events.outbox.EventLog)
     "file.refused",
     "file.not_removable",  # archived, but the hot folder will not let it go (stuck)
     "folder.gone",  # a hot folder vanished or was replaced (unmounted share, rm -rf)

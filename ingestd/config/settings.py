@@ -142,7 +142,7 @@ class TitlesConfig(_Section):
     @field_validator("placeholder_patterns")
     @classmethod
     def _compile(cls, v: list[str]) -> list[str]:
-        from ingestd.intake.titles import TitleRules  # compiled exactly as they will be used
+        from ingestd.filenames.titles import TitleRules  # compiled exactly as they will be used
 
         TitleRules(v)  # raises ValueError naming the bad pattern
         return v

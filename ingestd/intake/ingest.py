@@ -48,6 +48,7 @@ from ingestd.config.pathcheck import ProtectedPaths
 from ingestd.config.settings import IntakeConfig
 from ingestd.db.database import Batch, Database, Tx
 from ingestd.errors import SourceProtected, TenantError, TenantNotActive, TenantNotFound
+from ingestd.filenames.titles import FilenameInfo, TitleRules, parse_filename
 from ingestd.intake import filetypes
 from ingestd.intake.fsops import why_not_removable
 from ingestd.intake.items import (
@@ -69,10 +70,9 @@ from ingestd.intake.record import (
     iso,
 )
 from ingestd.intake.source_file import check_filename, open_regular, remove_source, unavailable
-from ingestd.intake.titles import FilenameInfo, TitleRules, parse_filename
 from ingestd.log import Logger, get_logger, new_trace_id
-from ingestd.ops import metrics
-from ingestd.ops.faults import crashpoint
+from ingestd.runtime import metrics
+from ingestd.runtime.faults import crashpoint
 from ingestd.states import TenantStatus
 from ingestd.tenants import lookup
 

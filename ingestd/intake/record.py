@@ -16,10 +16,10 @@ from ingestd.archive import audit
 from ingestd.archive.store import ArchivedFile
 from ingestd.arrivals.record import Arrival, ArrivalOutcome
 from ingestd.db.database import jsonb
+from ingestd.filenames.titles import FilenameInfo
 from ingestd.intake import filetypes
 from ingestd.intake.items import IntakeItem, Reason, Refused
 from ingestd.intake.tags import tag_names
-from ingestd.intake.titles import FilenameInfo
 from ingestd.log import new_trace_id
 from ingestd.queue.enqueue import job_body
 from ingestd.queue.kinds import JobKind

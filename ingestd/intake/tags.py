@@ -8,8 +8,8 @@ import unicodedata
 from collections.abc import Iterable, Sequence
 
 from ingestd.db.database import Tx
+from ingestd.filenames.titles import MONTH_NAMES
 from ingestd.intake.items import MAX_TAG_LENGTH
-from ingestd.intake.titles import MONTH_NAMES
 from ingestd.textsafe import escaped
 
 

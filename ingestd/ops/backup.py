@@ -180,7 +180,7 @@ def make_backup(config: Config, config_path: Path, db: Database, target: Path) -
         report.state_files += _copy_tree(paths.derived_dir, target / "derived", skip=set())
     archive: dict[str, Any]
     if config.archive.backend == "s3" and config.archive.s3 is not None:
-        from ingestd.ops.runtime import make_archive
+        from ingestd.archive.backends import make_archive
 
         store = make_archive(config)
         assert isinstance(store, S3Archive)

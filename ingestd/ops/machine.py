@@ -17,7 +17,7 @@ from ingestd.config import notify as config_notify
 from ingestd.config.filemodes import GROUP_READABLE, read_secret_file
 from ingestd.config.settings import Config
 from ingestd.errors import ConfigError, IngestdError
-from ingestd.ops import statedir
+from ingestd.runtime import statedir
 
 
 def machine_problems(config: Config, installed_languages: Callable[[], set[str]]) -> list[str]:

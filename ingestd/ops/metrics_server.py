@@ -1,7 +1,7 @@
 """The metrics listener of a process (/metrics, /healthz, /readyz) and the gauges only
 the database, the spool and the state directory know.
 
-Counters live in ingestd/ops/metrics.py and are incremented where things happen. Queue depth
+Counters live in ingestd/runtime/metrics.py and are incremented where things happen. Queue depth
 and the age of the oldest waiting job are read from PostgreSQL when Prometheus scrapes
 (one cheap grouped query over the queue's partial indexes), so they are right even when
 several hosts run workers; a scrape while the database is down yields only
@@ -9,7 +9,7 @@ several hosts run workers; a scrape while the database is down yields only
 reads each pool's ready and running jobs and its live lanes on every host (one more
 statement for all pools: ingestd.queue.pool_status). The spool backlog and the last
 ``ingestd verify`` come from the daemon's Spool object and ``<state_dir>/verify/last.json``;
-the health checks (ingestd/ops/health.py) are exported as gauges too, for dashboards.
+the health checks (ingestd/runtime/health.py) are exported as gauges too, for dashboards.
 
 Paths: ``/metrics`` (Prometheus text), ``/healthz`` and ``/readyz`` (JSON, 200 or 503),
 anything else 404.
@@ -34,9 +34,9 @@ from ingestd.archive.verify import PROBLEM_KINDS, last_run
 from ingestd.config.settings import WorkerConfig, parse_listen
 from ingestd.db.database import Database
 from ingestd.errors import DatabaseError
-from ingestd.ops import metrics
-from ingestd.ops.health import Health, body
 from ingestd.queue import pool_status
+from ingestd.runtime import metrics
+from ingestd.runtime.health import Health, body
 
 _NOT_FOUND = b"not found: this listener serves /metrics, /healthz and /readyz\n"
 

@@ -43,7 +43,7 @@ def online(config: Config) -> tuple[list[str], list[str]]:
     """check-config --online: (problems, warnings) of the archive and the database. A
     database that is down is a warning (the daemon starts without it); one that refuses
     us, or has no schema, a problem."""
-    from ingestd.ops.runtime import open_database
+    from ingestd.daemon.wiring import open_database
 
     problems: list[str] = []
     warnings: list[str] = []

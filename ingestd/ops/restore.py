@@ -296,7 +296,7 @@ def _put_tree(src: Path, dest: Path, owner: tuple[int, int] | None, *, archive: 
 
 def load_dump(config: Config, *, force: bool) -> None:
     """``pg_restore`` of the copied dump into the database (as the service user)."""
-    from ingestd.ops.runtime import open_database
+    from ingestd.daemon.wiring import open_database
 
     dump = config.paths.state_dir / DUMP_COPY
     with open_database(config, migrate_schema=False, name="ingestd-restore"):
@@ -313,7 +313,7 @@ def load_dump(config: Config, *, force: bool) -> None:
 def set_aside_after_dump(config: Config, report: RestoreReport) -> None:
     """Archive files no restored row names (archived after the dump was taken) moved to
     ``<state_dir>/restored-after-dump/`` with their archive path: kept, not orphans."""
-    from ingestd.ops.runtime import open_database
+    from ingestd.daemon.wiring import open_database
 
     if config.archive.backend != "local":
         return

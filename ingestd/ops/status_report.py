@@ -18,8 +18,8 @@ def gather(config: Config, db: Database | None = None) -> dict[str, Any]:
     """The report; ``report["database"]["up"]`` is False when the database could not be
     asked (what is on disk is there all the same). ``db``: an open pool to ask (the
     console's); else one is opened for this."""
+    from ingestd.daemon.state import read_state
     from ingestd.errors import DatabaseUnavailable
-    from ingestd.ops.daemon_state import read_state
     from ingestd.queue import pool_status
     from ingestd.sources.hotfolders import backlog_on_disk
     from ingestd.sources.sftp.bans import read_bans
@@ -74,7 +74,7 @@ def _database(config: Config, db: Database | None) -> Iterator[Database]:
     if db is not None:
         yield db
         return
-    from ingestd.ops.runtime import open_database
+    from ingestd.daemon.wiring import open_database
 
     with open_database(config) as opened:
         yield opened

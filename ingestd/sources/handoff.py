@@ -31,13 +31,13 @@ from ingestd.errors import DatabaseError, IngestdError, TenantError, TenantNotAc
 from ingestd.intake.items import Disposal, IntakeItem, IntakeResult, Outcome
 from ingestd.intake.tags import date_folder_flags
 from ingestd.log import Logger, new_trace_id
-from ingestd.ops import metrics
+from ingestd.runtime import metrics
 from ingestd.sources import retry
 from ingestd.sources.quarantine import ERROR_SUFFIX, quarantine
 
 if TYPE_CHECKING:  # the SFTP processes import this module, and need neither
+    from ingestd.events.outbox import EventLog
     from ingestd.intake.ingest import Intake
-    from ingestd.ops.events import EventLog
 
 # A tenant's status when it is not in the database at all (a status of its own: its
 # files wait, its logins are refused).

@@ -26,7 +26,7 @@ from typing import Any
 
 from ingestd.config.filemodes import check_secret_file
 from ingestd.errors import ConfigError, IngestdError
-from ingestd.ops import statedir
+from ingestd.runtime import statedir
 from ingestd.states import TenantStatus
 
 SECRET_FILE = "server.secret"  # noqa: S105 (a file name, not a secret)

@@ -56,11 +56,11 @@ from ingestd.archive.store import ArchiveStore
 from ingestd.config.settings import TENANT_NAME, Config
 from ingestd.db.database import Database, Tx
 from ingestd.errors import IngestdError, QueryCanceled, UsageError
-from ingestd.ops import metrics
 from ingestd.people import accounts
 from ingestd.people.accounts import Logins, Person, person_now
 from ingestd.people.capabilities import ADMIN, TENANT_SETS, Action, may
 from ingestd.people.directory import Directory
+from ingestd.runtime import metrics
 from ingestd.search import limits
 from ingestd.search.query import search
 from ingestd.textsafe import shown
@@ -602,8 +602,8 @@ async def upload(request: Request) -> Response:
 def _ingest_upload(
     console: Console, tenant: str, me: Person, tmp: Path, name: str
 ) -> dict[str, Any]:
+    from ingestd.daemon.wiring import make_intake
     from ingestd.intake.items import IntakeItem
-    from ingestd.ops.runtime import make_intake
 
     try:
         res = make_intake(console.config, console.db).ingest(

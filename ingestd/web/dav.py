@@ -45,9 +45,9 @@ from ingestd.archive import handout
 from ingestd.archive.store import CHUNK, ArchiveStore
 from ingestd.config.settings import TENANT_NAME, Config
 from ingestd.db.database import Database, Row
-from ingestd.ops import metrics
 from ingestd.people.accounts import Logins, Person
 from ingestd.people.capabilities import Action, may
+from ingestd.runtime import metrics
 from ingestd.sources.sftp.bans import read_bans, report_failure
 from ingestd.textsafe import shown
 from ingestd.web.guard import LoginLimiter, PersonRate

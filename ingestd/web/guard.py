@@ -162,7 +162,7 @@ class RouteMetrics:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        from ingestd.ops import metrics
+        from ingestd.runtime import metrics
 
         started = time.monotonic()
         status = [500]

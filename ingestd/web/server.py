@@ -8,9 +8,10 @@ import ssl
 import uvicorn
 
 from ingestd import log
+from ingestd.archive.backends import make_archive
 from ingestd.config.settings import Config, parse_listen
+from ingestd.daemon.wiring import open_database
 from ingestd.ops.metrics_server import MetricsEndpoint
-from ingestd.ops.runtime import make_archive, open_database
 from ingestd.web.app import make_app
 
 

@@ -17,14 +17,14 @@ from typing import Any
 
 import pytest
 
+from ingestd.daemon.wiring import make_intake
 from ingestd.db.database import Database
 from ingestd.db.pgcluster import EmbeddedPostgres
 from ingestd.db.schema import migrate
-from ingestd.ops.events import EventLog
-from ingestd.ops.health import Health, Loop
+from ingestd.events.outbox import EventLog
 from ingestd.ops.metrics_server import MetricsEndpoint
-from ingestd.ops.runtime import make_intake
 from ingestd.passwords import hash_password
+from ingestd.runtime.health import Health, Loop
 from ingestd.sources.hotfolders import HotFolders
 from tests.conftest import Env, private_cluster, wait_until, write_config
 from tests.e2e.test_serve_sftp import Serve, _free_port

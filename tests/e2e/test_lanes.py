@@ -11,9 +11,9 @@ from typing import Any
 
 import pikepdf
 
+from ingestd.daemon.wiring import make_intake
 from ingestd.db.database import Database
 from ingestd.intake.items import IntakeItem, Outcome
-from ingestd.ops.runtime import make_intake
 from tests.conftest import Env, run_cli, wait_until
 from tests.e2e.test_worker import notify_socket, qdb, received, start, workers  # noqa: F401
 from tests.fixtures.queue import REPO, WorkerProc, count, job_row, make_jobs, runs

@@ -9,9 +9,9 @@ import time
 from collections import Counter
 from typing import Any
 
+from ingestd.daemon.wiring import make_intake
 from ingestd.db.database import Database
 from ingestd.intake.items import IntakeItem, Outcome
-from ingestd.ops.runtime import make_intake
 from tests.conftest import Env, run_cli, wait_until
 from tests.e2e.test_worker import qdb, start, workers  # noqa: F401
 from tests.fixtures.queue import WorkerProc, count, make_jobs

@@ -155,7 +155,7 @@ def test_status_with_the_database_down_shows_what_waits(
     DOWN since ...' as the daemon saw it, exit code 9 (degraded); no traceback."""
     import json
 
-    from ingestd.ops.daemon_state import read_state
+    from ingestd.daemon.state import read_state
 
     hot = tmp_path / "hot"
     hot.mkdir()

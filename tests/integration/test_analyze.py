@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
+from ingestd.daemon.wiring import make_intake
 from ingestd.db.database import Database
 from ingestd.intake.items import IntakeItem, Outcome
-from ingestd.ops.runtime import make_intake
 from ingestd.queue.enqueue import enqueue
 from ingestd.sources.hotfolders import HotFolders
 from tests.conftest import Env, run_cli, wait_until

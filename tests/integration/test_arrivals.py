@@ -13,10 +13,10 @@ from typing import Any
 
 from ingestd.archive.audit_export import write_export
 from ingestd.arrivals.record import Arrival, ArrivalOutcome
+from ingestd.daemon.wiring import make_intake
 from ingestd.db.database import Database
 from ingestd.intake.items import IntakeItem, Outcome
 from ingestd.log import get_logger
-from ingestd.ops.runtime import make_intake
 from tests.conftest import Env, run_cli
 from tests.fixtures.files import pdf_bytes, write
 from worker.housekeeping import prune_arrivals

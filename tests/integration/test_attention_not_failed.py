@@ -12,10 +12,10 @@ from typing import Any
 
 from prometheus_client import REGISTRY
 
+from ingestd.daemon.wiring import make_intake
 from ingestd.db.database import Database
 from ingestd.intake.items import IntakeItem, Outcome
 from ingestd.ops.metrics_server import QueueCollector
-from ingestd.ops.runtime import make_intake
 from tests.conftest import Env, run_cli
 from tests.fixtures.drain import drain
 from tests.fixtures.scans import encrypted_pdf

@@ -26,9 +26,9 @@ import ingestd.archive.export_check as checker
 from ingestd.archive import sealkey, seals
 from ingestd.archive.audit_verify import Anchor, verify_audit
 from ingestd.archive.export_check import fingerprint, read_public_key
+from ingestd.daemon.wiring import make_intake
 from ingestd.db.database import Database
 from ingestd.intake.items import IntakeItem, Outcome
-from ingestd.ops.runtime import make_intake
 from tests.conftest import Env, run_cli
 from tests.fixtures.files import pdf_bytes, write
 from tests.fixtures.forger import forge

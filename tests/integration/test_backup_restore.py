@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from ingestd.archive import sealkey
+from ingestd.daemon.wiring import make_intake
 from ingestd.db.database import Database
 from ingestd.db.pgcluster import SUPERUSER, find_bindir
 from ingestd.intake.items import IntakeItem, Outcome
-from ingestd.ops.runtime import make_intake
 from tests.conftest import run_cli
 from tests.fixtures.files import pdf_bytes
 from tests.fixtures.s3 import S3Endpoint, archive_section

@@ -9,9 +9,9 @@ import datetime
 import json
 from typing import Any
 
+from ingestd.daemon.wiring import make_intake
 from ingestd.db.database import Database
 from ingestd.intake.items import IntakeItem, Outcome
-from ingestd.ops.runtime import make_intake
 from tests.conftest import Env, run_cli
 from tests.fixtures.files import pdf_bytes, write
 

@@ -15,9 +15,10 @@ from typing import Any
 import pytest
 
 from ingestd.archive.audit_verify import verify_audit
+from ingestd.archive.backends import make_archive
+from ingestd.daemon.wiring import make_intake
 from ingestd.db.database import Database
 from ingestd.intake.items import IntakeItem, Outcome
-from ingestd.ops.runtime import make_archive, make_intake
 from tests.conftest import Env, run_cli
 from tests.fixtures.drain import run_once
 from tests.fixtures.files import pdf_bytes, write

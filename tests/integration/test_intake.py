@@ -7,10 +7,10 @@ import stat
 
 import pytest
 
+from ingestd.daemon.wiring import make_intake
 from ingestd.db.database import Database
 from ingestd.errors import TenantNotActive, TenantNotFound
 from ingestd.intake.items import Disposal, IntakeItem, Outcome, Reason
-from ingestd.ops.runtime import make_intake
 from tests.conftest import Env
 from tests.fixtures.files import pdf_bytes, png_bytes, write
 
@@ -67,7 +67,7 @@ def test_extension_comes_from_content_not_name(env: Env, db: Database, tenant: s
 
 def test_same_bytes_again_is_skipped_with_a_counter(env: Env, db: Database, tenant: str) -> None:
     """Default policy: a second copy is a duplicate, no second document, source removed."""
-    from ingestd.ops import metrics
+    from ingestd.runtime import metrics
 
     intake = make_intake(env.config, db)
     data = pdf_bytes(seed=7)

@@ -17,14 +17,15 @@ import pytest
 from psycopg import pq
 
 from ingestd.archive.audit_verify import verify_audit
+from ingestd.archive.backends import make_archive
 from ingestd.archive.store import ArchivedFile, LocalArchive, StagedFile
+from ingestd.daemon.wiring import make_intake
 from ingestd.db import sql
 from ingestd.db.database import Database, DatabaseError
 from ingestd.errors import TenantNotActive
+from ingestd.filenames.titles import TitleRules
 from ingestd.intake.ingest import Intake
 from ingestd.intake.items import IntakeItem, Outcome, Reason
-from ingestd.intake.titles import TitleRules
-from ingestd.ops.runtime import make_archive, make_intake
 from tests.conftest import Env
 from tests.fixtures.files import pdf_bytes, write
 

@@ -33,10 +33,10 @@ from aiosmtpd.smtp import AuthResult, LoginPassword
 from ingestd import log
 from ingestd.config.load import parse_config
 from ingestd.config.notify import SmtpConfig
+from ingestd.daemon.wiring import make_intake
 from ingestd.db.database import Database, jsonb
+from ingestd.events.outbox import EventLog
 from ingestd.intake.items import IntakeItem, Outcome
-from ingestd.ops.events import EventLog
-from ingestd.ops.runtime import make_intake
 from ingestd.sources.hotfolders import HotFolders
 from tests.conftest import Env, read_events, run_cli, wait_until
 from tests.fixtures.drain import drain, run_once

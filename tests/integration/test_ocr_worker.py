@@ -14,9 +14,9 @@ import pikepdf
 import pytest
 from PIL import Image
 
+from ingestd.daemon.wiring import make_intake
 from ingestd.db.database import Database
 from ingestd.intake.items import IntakeItem, Outcome
-from ingestd.ops.runtime import make_intake
 from tests.conftest import Env, run_cli
 from tests.fixtures.queue import WorkerProc
 from tests.fixtures.scans import image_pdf, text_pdf

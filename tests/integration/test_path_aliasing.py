@@ -17,11 +17,11 @@ import pytest
 from structlog.testing import capture_logs
 
 from ingestd.config.load import load_config
+from ingestd.daemon.state import read_state
+from ingestd.daemon.wiring import make_intake
 from ingestd.db.database import Database
 from ingestd.errors import ConfigError, SourceProtected
 from ingestd.intake.items import IntakeItem, Outcome
-from ingestd.ops.daemon_state import read_state
-from ingestd.ops.runtime import make_intake
 from ingestd.sources.hotfolders import HotFolders
 from tests.conftest import Env, read_events, run_cli, wait_until
 from tests.fixtures.bindmounts import BindMounts, bind

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from ingestd.archive.audit_verify import verify_audit
+from ingestd.archive.backends import make_archive
 from ingestd.db.database import Database
-from ingestd.ops.runtime import make_archive
 from ingestd.people.accounts import Logins
 from tests.conftest import Env
 from tests.fixtures.drain import run_once

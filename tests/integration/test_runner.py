@@ -19,8 +19,8 @@ import pytest
 
 from ingestd import log
 from ingestd.db.database import Database
-from ingestd.ops.sdnotify import Notifier
 from ingestd.queue.claims import Queue
+from ingestd.runtime.sdnotify import Notifier
 from tests.conftest import Env, read_events, wait_until
 from tests.fixtures.queue import PLUGIN, count, create_runs_table, job_row, make_jobs, runs
 from worker.child import describe_exception

@@ -13,11 +13,12 @@ from typing import Any
 import pytest
 
 from ingestd.archive.audit_verify import verify_audit
+from ingestd.archive.backends import make_archive
 from ingestd.archive.s3 import LOCK_MODE, S3Archive
+from ingestd.daemon.wiring import make_intake
 from ingestd.db.database import Database
 from ingestd.errors import ArchiveError
 from ingestd.intake.items import IntakeItem, Outcome
-from ingestd.ops.runtime import make_archive, make_intake
 from tests.conftest import Env, run_cli, wait_until
 from tests.fixtures.drain import run_once
 from tests.fixtures.files import pdf_bytes, write

@@ -13,8 +13,10 @@ import pikepdf
 import pytest
 
 from ingestd.archive.audit_verify import verify_audit
+from ingestd.archive.backends import make_archive
 from ingestd.archive.s3 import S3Archive
 from ingestd.config.split import SplitPolicy, Symbology
+from ingestd.daemon.wiring import make_intake
 from ingestd.db.database import Database
 from ingestd.demo.batches import (
     A6,
@@ -30,7 +32,6 @@ from ingestd.demo.batches import (
 from ingestd.errors import IngestdError
 from ingestd.intake.items import IntakeItem, Outcome
 from ingestd.log import get_logger
-from ingestd.ops.runtime import make_archive, make_intake
 from ingestd.queue.claims import Queue
 from tests.conftest import Env, run_cli
 from tests.fixtures.drain import drain

@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
+from ingestd.daemon.state import DaemonState
+from ingestd.daemon.wiring import make_intake
 from ingestd.db.database import Database
-from ingestd.ops.daemon_state import DaemonState
-from ingestd.ops.events import EventLog
-from ingestd.ops.runtime import make_intake
+from ingestd.events.outbox import EventLog
 from ingestd.sources.hotfolders import HotFolders
 from ingestd.sources.sftp.in_progress import uploads_in_progress
 from ingestd.sources.sftp.spool_layout import new_partial

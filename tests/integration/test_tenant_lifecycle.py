@@ -14,12 +14,12 @@ from typing import Any
 import pytest
 
 from ingestd.archive.store import LocalArchive, StagedFile
+from ingestd.daemon.wiring import make_intake
 from ingestd.db.database import Database
 from ingestd.errors import TenantNotActive, TenantNotFound
+from ingestd.filenames.titles import TitleRules
 from ingestd.intake.ingest import Intake
 from ingestd.intake.items import IntakeItem, Outcome
-from ingestd.intake.titles import TitleRules
-from ingestd.ops.runtime import make_intake
 from ingestd.queue.enqueue import enqueue
 from ingestd.queue.kinds import JobKind
 from ingestd.tenants import signing

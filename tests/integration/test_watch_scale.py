@@ -16,9 +16,9 @@ import pytest
 from structlog.testing import capture_logs
 from watchdog.observers.api import BaseObserver
 
+from ingestd.daemon.wiring import make_intake
 from ingestd.db.database import Database
-from ingestd.ops.events import EventLog
-from ingestd.ops.runtime import make_intake
+from ingestd.events.outbox import EventLog
 from ingestd.sources.hotfolders import HotFolders
 from tests.conftest import Env, wait_until
 from tests.fixtures.files import pdf_bytes, write

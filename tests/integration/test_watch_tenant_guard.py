@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from ingestd import log
+from ingestd.daemon.wiring import make_intake
 from ingestd.db.database import Database
-from ingestd.ops.runtime import make_intake
 from ingestd.sources.hotfolders import HotFolders
 from tests.conftest import read_events, wait_until
 from tests.fixtures.files import pdf_bytes, write

@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
+from ingestd.daemon.wiring import make_intake
 from ingestd.db.database import Database
 from ingestd.intake.ingest import Intake
 from ingestd.intake.items import IntakeItem, IntakeResult
-from ingestd.ops import metrics
-from ingestd.ops.runtime import make_intake
+from ingestd.runtime import metrics
 from ingestd.sources.hotfolders import HotFolders
 from tests.conftest import Env, wait_until
 from tests.fixtures.files import pdf_bytes, write

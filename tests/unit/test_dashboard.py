@@ -8,7 +8,7 @@ from pathlib import Path
 
 from prometheus_client import REGISTRY
 
-import ingestd.ops.metrics  # noqa: F401 (registers the counters)
+import ingestd.runtime.metrics  # noqa: F401 (registers the counters)
 from ingestd.ops.metrics_server import DaemonCollector, HealthCollector, QueueCollector
 
 DASHBOARD = Path(__file__).parents[2] / "packaging" / "grafana" / "ingestd-dashboard.json"

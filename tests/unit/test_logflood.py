@@ -5,7 +5,7 @@ from __future__ import annotations
 from structlog.testing import capture_logs
 
 from ingestd.log import get_logger
-from ingestd.ops.logflood import FloodGate
+from ingestd.runtime.logflood import FloodGate
 from tests.conftest import wait_until
 
 
@@ -47,7 +47,7 @@ def test_a_quiet_source_logs_every_line() -> None:
 
 def test_keys_are_bounded() -> None:
     """A flood from more sources than the gate tracks shares one bucket past the bound."""
-    import ingestd.ops.logflood as lf
+    import ingestd.runtime.logflood as lf
 
     old, lf.MAX_KEYS = lf.MAX_KEYS, 10
     try:
@@ -66,7 +66,7 @@ def test_keys_are_bounded() -> None:
 def test_a_flood_from_many_sources_is_bounded_too() -> None:
     """1,000 addresses failing 3 times each: at most global_burst lines, the rest counted
     in one summary for all sources."""
-    import ingestd.ops.logflood as lf
+    import ingestd.runtime.logflood as lf
 
     with capture_logs() as logs:
         gate = FloodGate(get_logger(), interval=60, burst=5, global_burst=50)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ingestd.ops.reload_request import daemon_pid, request_reload
+from ingestd.daemon.reload_request import daemon_pid, request_reload
 from tests.conftest import wait_until
 
 # A stand-in daemon: a process whose command line says `ingestd ... serve`, which
@@ -20,7 +20,7 @@ from tests.conftest import wait_until
 _STAND_IN = """
 import signal, sys, time
 from pathlib import Path
-from ingestd.ops.reload_request import record_reload
+from ingestd.daemon.reload_request import record_reload
 out, state, refuse = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3] == "refuse"
 count = 0
 def hup(*_):

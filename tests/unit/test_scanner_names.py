@@ -1,5 +1,5 @@
 """Scanner auto-names, vendor by vendor: every family's default name is a placeholder
-(ingestd/intake/scanner_names.py), and names a person typed stay titles."""
+(ingestd/filenames/scanner_names.py), and names a person typed stay titles."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from datetime import date
 
 import pytest
 
-from ingestd.intake.scanner_names import VENDOR_PATTERNS
-from ingestd.intake.titles import MAX_TITLE_LENGTH, parse_filename
+from ingestd.filenames.scanner_names import VENDOR_PATTERNS
+from ingestd.filenames.titles import MAX_TITLE_LENGTH, parse_filename
 
 TODAY = date(2026, 12, 4)
 

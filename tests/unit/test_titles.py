@@ -9,7 +9,7 @@ from datetime import date
 
 import pytest
 
-from ingestd.intake.titles import (
+from ingestd.filenames.titles import (
     DEFAULT_RULES,
     MAX_TITLE_LENGTH,
     FilenameInfo,

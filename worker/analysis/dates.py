@@ -33,7 +33,7 @@ import datetime
 import re
 import unicodedata
 
-from ingestd.intake.titles import plausible_date
+from ingestd.filenames.titles import plausible_date
 
 # Month names and abbreviations as OCR reads them; keys are lower case. An optional
 # trailing dot is part of the surrounding pattern, not of these names.

@@ -24,7 +24,7 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from ingestd.config.rules import WebhookConfig, WorkflowConditions, WorkflowRule, template_fields
-from ingestd.intake.titles import cap_title
+from ingestd.filenames.titles import cap_title
 
 EVENT_ANALYZED = "document.analyzed"
 

@@ -41,12 +41,12 @@ from pathlib import Path
 from typing import Any
 
 from ingestd.archive import derived, retention
+from ingestd.archive.backends import make_archive
 from ingestd.config.settings import Config, DateSource
-from ingestd.intake.titles import TitleRules, parse_filename
-from ingestd.ops import metrics
-from ingestd.ops.runtime import make_archive
+from ingestd.filenames.titles import TitleRules, parse_filename
 from ingestd.queue.claims import Job
 from ingestd.queue.kinds import JobKind
+from ingestd.runtime import metrics
 from worker.analysis import ocr
 from worker.analysis.content_title import title_from_text
 from worker.analysis.dates import date_from_text

@@ -20,10 +20,10 @@ from typing import Any
 
 from ingestd.archive import audit, retention
 from ingestd.archive.audit import AuditKind
+from ingestd.archive.backends import make_archive
 from ingestd.archive.store import remove_tree
 from ingestd.db.database import Tx
 from ingestd.errors import ArchiveLocked
-from ingestd.ops.runtime import make_archive
 from ingestd.queue.claims import Job
 from ingestd.queue.kinds import JobKind
 from worker.jobs import JobContext, PermanentError, register

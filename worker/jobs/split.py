@@ -36,17 +36,16 @@ from pydantic import ValidationError
 
 from ingestd.archive import audit
 from ingestd.archive.audit import AuditKind
-from ingestd.archive.backends import ArchiveLocation
+from ingestd.archive.backends import ArchiveLocation, make_archive
 from ingestd.archive.store import remove_tree
 from ingestd.config.split import SplitPolicy
 from ingestd.db.database import Tx
 from ingestd.intake.tags import link_tags
-from ingestd.ops import metrics
-from ingestd.ops.faults import crashpoint
-from ingestd.ops.runtime import make_archive
 from ingestd.queue.claims import Job
 from ingestd.queue.enqueue import enqueue
 from ingestd.queue.kinds import JobKind
+from ingestd.runtime import metrics
+from ingestd.runtime.faults import crashpoint
 from ingestd.tenants import lookup
 from worker.jobs import JobContext, NeedsAttention, PermanentError, register
 from worker.jobs.analyze import verify_original

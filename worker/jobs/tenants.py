@@ -26,11 +26,11 @@ from typing import Any
 
 from ingestd.archive import audit, retention
 from ingestd.archive.audit import AuditKind
+from ingestd.archive.backends import make_archive
 from ingestd.archive.store import remove_tree
 from ingestd.config.settings import TENANT_NAME, Config
 from ingestd.db.database import Tx, jsonb
 from ingestd.errors import ArchiveLocked, IngestdError
-from ingestd.ops.runtime import make_archive
 from ingestd.people import capabilities
 from ingestd.queue.claims import Job
 from ingestd.queue.kinds import JobKind

@@ -17,7 +17,7 @@ from pathlib import Path
 from watchdog.observers.api import BaseObserver
 
 from ingestd.config.settings import WatchConfig
-from ingestd.ops.statedir import group_name, user_name
+from ingestd.runtime.statedir import group_name, user_name
 
 # What needs a new observer when it changes: (path, polling).
 FolderKey = tuple[str, bool]

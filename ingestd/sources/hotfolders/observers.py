@@ -32,9 +32,9 @@ from watchdog.observers.api import BaseObserver
 from watchdog.observers.polling import PollingObserver
 
 from ingestd.config.settings import HotfoldersConfig
+from ingestd.events.outbox import EventLog
 from ingestd.log import Logger
-from ingestd.ops import health
-from ingestd.ops.events import EventLog
+from ingestd.runtime import health
 from ingestd.sources.hotfolders.folders import (
     AccessProblem,
     Folder,

@@ -23,7 +23,7 @@ from typing import Literal
 from ingestd.config.pathcheck import ProtectedPaths
 from ingestd.config.settings import HotfoldersConfig
 from ingestd.log import Logger
-from ingestd.ops import health, metrics
+from ingestd.runtime import health, metrics
 from ingestd.sources.hotfolders.folders import Folder, FolderKey, ignore_matcher
 from ingestd.sources.hotfolders.stuck import StuckFiles
 from ingestd.sources.hotfolders.table import FileTable, PendingFile, StuckAction

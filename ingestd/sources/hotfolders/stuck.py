@@ -18,11 +18,11 @@ from typing import Any
 from ingestd.config.pathcheck import ProtectedPaths
 from ingestd.config.settings import HotfoldersConfig
 from ingestd.errors import SourceProtected
+from ingestd.events.outbox import EventLog
 from ingestd.intake.fsops import why_not_removable
 from ingestd.intake.source_file import move_source, remove_source
 from ingestd.log import Logger
-from ingestd.ops import metrics
-from ingestd.ops.events import EventLog
+from ingestd.runtime import metrics
 from ingestd.sources import retry
 from ingestd.sources.hotfolders.folders import Folder
 from ingestd.sources.hotfolders.table import FileTable, PendingFile, StuckAction, StuckFile

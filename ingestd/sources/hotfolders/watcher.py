@@ -29,12 +29,12 @@ from typing import Any
 
 from ingestd.config.settings import Config
 from ingestd.errors import DatabaseError, TenantError
+from ingestd.events.outbox import EventLog
 from ingestd.intake.fsops import why_not_removable
 from ingestd.intake.ingest import Intake
 from ingestd.intake.items import Disposal, IntakeItem, IntakeResult
 from ingestd.intake.source_file import move_source
 from ingestd.log import get_logger
-from ingestd.ops.events import EventLog
 from ingestd.sources import retry
 from ingestd.sources.handoff import Handoff, Source, subfolder_tags, tenant_reason, tenant_status_of
 from ingestd.sources.hotfolders.folders import Folder

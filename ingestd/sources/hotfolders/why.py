@@ -16,7 +16,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from ingestd.ops.statedir import group_name, user_name
+from ingestd.runtime.statedir import group_name, user_name
 from ingestd.sources.hotfolders.folders import AccessProblem, Folder
 from ingestd.sources.hotfolders.table import PendingFile
 from ingestd.sources.hotfolders.unblock import chain

@@ -21,7 +21,7 @@ from typing import Any
 
 import paramiko
 
-from ingestd.ops import metrics
+from ingestd.runtime import metrics
 from ingestd.sources.handoff import tenant_reason, tenant_refusal_text
 from ingestd.sources.sftp import refusal_channel
 from ingestd.sources.sftp.accounts import Verdict

@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING, Any
 from ingestd.config.settings import SftpBansConfig
 from ingestd.durable import fsync_dir
 from ingestd.log import get_logger
-from ingestd.ops import metrics, statedir
+from ingestd.runtime import metrics, statedir
 
 if TYPE_CHECKING:
-    from ingestd.ops.events import EventLog
+    from ingestd.events.outbox import EventLog
 
 STATE_FILE = "sftp-bans.json"
 # `ingestd sftp unban IP` leaves a file named after the IP here; the server (the only

@@ -36,8 +36,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 import paramiko
 
 from ingestd.config.settings import SftpConfig
-from ingestd.ops import metrics
-from ingestd.ops.logflood import FloodGate
+from ingestd.runtime import metrics
+from ingestd.runtime.logflood import FloodGate
 from ingestd.sources.sftp.bans import BanList
 from ingestd.sources.sftp.views import FloodLog
 

@@ -20,7 +20,7 @@ from cryptography.hazmat.primitives.asymmetric import ed25519, rsa
 from ingestd.config.filemodes import check_secret_file
 from ingestd.durable import publish_new
 from ingestd.errors import ConfigError
-from ingestd.ops import statedir
+from ingestd.runtime import statedir
 
 KEY_TYPES = ("ed25519", "rsa")
 RSA_BITS = 3072

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ingestd.config.settings import SftpAccountConfig
 from ingestd.durable import fsync_dir
-from ingestd.ops import metrics
+from ingestd.runtime import metrics
 from ingestd.sources.handoff import subfolder_tags
 from ingestd.sources.sftp.paths import Chroot, vpath_of
 from ingestd.sources.sftp.refusals import SftpRefusal, storage_refusal

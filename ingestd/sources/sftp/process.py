@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from ingestd import log
 from ingestd.config.settings import Config
-from ingestd.ops import metrics
+from ingestd.runtime import metrics
 from ingestd.sources.sftp import hostkeys
 from ingestd.sources.sftp.connections import Connection, PreAuthSocket, shut_down
 from ingestd.sources.sftp.ipc import Channel, Message, Op, Peer, PeerGone, Reply, StartArgs
@@ -36,7 +36,7 @@ from ingestd.sources.sftp.session_host import SessionHost, quiet_paramiko
 from ingestd.sources.sftp.spool_client import SpoolClient
 
 if TYPE_CHECKING:
-    from ingestd.ops.events import Severity
+    from ingestd.events.outbox import Severity
 from ingestd.sources.sftp.tenant_status import TenantStatusCopy
 
 COUNTER_PERIOD = 1.0

@@ -32,9 +32,9 @@ import ingestd
 from ingestd import log
 from ingestd.config.settings import Config
 from ingestd.errors import IngestdError
-from ingestd.ops import health, metrics
-from ingestd.ops.events import EventLog
-from ingestd.ops.logflood import FloodGate
+from ingestd.events.outbox import EventLog
+from ingestd.runtime import health, metrics
+from ingestd.runtime.logflood import FloodGate
 from ingestd.sources.sftp.bans import BanList
 from ingestd.sources.sftp.connections import Admission, Connection, shut_down
 from ingestd.sources.sftp.ipc import Channel, Message, Op, Peer, PeerGone, Reply, StartArgs

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any
 from ingestd.config.settings import Config, SftpConfig
 from ingestd.errors import AddressInUse
 from ingestd.log import get_logger
-from ingestd.ops import health, metrics
-from ingestd.ops.logflood import FloodGate
+from ingestd.runtime import health, metrics
+from ingestd.runtime.logflood import FloodGate
 from ingestd.sources.sftp.bans import BanList
 from ingestd.sources.sftp.connections import Admission, Connection
 from ingestd.sources.sftp.hostkeys import HostKey

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from ingestd.config.settings import Config
 from ingestd.config.split import SplitPolicy
+from ingestd.events.outbox import EventLog
 from ingestd.intake.ingest import Intake
 from ingestd.log import get_logger
-from ingestd.ops.events import EventLog
 from ingestd.sources.sftp import hostkeys
 from ingestd.sources.sftp.bans import BanList
 from ingestd.sources.sftp.processes import SftpProcesses, default_count

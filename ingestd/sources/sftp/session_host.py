@@ -27,8 +27,8 @@ import paramiko
 
 from ingestd.config.settings import Config, SftpConfig
 from ingestd.log import get_logger
-from ingestd.ops import metrics
-from ingestd.ops.logflood import FloodGate
+from ingestd.runtime import metrics
+from ingestd.runtime.logflood import FloodGate
 from ingestd.sources.sftp.accounts import Accounts
 from ingestd.sources.sftp.algorithms import disabled_algorithms, negotiated, record_kex, uses_legacy
 from ingestd.sources.sftp.auth import ServerPolicy, safe

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ingestd.durable import SharedDirFlush, fsync_dir, write_new
-from ingestd.ops.faults import crashpoint
+from ingestd.runtime.faults import crashpoint
 from ingestd.sources.sftp.spool_layout import FILE_MODE, new_id
 
 # The fields an entry keeps on disk; the others are intake's runtime state.

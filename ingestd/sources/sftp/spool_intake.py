@@ -18,11 +18,11 @@ from pathlib import Path
 
 from ingestd.config.split import SplitPolicy
 from ingestd.errors import TenantError
+from ingestd.events.outbox import EventLog
 from ingestd.intake.ingest import Intake
 from ingestd.intake.items import IntakeItem
 from ingestd.log import get_logger
-from ingestd.ops import health, metrics
-from ingestd.ops.events import EventLog
+from ingestd.runtime import health, metrics
 from ingestd.sources import retry
 from ingestd.sources.handoff import Handoff, Source, Step
 from ingestd.sources.quarantine import quarantine

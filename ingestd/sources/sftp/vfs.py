@@ -23,7 +23,7 @@ from ingestd.durable import fsync_dir
 from ingestd.intake.items import Refused
 from ingestd.intake.source_file import check_filename
 from ingestd.log import new_trace_id
-from ingestd.ops import metrics
+from ingestd.runtime import metrics
 from ingestd.sources.handoff import tenant_reason, tenant_refusal_text
 from ingestd.sources.sftp.inbox import Inbox, Prepared, subdir_of
 from ingestd.sources.sftp.listing import attrs, entry_attrs, listing

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from ingestd.ops.events import Severity
+    from ingestd.events.outbox import Severity
 
 
 class EventSink(Protocol):

@@ -23,9 +23,9 @@ import pytest
 from ingestd import log
 from ingestd.config.load import parse_config
 from ingestd.config.settings import Config
+from ingestd.daemon.wiring import make_intake
 from ingestd.db.database import Database
-from ingestd.ops.events import EventLog
-from ingestd.ops.runtime import make_intake
+from ingestd.events.outbox import EventLog
 from ingestd.passwords import hash_password
 from ingestd.sources.sftp.service import SftpService
 from tests.conftest import read_events, wait_until

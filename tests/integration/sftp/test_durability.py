@@ -9,11 +9,11 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+from ingestd.daemon.wiring import make_intake
 from ingestd.db.database import Database
 from ingestd.db.pgcluster import EmbeddedPostgres
 from ingestd.db.schema import migrate
-from ingestd.ops import metrics
-from ingestd.ops.runtime import make_intake
+from ingestd.runtime import metrics
 from ingestd.sources.sftp.service import SftpService
 from ingestd.sources.sftp.spool import Spool
 from ingestd.sources.sftp.spool_intake import SpoolIntake

@@ -22,8 +22,8 @@ import pytest
 from prometheus_client import REGISTRY
 
 from ingestd.config.load import parse_config
-from ingestd.ops import faults
-from ingestd.ops.runtime import make_intake
+from ingestd.daemon.wiring import make_intake
+from ingestd.runtime import faults
 from ingestd.sources.sftp.bans import read_bans
 from ingestd.sources.sftp.processes import SftpProcesses
 from tests.conftest import wait_until

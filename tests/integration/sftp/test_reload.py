@@ -6,7 +6,7 @@ import paramiko
 import pytest
 
 from ingestd.config.load import parse_config
-from ingestd.ops.runtime import make_intake
+from ingestd.daemon.wiring import make_intake
 from tests.integration.sftp.conftest import Rig
 
 

@@ -19,9 +19,9 @@ from collections.abc import Callable, Iterator
 import paramiko
 import pytest
 
+from ingestd.daemon.wiring import make_intake
 from ingestd.db.database import Database
 from ingestd.db.schema import migrate
-from ingestd.ops.runtime import make_intake
 from ingestd.sources.sftp.service import SftpService
 from ingestd.sources.sftp.tenant_status import MISSING, TenantStatusCache
 from tests.conftest import private_cluster, wait_until

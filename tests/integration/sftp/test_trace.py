@@ -17,11 +17,11 @@ from typing import Any
 
 import pytest
 
+from ingestd.daemon.wiring import make_intake
 from ingestd.db.database import Database
 from ingestd.db.pgcluster import EmbeddedPostgres
 from ingestd.db.schema import migrate
-from ingestd.ops.events import EventLog
-from ingestd.ops.runtime import make_intake
+from ingestd.events.outbox import EventLog
 from ingestd.sources.hotfolders import HotFolders
 from tests.conftest import private_cluster, wait_until, write_config
 from tests.fixtures.files import pdf_bytes, write

@@ -6,7 +6,7 @@ config (a broken new config is logged and the old one kept).
 
 Under systemd (Type=notify) the daemon reports READY=1 once the SFTP listener and the hot
 folders run, RELOADING=1 ... READY=1 around a reload, WATCHDOG=1 from the main loop at half
-of WatchdogSec, and STOPPING=1 when it begins to stop (ingestd/ops/sdnotify.py; a no-op
+of WatchdogSec, and STOPPING=1 when it begins to stop (ingestd/runtime/sdnotify.py; a no-op
 without $NOTIFY_SOCKET).
 """
 
@@ -24,6 +24,10 @@ from ingestd.archive.export_check import fingerprint
 from ingestd.archive.verify import LAST_RUN_DIR
 from ingestd.config.load import load_config
 from ingestd.config.settings import Config
+from ingestd.daemon import lock as daemonlock
+from ingestd.daemon.reload_request import record_reload
+from ingestd.daemon.state import DaemonState
+from ingestd.daemon.wiring import make_intake, open_database
 from ingestd.db.database import Database
 from ingestd.db.schema import migrate
 from ingestd.errors import (
@@ -34,10 +38,9 @@ from ingestd.errors import (
     IngestdError,
     StateUnusable,
 )
+from ingestd.events.outbox import EventLog
 from ingestd.log import Logger
-from ingestd.ops import daemonlock, health, preflight, statedir
-from ingestd.ops.daemon_state import DaemonState
-from ingestd.ops.events import EventLog
+from ingestd.ops import preflight
 from ingestd.ops.metrics_server import (
     DaemonCollector,
     MetricsEndpoint,
@@ -45,10 +48,9 @@ from ingestd.ops.metrics_server import (
     register_queue_collector,
     unregister,
 )
-from ingestd.ops.reload_request import record_reload
-from ingestd.ops.runtime import make_intake, open_database
-from ingestd.ops.sdnotify import Notifier
-from ingestd.ops.signals import Flags
+from ingestd.runtime import health, statedir
+from ingestd.runtime.sdnotify import Notifier
+from ingestd.runtime.signals import Flags
 from ingestd.sources.hotfolders import HotFolders
 from ingestd.sources.sftp import hostkeys
 from ingestd.sources.sftp.bans import UNBAN_DIR
@@ -208,7 +210,7 @@ def check_state(config: Config) -> None:
 
 def serve(config: Config, config_path: Path | None, notifier: Notifier | None = None) -> int:
     """Run the daemon until SIGTERM; one per state directory and spool: a second one ends
-    at once with AlreadyRunning (exit 12), whatever its ports (ingestd/ops/daemonlock.py)."""
+    at once with AlreadyRunning (exit 12), whatever its ports (ingestd/daemon/lock.py)."""
     with daemonlock.held(config.paths.state_dir, config.paths.spool):
         return _serve(config, config_path, notifier)
 
@@ -225,7 +227,7 @@ def _serve(config: Config, config_path: Path | None, notifier: Notifier | None) 
     flags = Flags()
     flags.install()
     # For the threads that wait for the stop (the schema thread): set by this loop, never
-    # by a handler (ingestd/ops/signals.py).
+    # by a handler (ingestd/runtime/signals.py).
     stopping = threading.Event()
     # A database that refuses us (no such role or database) ends the start (exit 3); one
     # that is down does not: uploads are spooled until it answers.

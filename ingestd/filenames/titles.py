@@ -16,7 +16,7 @@ import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ingestd.intake.scanner_names import AUTO_NAME_PREFIXES, VENDOR_PATTERNS, WORD_SEP
+from ingestd.filenames.scanner_names import AUTO_NAME_PREFIXES, VENDOR_PATTERNS, WORD_SEP
 
 MAX_TITLE_LENGTH = 200
 # Shown when a name has no usable character at all (".pdf", "___.pdf").

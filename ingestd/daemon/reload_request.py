@@ -1,6 +1,6 @@
 """Asking a running ``ingestd serve`` to read its config again, after a command changed it.
 
-The daemon records its pid in ``<state_dir>/serve.lock`` (ingestd/ops/daemonlock.py). If
+The daemon records its pid in ``<state_dir>/serve.lock`` (ingestd/daemon/lock.py). If
 that process is alive and is an ``ingestd serve``, it is asked to reload: through
 ``systemctl reload`` when it runs as a systemd service (so systemd knows it reloads and
 the unit's ExecReload is the one way in), else with SIGHUP. Nothing running is no error:
@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from ingestd import durable
-from ingestd.ops.daemonlock import LOCK_NAME
+from ingestd.daemon.lock import LOCK_NAME
 
 RECORD = Path("run") / "reload.json"
 # How long a command waits for the daemon to finish a reload it asked for.

@@ -1,20 +1,20 @@
-"""Wire a Config to live parts: the database (embedded or configured) and the archive."""
+"""Wire a Config to live parts: the database (embedded or configured) and the intake
+(the archive's factory is ``ingestd.archive.backends.make_archive``)."""
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
 
-from ingestd.archive.backends import archive_for
-from ingestd.archive.store import ArchiveStore
+from ingestd.archive.backends import make_archive
 from ingestd.config.pathcheck import ProtectedPaths
 from ingestd.config.settings import Config
 from ingestd.db.database import Database, connect_once
 from ingestd.db.pgcluster import EmbeddedPostgres
 from ingestd.db.schema import migrate
 from ingestd.errors import DatabaseUnavailable
+from ingestd.filenames.titles import TitleRules
 from ingestd.intake.ingest import Intake
-from ingestd.intake.titles import TitleRules
 
 
 @contextlib.contextmanager
@@ -72,11 +72,6 @@ def probe(conninfo: str, timeout: float, *, require_server: bool = True) -> None
     except DatabaseUnavailable:
         if require_server:
             raise
-
-
-def make_archive(config: Config) -> ArchiveStore:
-    """The archive backend the config names: the local WORM file system or S3."""
-    return archive_for(config.paths, config.archive, config.retention)
 
 
 def make_intake(config: Config, db: Database) -> Intake:
