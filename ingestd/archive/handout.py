@@ -12,36 +12,27 @@ bytes are written (a reader that leaves early still was handed them).
 
 A searchable PDF has no hash of its own in the archive (it is derived data, made again
 by a re-analysis); its hash is computed on the way out and recorded in the entry.
+
+The name it gets is handout_names.py's; where and how it is written, handout_files.py's.
 """
 
 from __future__ import annotations
 
 import contextlib
-import email.errors
-import email.header
 import hashlib
 import os
-import re
-import stat
-import tempfile
-import unicodedata
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, BinaryIO
+from typing import IO, BinaryIO
 
 from ingestd import log
 from ingestd.archive import audit, derived
+from ingestd.archive.handout_files import Destination, DestinationUnusable, place, temp_copy
+from ingestd.archive.handout_names import fit, has_extension, safe_name, with_extension
 from ingestd.archive.store import CHUNK, ArchiveStore
 from ingestd.db.database import Database, Row
-from ingestd.durable import fsync_dir
-from ingestd.errors import ArchiveError, ExitCode, IngestdError, NotFound, OutputUnusable, as_whom
-
-# Bytes one file name may have on Linux file systems (NAME_MAX).
-NAME_MAX = 255
-TEMP_PREFIX = ".ingestd-get-"
-# At most this many "name (n).ext" tried before a directory is called full of clashes.
-MAX_CLASH = 1000
+from ingestd.errors import ArchiveError, ExitCode, IngestdError, NotFound
 
 
 class NoSuchDocument(NotFound):
@@ -60,17 +51,6 @@ class HandoutMismatch(IngestdError):
     attention = True
 
 
-class DestinationTaken(IngestdError):
-    """``-o FILE`` names a file that exists: it is never overwritten."""
-
-    exit_code = ExitCode.refused
-
-
-class DestinationUnusable(OutputUnusable):
-    """The destination cannot take the copy (no write permission, disk full): nothing was
-    left there."""
-
-
 @dataclass(frozen=True, slots=True)
 class HandedOut:
     document_id: int
@@ -81,145 +61,6 @@ class HandedOut:
     name: str  # the file name written (sanitised), also for stdout
     path: Path | None  # None: written to stdout
     trace: str | None = None  # the document's trace id (its log lines carry it)
-
-
-# -- names --------------------------------------------------------------------------------
-_ENCODED_WORD = re.compile(r"=\?[^?\s]+\?[bBqQ]\?[^?\s]*\?=")
-_BETWEEN_WORDS = re.compile(r"(?<=\?=)\s+(?==\?)")
-
-
-def decoded(name: str) -> str:
-    """``name`` with its RFC 2047 encoded words (``=?utf-8?q?...?=``, a mail client's way
-    of writing a non-ASCII attachment name) decoded, each in place (the space between two
-    of them dropped, as RFC 2047 says); a word that does not decode stays as it is."""
-    if "=?" not in name:
-        return name
-
-    def one(m: re.Match[str]) -> str:
-        try:
-            return "".join(
-                part.decode(charset or "ascii") if isinstance(part, bytes) else part
-                for part, charset in email.header.decode_header(m.group(0))
-            )
-        except (email.errors.HeaderParseError, LookupError, UnicodeError, ValueError):
-            return m.group(0)
-
-    return _ENCODED_WORD.sub(one, _BETWEEN_WORDS.sub("", name))
-
-
-def safe_name(raw: str, fallback: str) -> str:
-    """A file name that stays in the directory it is written to: RFC 2047 words decoded,
-    undecodable bytes, path separators and control or invisible format characters
-    replaced by ``_``, no leading dots or spaces, at most NAME_MAX bytes (the extension
-    kept); ``fallback`` when nothing is left."""
-    text = decoded(raw)
-    text = text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
-    text = unicodedata.normalize("NFC", text)
-    text = "".join(
-        "_" if c in "/\\" or c == "\ufffd" or unicodedata.category(c) in ("Cc", "Cf", "Zl", "Zp")
-        else c
-        for c in text
-    )  # fmt: skip
-    text = text.strip().lstrip(".").strip()
-    if not text or set(text) <= {".", "_", " "}:
-        text = fallback
-    return _fit(text)
-
-
-def _fit(name: str) -> str:
-    """``name`` cut to NAME_MAX bytes of UTF-8, its extension kept."""
-    if len(name.encode()) <= NAME_MAX:
-        return name
-    stem, dot, ext = name.rpartition(".")
-    if not dot or len(ext.encode()) > 16:
-        stem, ext = name, ""
-    suffix = f".{ext}" if ext else ""
-    room = NAME_MAX - len(suffix.encode())
-    cut = stem.encode()[:room].decode("utf-8", "ignore").rstrip()
-    return cut + suffix
-
-
-def has_extension(name: str) -> bool:
-    """Whether ``name`` ends in something a file manager takes for a type (``.pdf``,
-    ``.tiff``), not just any dot (``_.._etc_passwd``)."""
-    stem, dot, ext = name.rpartition(".")
-    return bool(dot and stem and ext.isalnum() and len(ext) <= 8)
-
-
-def with_extension(name: str, extension: str) -> str:
-    """``name`` with its extension replaced by ``extension`` (the searchable PDF of a
-    ``scan.tif`` is ``scan.pdf``)."""
-    stem, dot, _ = name.rpartition(".")
-    return _fit(f"{stem if dot and stem else name}.{extension}")
-
-
-def clash_names(name: str) -> Iterator[str]:
-    """``name``, then ``name (2).ext``, ``name (3).ext``, ... (MAX_CLASH in all)."""
-    yield name
-    stem, dot, ext = name.rpartition(".")
-    if not dot or not stem:
-        stem, ext = name, ""
-    suffix = f".{ext}" if ext else ""
-    for n in range(2, MAX_CLASH + 1):
-        yield _fit(f"{stem} ({n}){suffix}")
-
-
-# -- the hand-out -------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class Destination:
-    """Where the bytes go: a directory (the original name), one file, or stdout."""
-
-    directory: Path | None = None
-    file: Path | None = None
-    stdout: BinaryIO | None = None
-
-    @classmethod
-    def parse(cls, output: str | None, stdout: BinaryIO) -> Destination:
-        """``-o``'s value: ``-`` stdout, an existing directory, else a file to create
-        (its directory must exist; an existing file is refused, never overwritten)."""
-        if output == "-":
-            return cls(stdout=stdout)
-        path = Path(output) if output else Path.cwd()
-        if _is_dir(path):
-            return cls(directory=_writable(path))
-        if output and output.endswith("/"):
-            raise NotFound(f"{output}: no such directory")
-        if not _is_dir(path.parent):
-            raise NotFound(f"{path.parent}: no such directory")
-        _writable(path.parent)
-        if path.exists() or path.is_symlink():
-            raise DestinationTaken(f"{path} exists; it is not overwritten (choose another name)")
-        return cls(file=path)
-
-    @property
-    def where(self) -> Path:
-        """The directory the temp file is made in."""
-        if self.directory is not None:
-            return self.directory
-        assert self.file is not None
-        return self.file.parent
-
-
-def _is_dir(path: Path) -> bool:
-    """Whether ``path`` is a directory; one this user may not even look at is refused
-    here, not mistaken for "no such directory"."""
-    try:
-        return stat.S_ISDIR(os.stat(path).st_mode)
-    except PermissionError as exc:
-        raise DestinationUnusable(f"cannot reach {path}: {exc.strerror}{as_whom(exc)}") from None
-    except (FileNotFoundError, NotADirectoryError):
-        return False
-
-
-def _writable(directory: Path) -> Path:
-    """``directory``, if this user may create a file in it: refused before the database
-    is asked anything, naming whom the command runs as."""
-    if not os.access(directory, os.W_OK | os.X_OK):
-        denied = PermissionError(13, "Permission denied")
-        raise DestinationUnusable(
-            f"cannot write into {directory}: {denied.strerror}{as_whom(denied)}"
-        )
-    return directory
 
 
 def _what(
@@ -236,7 +77,7 @@ def _what(
     if searchable:
         name = with_extension(name, "pdf")
     elif not has_extension(name) and doc["extension"]:
-        name = _fit(f"{name}.{doc['extension']}")  # a name without one opens as what it is
+        name = fit(f"{name}.{doc['extension']}")  # a name without one opens as what it is
     return doc, variant, name
 
 
@@ -341,7 +182,7 @@ def hand_out(
     stdout or file); raises NoSuchDocument, NoSearchablePdf, HandoutMismatch,
     DestinationTaken, DestinationUnusable."""
     doc, variant, name = _what(db, document_id, tenant, searchable)
-    with _source(store, derived_root, doc, searchable) as src, _temp(dest) as (tmp, tmp_path):
+    with _source(store, derived_root, doc, searchable) as src, temp_copy(dest) as (tmp, tmp_path):
         digest, size = _copy(src, tmp)
         expected = None if searchable else str(doc["sha256"])
         if expected is not None and digest != expected:
@@ -368,7 +209,7 @@ def hand_out(
                     detail=detail,
                 )
                 if tmp_path is not None:
-                    placed = _place(tmp, tmp_path, dest, name)
+                    placed = place(tmp, tmp_path, dest, name)
         except BaseException:
             if placed is not None:  # the record did not commit: neither does the file
                 with contextlib.suppress(FileNotFoundError):
@@ -494,29 +335,6 @@ def _no_searchable_reason(doc: Row) -> str:
     return f"no searchable PDF (status {status}); the original is there (without --searchable)"
 
 
-@contextlib.contextmanager
-def _temp(dest: Destination) -> Iterator[tuple[IO[bytes], Path | None]]:
-    """A private temp file: beside the destination (removed unless it got its name), or
-    anonymous for stdout."""
-    if dest.stdout is not None:
-        with tempfile.TemporaryFile() as f:
-            yield f, None
-        return
-    try:
-        fd, name = tempfile.mkstemp(prefix=TEMP_PREFIX, dir=dest.where)
-    except OSError as exc:
-        raise DestinationUnusable(
-            f"cannot write into {dest.where}: {exc.strerror}{as_whom(exc)}"
-        ) from None
-    path = Path(name)
-    try:
-        with os.fdopen(fd, "w+b") as f:
-            yield f, path
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            path.unlink()
-
-
 def _pieces(src: BinaryIO) -> Iterator[bytes]:
     """``src`` in CHUNK pieces; a read error is the archive's (ArchiveError)."""
     while True:
@@ -542,30 +360,3 @@ def _copy(src: BinaryIO, out: IO[bytes]) -> tuple[str, int]:
         except OSError as exc:
             raise DestinationUnusable(f"cannot write the copy: {exc.strerror}") from None
     return digest.hexdigest(), size
-
-
-def _umask() -> int:
-    mask = os.umask(0o077)
-    os.umask(mask)
-    return mask
-
-
-def _place(tmp: IO[bytes], tmp_path: Path, dest: Destination, name: str) -> Path:
-    """Give the verified temp file its name without replacing anything: ``-o FILE``
-    exactly (refused if it appeared meanwhile), in a directory the first free one of
-    ``name``, ``name (2)``, ..."""
-    os.fchmod(tmp.fileno(), 0o666 & ~_umask())
-    candidates: Any = [dest.file] if dest.file else (dest.where / n for n in clash_names(name))
-    for target in candidates:
-        try:
-            os.link(tmp_path, target, follow_symlinks=False)
-        except FileExistsError:
-            if dest.file is not None:
-                raise DestinationTaken(f"{target} exists; it is not overwritten") from None
-            continue
-        with contextlib.suppress(OSError):
-            fsync_dir(Path(target).parent)
-        return Path(target)
-    raise DestinationTaken(
-        f"{dest.where}: {name} and {MAX_CLASH - 1} numbered variants exist; choose -o FILE"
-    )

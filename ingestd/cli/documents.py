@@ -591,7 +591,7 @@ def add_parsers(
 def cmd_documents_get(args: argparse.Namespace) -> int:
     """Write the original (or the searchable PDF) under its original name, re-hashed
     against the archive, recorded in the tenant's audit chain (ingestd/archive/handout.py)."""
-    from ingestd.archive import handout
+    from ingestd.archive import handout, handout_files
     from ingestd.archive.backends import make_archive
     from ingestd.daemon.wiring import open_database
     from ingestd.errors import UsageError
@@ -599,7 +599,7 @@ def cmd_documents_get(args: argparse.Namespace) -> int:
     if args.output == "-" and args.json:
         raise UsageError("-o - writes the document to stdout; --json has no room there")
     config = load(args)
-    dest = handout.Destination.parse(args.output, sys.stdout.buffer)
+    dest = handout_files.Destination.parse(args.output, sys.stdout.buffer)
     with open_database(config) as db:
         done = handout.hand_out(
             db,

@@ -41,7 +41,7 @@ from wsgidav.request_resolver import RequestResolver
 from wsgidav.wsgidav_app import WsgiDAVApp
 
 from ingestd import log
-from ingestd.archive import handout
+from ingestd.archive import handout, handout_names
 from ingestd.archive.store import CHUNK, ArchiveStore
 from ingestd.config.settings import TENANT_NAME, Config
 from ingestd.db.database import Database, Row
@@ -414,14 +414,14 @@ class ArchiveProvider(DAVProvider):
 
 
 def _safe_tag(name: str) -> str:
-    return handout.safe_name(name, "tag")
+    return handout_names.safe_name(name, "tag")
 
 
 def _named(rows: list[Row]) -> dict[str, Row]:
     """Each document under its safe original name; a name taken gets `` (#ID)``."""
     out: dict[str, Row] = {}
     for r in rows:
-        name = handout.safe_name(str(r["original_filename"] or ""), f"document-{r['id']}")
+        name = handout_names.safe_name(str(r["original_filename"] or ""), f"document-{r['id']}")
         if name in out:
             stem, dot, ext = name.rpartition(".")
             name = f"{stem} (#{r['id']}).{ext}" if dot and stem else f"{name} (#{r['id']})"
