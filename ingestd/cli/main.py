@@ -18,6 +18,7 @@ from ingestd.cli import backup as backup_cli
 from ingestd.cli import documents, sftp, system
 from ingestd.cli import dropins as dropins_cli
 from ingestd.cli import find as find_cli
+from ingestd.cli import ingest as ingest_cli
 from ingestd.cli import jobs as jobs_cli
 from ingestd.cli import retention as retention_cli
 from ingestd.cli import samples as samples_cli
@@ -117,6 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     tenant_cli.add_parsers(sub, common, jsonopt)
 
+    ingest_cli.add_parser(sub, common, jsonopt)
     documents.add_parsers(sub, common, jsonopt)
 
     sftp.add_parsers(sub, common, jsonopt)
