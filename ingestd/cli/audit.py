@@ -31,7 +31,7 @@ from ingestd.errors import ExitCode
 def _anchor(args: argparse.Namespace, state_dir: Path | None) -> Any:
     """The public key the seals are checked against: ``--public-key`` (a file, or the 64
     hex digits), else the ``.pub`` in the state directory; why not, when it is unusable."""
-    from ingestd.archive.audit_verify import Anchor
+    from ingestd.archive.audit_checker import Anchor
     from ingestd.archive.export_check import KeyUnusable, resolve_public_key
     from ingestd.archive.sealkey import public_path
 

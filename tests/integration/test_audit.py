@@ -13,7 +13,8 @@ import pytest
 
 from ingestd.archive import sealkey, seals
 from ingestd.archive.audit import GENESIS, entry_hash
-from ingestd.archive.audit_verify import Anchor, AuditReport, verify_audit
+from ingestd.archive.audit_checker import Anchor, AuditReport
+from ingestd.archive.audit_verify import verify_audit
 from ingestd.archive.backends import make_archive
 from ingestd.archive.export_check import read_public_key
 from ingestd.daemon.wiring import make_intake

@@ -24,7 +24,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 import ingestd.archive.export_check as checker
 from ingestd.archive import sealkey, seals
-from ingestd.archive.audit_verify import Anchor, verify_audit
+from ingestd.archive.audit_checker import Anchor
+from ingestd.archive.audit_verify import verify_audit
 from ingestd.archive.export_check import fingerprint, read_public_key
 from ingestd.daemon.wiring import make_intake
 from ingestd.db.database import Database

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from ingestd.archive.audit import GENESIS, entry_hash, recordable
-from ingestd.archive.audit_verify import AuditProblem, ChainChecker
+from ingestd.archive.audit_checker import AuditProblem, ChainChecker
 
 
 def _chain(n: int, chain: int = 7) -> list[dict[str, object]]:
