@@ -27,6 +27,7 @@ from ingestd.intake.titles import TitleRules
 from ingestd.ops.runtime import make_archive, make_intake
 from tests.conftest import Env
 from tests.fixtures.files import pdf_bytes, write
+from tests.fixtures.sql import DOCUMENT_TAG_NAMES
 
 # One frontend message of the trace: "F\t<length>\t<type>\t<arguments>", the arguments of
 # a Parse (the statement's text) running over several lines.
@@ -238,7 +239,7 @@ def test_the_archived_entry_says_what_it_said_before(env: Env, db: Database, ten
     with db.transaction() as tx:
         (entry,) = tx.raw("SELECT body FROM audit_events WHERE kind = 'document.archived'")
         (doc,) = tx.raw("SELECT * FROM documents")
-        tags = tx.all("document_tag_names", {"document_id": res.document_id})
+        tags = tx.raw(DOCUMENT_TAG_NAMES, {"document_id": res.document_id})
     body = json.loads(entry["body"])
     assert body["document"] == res.document_id
     assert body["detail"] == {
