@@ -24,14 +24,13 @@ from structlog.typing import FilteringBoundLogger
 from ingestd.errors import DatabaseUnavailable
 from ingestd.ops import metrics
 from ingestd.queue.claims import Job, Queue
-from ingestd.queue.kinds import JobKind
+from ingestd.queue.kinds import DEFAULT_FAILED_EVENT, JobKind
 from worker.jobs import Kind
 from worker.outcomes import Done, Ended, Ending, JobStatus, Result, describe, elapsed, limit_rule
 
 T = TypeVar("T")
 
 DB_RETRY_DELAYS = (0.5, 1.0, 2.0, 4.0, 8.0)
-DEFAULT_FAILED_EVENT = "job.failed"
 
 
 class Observed(enum.StrEnum):

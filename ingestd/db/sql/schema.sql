@@ -8,7 +8,8 @@
 --
 -- The migrations table (schema_migrations) is the migrations runner's own
 -- (ingestd/db/schema.py) and is not listed. Facts kept in Python and only passed in are
--- said where they are used (short kinds: ingestd/queue/kinds.py, every claim passes them).
+-- said where they are used (short kinds: ingestd/queue/kinds.py, every claim passes them);
+-- the rows of job_kinds are written from ingestd/queue/kinds.py at every migrate.
 
 -- pg_trgm ships with PostgreSQL and is a trusted extension: the database's owner may
 -- create it. Trigram indexes find query words inside compound words and file names.
@@ -447,11 +448,25 @@ CREATE TABLE queue_clocks (
 )
 WITH (fillfactor='50', autovacuum_vacuum_scale_factor='0.0', autovacuum_vacuum_threshold='500');
 
--- Which jobs a document's processing_status follows: its processing, not the delivery
--- of one of its webhooks nor its purge. The claim and every outcome query ask this.
+-- Facts about the job kinds, declared in Python (ingestd.queue.kinds) and written here at
+-- every migrate (query job_kinds_sync): whether a kind is short, whether its jobs move
+-- their document's processing_status, and the operator event of its failure (NULL:
+-- none). Kinds from plugins have no row (they track their document, default event).
+CREATE TABLE job_kinds (
+    kind text NOT NULL,
+    short boolean NOT NULL,
+    tracks_document boolean NOT NULL,
+    failed_event text,
+    CONSTRAINT job_kinds_pkey PRIMARY KEY (kind)
+);
+
+-- Which jobs a document's processing_status follows (job_kinds.tracks_document): its
+-- processing, not the delivery of one of its webhooks nor its purge. The claim and every
+-- outcome query ask this.
 CREATE FUNCTION ingestd_tracks_document(p_kind text) RETURNS boolean
-    LANGUAGE sql IMMUTABLE
-    AS $$ SELECT p_kind NOT IN ('deliver-webhook', 'purge-document') $$;
+    LANGUAGE sql STABLE
+    AS $$ SELECT coalesce((SELECT k.tracks_document FROM job_kinds k WHERE k.kind = p_kind),
+                          true) $$;
 
 -- The oldest ready job of one tenant among p_kinds, marked processing; NULL fields if
 -- none. At its cap only short kinds (p_short_kinds) are looked for.

@@ -140,15 +140,18 @@ WITH j AS (
     FROM j WHERE documents.id = j.document_id AND ingestd_tracks_document(j.kind)
 ), e AS (
     -- Failed for good (a file that kills its worker every time): the operator hears of it.
-    -- Not for a notification itself, which would notify about notifying.
     INSERT INTO operator_events (type, severity, tenant, detail, trace_id)
-    SELECT CASE WHEN j.kind = 'deliver-webhook' THEN 'delivery.failed' ELSE 'job.failed' END,
+    -- The kind's event from job_kinds (ingestd.queue.kinds.FAILED_EVENTS; none for a
+    -- notification, which would notify about notifying); a kind without a row (a
+    -- plugin's) gets the default, %(failed_event)s.
+    SELECT CASE WHEN k.kind IS NULL THEN %(failed_event)s ELSE k.failed_event END,
            'error', t.name,
            jsonb_build_object('job_id', j.id, 'kind', j.kind, 'document_id', j.document_id,
                               'attempts', j.retry_count, 'error', j.error_message),
            j.payload->>'trace'
     FROM j JOIN tenants t ON t.id = j.tenant_id
-    WHERE j.status = 'failed' AND j.kind <> 'notify'
+    LEFT JOIN job_kinds k ON k.kind = j.kind
+    WHERE j.status = 'failed' AND (k.kind IS NULL OR k.failed_event IS NOT NULL)
 )
 SELECT j.id, j.status, j.worker_id, j.kind, coalesce(t.name, '') AS tenant
 FROM j LEFT JOIN tenants t ON t.id = j.tenant_id;
@@ -285,3 +288,21 @@ LEFT JOIN ready r ON (p.tenants IS NULL OR r.tenant = ANY(p.tenants))
 LEFT JOIN running u ON u.pool = p.pool
 LEFT JOIN lanes l ON l.pool = p.pool
 GROUP BY p.pool;
+
+-- name: job_kinds_sync
+-- The facts of ingestd.queue.kinds (table_rows, as JSON) into job_kinds: rows for kinds
+-- no longer declared go, changed ones are updated, equal ones are not written at all.
+WITH facts AS (
+    SELECT f.kind, f.short, f.tracks_document, f.failed_event
+    FROM jsonb_to_recordset(%(kinds)s::jsonb)
+        AS f(kind text, short boolean, tracks_document boolean, failed_event text)
+), gone AS (
+    DELETE FROM job_kinds k WHERE NOT EXISTS (SELECT 1 FROM facts f WHERE f.kind = k.kind)
+)
+INSERT INTO job_kinds AS k (kind, short, tracks_document, failed_event)
+SELECT kind, short, tracks_document, failed_event FROM facts
+ON CONFLICT (kind) DO UPDATE
+SET short = EXCLUDED.short, tracks_document = EXCLUDED.tracks_document,
+    failed_event = EXCLUDED.failed_event
+WHERE (k.short, k.tracks_document, k.failed_event)
+      IS DISTINCT FROM (EXCLUDED.short, EXCLUDED.tracks_document, EXCLUDED.failed_event);
