@@ -15,7 +15,8 @@ from ingestd.archive import sealkey, seals
 from ingestd.archive.audit import GENESIS, entry_hash
 from ingestd.archive.audit_verify import Anchor, AuditReport, verify_audit
 from ingestd.archive.export_check import read_public_key
-from ingestd.db.database import Database, DatabaseError
+from ingestd.db.database import Database
+from ingestd.errors import DatabaseError
 from ingestd.intake.items import IntakeItem, Outcome
 from ingestd.ops.runtime import make_archive, make_intake
 from tests.conftest import Env, run_cli

@@ -19,8 +19,8 @@ from psycopg import pq
 from ingestd.archive.audit_verify import verify_audit
 from ingestd.archive.store import ArchivedFile, LocalArchive, StagedFile
 from ingestd.db import sql
-from ingestd.db.database import Database, DatabaseError
-from ingestd.errors import TenantNotActive
+from ingestd.db.database import Database
+from ingestd.errors import DatabaseError, TenantNotActive
 from ingestd.intake.ingest import Intake
 from ingestd.intake.items import IntakeItem, Outcome, Reason
 from ingestd.intake.titles import TitleRules
