@@ -463,10 +463,13 @@ CREATE TABLE job_kinds (
 -- Which jobs a document's processing_status follows (job_kinds.tracks_document): its
 -- processing, not the delivery of one of its webhooks nor its purge. The claim and every
 -- outcome query ask this.
+-- PL/pgSQL keeps its plan; a SQL function with a subquery would be planned per statement.
 CREATE FUNCTION ingestd_tracks_document(p_kind text) RETURNS boolean
-    LANGUAGE sql STABLE
-    AS $$ SELECT coalesce((SELECT k.tracks_document FROM job_kinds k WHERE k.kind = p_kind),
-                          true) $$;
+    LANGUAGE plpgsql STABLE
+    AS $$
+BEGIN
+    RETURN coalesce((SELECT k.tracks_document FROM job_kinds k WHERE k.kind = p_kind), true);
+END $$;
 
 -- The oldest ready job of one tenant among p_kinds, marked processing; NULL fields if
 -- none. At its cap only short kinds (p_short_kinds) are looked for.

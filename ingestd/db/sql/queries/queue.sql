@@ -1,4 +1,5 @@
--- The job queue: enqueue, claim, outcomes, rescue and the jobs admin commands.
+-- The job queue: enqueue, claim, outcomes, rescue, the jobs admin commands, and the
+-- facts of the job kinds (job_kinds_sync, at every migrate).
 -- Named queries: each starts with "-- name: <name>"; psycopg's %(param)s placeholders.
 
 -- name: job_insert
