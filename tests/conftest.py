@@ -23,7 +23,8 @@ import pytest
 from ingestd import log
 from ingestd.config.load import parse_config
 from ingestd.config.settings import Config
-from ingestd.db.database import Database, connect_once, conninfo_with
+from ingestd.db.conninfo import conninfo_with
+from ingestd.db.database import Database, connect_once
 from ingestd.db.pgcluster import EmbeddedPostgres
 from ingestd.db.schema import migrate
 

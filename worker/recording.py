@@ -23,6 +23,7 @@ from structlog.typing import FilteringBoundLogger
 
 from ingestd.errors import DatabaseUnavailable
 from ingestd.queue.claims import Job, Queue
+from ingestd.queue.kinds import DEFAULT_FAILED_EVENT
 from ingestd.runtime import metrics
 from worker.jobs import Kind
 from worker.outcomes import Done, Ended, Ending, JobStatus, Result, describe, elapsed, limit_rule
@@ -30,7 +31,6 @@ from worker.outcomes import Done, Ended, Ending, JobStatus, Result, describe, el
 T = TypeVar("T")
 
 DB_RETRY_DELAYS = (0.5, 1.0, 2.0, 4.0, 8.0)
-DEFAULT_FAILED_EVENT = "job.failed"
 
 
 class Observed(enum.StrEnum):

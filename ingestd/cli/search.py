@@ -3,7 +3,7 @@
 The query uses web-search syntax (``websearch_to_tsquery``): words are ANDed, ``"a b"``
 is a phrase, ``or`` and ``-word`` work. It matches title and OCR text in the tenant's
 configuration ('german' by default) and 'simple' (see content_upsert in
-ingestd/db/sql/queries.sql). Above them come documents whose original file name holds the
+ingestd/db/sql/queries/analysis.sql). Above them come documents whose original file name holds the
 query as typed (``Scan_0815`` finds the scan whose title became its sender, marked ``=``);
 below them compound ones: a query word of three or more characters inside a longer word
 ("Rechnung" in "Abschlagsrechnung", marked ``~``), unless ``--exact`` (queries

@@ -62,7 +62,7 @@ class DatabaseConfig(_Section):
     @classmethod
     def _hide_password(cls, data: Any) -> Any:
         # An error message shows the value it refuses: never the password it refuses.
-        from ingestd.db.database import redact_conninfo
+        from ingestd.db.conninfo import redact_conninfo
 
         if isinstance(data, dict) and isinstance(data.get("url"), str):
             return {**data, "url": redact_conninfo(data["url"])}
@@ -73,7 +73,7 @@ class DatabaseConfig(_Section):
     def _url_shape(cls, v: str | None) -> str | None:
         # Parsed by psycopg as libpq will parse it, so check-config sees what the
         # processes will connect with; only ingestd.db.database speaks psycopg.
-        from ingestd.db.database import check_conninfo
+        from ingestd.db.conninfo import check_conninfo
 
         if v is not None:
             check_conninfo(v)  # ValueError: unparsable, or a password in any of its forms

@@ -1,21 +1,13 @@
-"""The one seam to PostgreSQL: pool, transactions, named queries, error mapping.
+"""The one seam to PostgreSQL: the pool, transactions and named queries.
 
-Only this module (and ingestd/queue/claims.py) imports psycopg. Callers see domain errors:
-``DatabaseUnavailable`` for anything that a retry later may fix (server down,
-restarting, connection lost), ``DatabaseRefused`` when the server answers but will not
-let us in (no such role or database, authentication, pg_hba.conf), ``SchemaMissing``
-when the tables are not there, ``DatabaseError`` for the rest.
+Only ingestd/db (and ingestd/queue/claims.py) imports psycopg. Errors leave as domain
+errors (ingestd/db/errors.py classifies them); database.url is checked before use
+(ingestd/db/conninfo.py).
 
-Connection failures carry no SQLSTATE in psycopg 3.3 (libpq reports them as text
-only: ``connection failed: connection to server on socket "..." failed: FATAL:  role
-"root" does not exist``), so they are classified by the server's and libpq's English
-messages; a text we do not recognise (another lc_messages) stays "unavailable",
-today's behaviour, never a false "refused".
-
-A failover (docs/high-availability.md) is ``DatabaseUnavailable`` as well: the server
-shut down under us (57P01..57P03), the connection broke (08xxx), or the server we are on
-has become read-only (25006: a standby, a fenced old primary). Each drains the pool, so
-the next connection goes through the multi-host ``database.url`` with
+A failover (docs/high-availability.md) is ``DatabaseUnavailable``: the server shut down
+under us (57P01..57P03), the connection broke (08xxx), or the server we are on has become
+read-only (25006: a standby, a fenced old primary). Each drains the pool, so the next
+connection goes through the multi-host ``database.url`` with
 ``target_session_attrs=read-write`` to whichever server is the primary now. With such a
 URL a pooled connection is also checked before use: one whose server has said it is
 read-only (ParameterStatus ``in_hot_standby``, ``default_transaction_read_only``: no
@@ -26,9 +18,6 @@ for a process whose reads must not come from a fenced old primary (the job child
 from __future__ import annotations
 
 import contextlib
-import os
-import pwd
-import re
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -41,13 +30,9 @@ from psycopg.types.json import Jsonb
 from psycopg.types.string import StrDumperUnknown
 
 from ingestd.db import sql
-from ingestd.errors import (
-    DatabaseError,
-    DatabaseRefused,
-    DatabaseUnavailable,
-    QueryCanceled,
-    SchemaMissing,
-)
+from ingestd.db.conninfo import conninfo_with, parse_conninfo
+from ingestd.db.errors import connect_error, leaves_the_server, map_error
+from ingestd.errors import DatabaseError, DatabaseUnavailable
 from ingestd.textsafe import bytes_escaped
 
 Row = dict[str, Any]
@@ -67,210 +52,6 @@ class _OutsideTextDumper(StrDumperUnknown):
 
 # The one seam: every connection this process makes copies the global adapters.
 psycopg.adapters.register_dumper(str, _OutsideTextDumper)
-
-# SQLSTATE classes that mean "try again later", not "your query is wrong":
-# 08 connection exception, 57P0x operator intervention (shutdown, cannot connect now),
-# 53 insufficient resources, 40 serialization failure / deadlock.
-_TRANSIENT_PREFIXES = ("08", "57P", "53", "40")
-# The server we are connected to is not the primary (any more): after a failover, or
-# the old primary fenced read-only. Every pooled connection to it is useless for writes.
-_READ_ONLY = "25006"  # read_only_sql_transaction
-# This server is gone or going: admin/crash shutdown, cannot connect now, connection lost.
-_SERVER_GONE = ("57P01", "57P02", "57P03", "08")
-
-
-# -- database.url ------------------------------------------------------------------------
-_URL = re.compile(r"^postgres(?:ql)?://")
-# libpq ends the user info at the first "/": "postgresql://u:a/b@h/db" is host "u", port
-# "a" and database "b@h/db" to it, and yet a password is written in the file.
-_URL_USERINFO = re.compile(r"^(postgres(?:ql)?://[^@/?#]*:)([^@]+)@")
-_QUERY_PASSWORD = re.compile(r"([?&]password=)([^&#]+)")
-_KEYWORD_PASSWORD = re.compile(r"(\bpassword\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s']+)")
-_USE_PGPASS = (
-    "must not contain a password (config files end up in backups, tickets and `ps`); "
-    "put it in ~/.pgpass or PGPASSFILE of the user ingestd runs as, or use peer auth"
-)
-
-
-def _parse_conninfo(conninfo: str) -> tuple[dict[str, Any] | None, str]:
-    """(libpq's parameters, "") or (None, why libpq cannot parse it)."""
-    try:
-        return psycopg.conninfo.conninfo_to_dict(conninfo), ""
-    except psycopg.Error as exc:
-        return None, " ".join(str(exc).split())
-
-
-def _has_password(conninfo: str, params: dict[str, Any] | None) -> bool:
-    if params is not None:
-        if params.get("password"):
-            return True  # user info (percent-decoded), ?password=, password = 'a b'
-        return bool(_URL_USERINFO.match(conninfo)) and "@" in str(params.get("dbname", ""))
-    # libpq cannot parse it (the refusal must still not show a password): by shape.
-    if _URL.match(conninfo):
-        return bool(_URL_USERINFO.match(conninfo) or _QUERY_PASSWORD.search(conninfo))
-    return bool(_KEYWORD_PASSWORD.search(conninfo))
-
-
-def check_conninfo(conninfo: str) -> None:
-    """ValueError saying why ``conninfo`` (database.url) is refused: empty, not readable
-    by libpq (psycopg's own parser), a port that is no number, or a password in any
-    form (URL user info, ``?password=``, ``password=...``)."""
-    if not conninfo.strip():
-        raise ValueError("must not be empty; leave database.url out for the embedded cluster")
-    params, why = _parse_conninfo(conninfo)
-    if _has_password(conninfo, params):
-        raise ValueError(_USE_PGPASS)
-    if params is None:
-        raise ValueError(f"must be a postgresql:// URL or libpq key=value string: {why}")
-    for port in str(params.get("port", "")).split(","):
-        if port and not port.isdigit():
-            raise ValueError(f"port {port!r} is not a number")
-
-
-def redact_conninfo(conninfo: str) -> str:
-    """``conninfo`` with its password shown as ``***`` (unchanged if it has none)."""
-    params, _ = _parse_conninfo(conninfo)
-    if not _has_password(conninfo, params):
-        return conninfo
-    if _URL.match(conninfo):
-        shown = _QUERY_PASSWORD.sub(r"\1***", _URL_USERINFO.sub(r"\1***@", conninfo))
-    else:
-        shown = _KEYWORD_PASSWORD.sub(r"\1***", conninfo)
-    return shown if shown != conninfo else "<not shown: it contains a password>"
-
-
-# -- errors --------------------------------------------------------------------------------
-def _cause(exc: BaseException) -> str:
-    """psycopg's message on one line, without its "connection failed:" preamble."""
-    text = "; ".join(" ".join(line.split()) for line in str(exc).splitlines() if line.strip())
-    for prefix in ("connection failed: ", "connection is bad: "):
-        text = text.removeprefix(prefix)
-    return text
-
-
-def _os_user() -> str:
-    try:
-        return pwd.getpwuid(os.geteuid()).pw_name
-    except KeyError:
-        return str(os.geteuid())
-
-
-def _role_hint(role: str) -> str:
-    if role == _os_user():
-        # libpq's default role is the login name. As root, ingestd switches to the owner
-        # of paths.state_dir (or INGESTD_USER) by itself; reaching here as root means it
-        # found no such user, so say how to name one.
-        if os.geteuid() == 0:
-            return (
-                f"this command ran as the OS user {role!r}, and PostgreSQL has no role of "
-                "that name: run it as the service user, INGESTD_USER=ingestd ingestd ... "
-                "(ingestd switches to the owner of paths.state_dir by itself: "
-                "chown it to the service user)"
-            )
-        return (
-            f"this command ran as the OS user {role!r}, and PostgreSQL has no role of "
-            "that name: run as the ingestd user: sudo -u ingestd ingestd ..."
-        )
-    return (
-        f"create it (sudo -u postgres createuser {role}) or name an existing role "
-        "with user= in database.url"
-    )
-
-
-# (what the server or libpq says, how to fix it); {role} and {db} come from the message
-# or from the connection. Texts as PostgreSQL 15 and libpq send them.
-_REFUSALS: tuple[tuple[re.Pattern[str], str], ...] = (
-    (re.compile(r'role "(?P<role>[^"]*)" does not exist'), "{role_hint}"),
-    (
-        re.compile(r'database "(?P<db>[^"]*)" does not exist'),
-        "create it: sudo -u postgres createdb -O {role} {db}; then run `ingestd migrate`",
-    ),
-    (
-        re.compile(
-            r'password authentication failed for user "(?P<role>[^"]*)"'
-            r"|fe_sendauth: no password supplied"
-        ),
-        "check the password in ~/.pgpass or PGPASSFILE of the user ingestd runs as "
-        "(never in database.url), or use peer authentication",
-    ),
-    (
-        re.compile(r'(?:Peer|Ident) authentication failed for user "(?P<role>[^"]*)"'),
-        "peer authentication admits only the OS user named like the role: run ingestd as "
-        "{role} (runuser -u {role} -- ingestd ...) or map the users in pg_ident.conf",
-    ),
-    (
-        re.compile(r"no pg_hba\.conf entry for|pg_hba\.conf rejects connection"),
-        "add a line for this host, role and database to pg_hba.conf on the database "
-        "server and reload it",
-    ),
-    (re.compile(r'role "(?P<role>[^"]*)" is not permitted to log in'), "ALTER ROLE {role} LOGIN"),
-    (
-        re.compile(r'permission denied for database "(?P<db>[^"]*)"'),
-        "GRANT CONNECT ON DATABASE {db} TO {role}",
-    ),
-)
-
-
-def _refusal(cause: str, role: str, db: str) -> str | None:
-    """The hint for a permanent refusal, or None when ``cause`` is not one."""
-    for pattern, hint in _REFUSALS:
-        m = pattern.search(cause)
-        if m is not None:
-            found = {k: v for k, v in m.groupdict().items() if v is not None}
-            names = {"role": found.get("role", role), "db": found.get("db", db)}
-            return hint.format(role_hint=_role_hint(names["role"]), **names)
-    return None
-
-
-def _connect_error(exc: psycopg.Error) -> DatabaseError:
-    """A failed connection attempt as a domain error: refused (permanent) or unavailable."""
-    cause = _cause(exc)
-    pgconn = exc.pgconn
-    role = (pgconn.user or b"").decode(errors="replace") if pgconn is not None else ""
-    db = (pgconn.db or b"").decode(errors="replace") if pgconn is not None else ""
-    if isinstance(exc, psycopg.ProgrammingError):  # libpq refused the conninfo itself
-        return DatabaseRefused(f"database.url cannot be used: {cause}")
-    hint = _refusal(cause, role or _os_user(), db or role or _os_user())
-    if hint is None and (exc.sqlstate or "").startswith(("28", "3D")):
-        hint = "check database.url, the role and pg_hba.conf"  # should libpq ever say
-    if hint is not None:
-        return DatabaseRefused(f"database refused the connection: {cause}; {hint}")
-    return DatabaseUnavailable(f"database unavailable: {cause}")
-
-
-def _schema_missing(exc: psycopg.Error) -> SchemaMissing:
-    cause = " ".join(str(exc).split("\n", 1)[0].split())
-    if exc.sqlstate == "3F000":
-        hint = (
-            "check the search_path in database.url (options=-csearch_path=...), "
-            "then run `ingestd migrate`"
-        )
-    else:
-        hint = "run `ingestd migrate` (as the ingestd user) against this database"
-    return SchemaMissing(f"database schema missing: {cause}; {hint}")
-
-
-def _map_error(exc: BaseException) -> DatabaseError:
-    """A query's failure (a pool timeout: Database._error, a connection: _connect_error)."""
-    if isinstance(exc, psycopg.Error):
-        state = exc.sqlstate or ""
-        if state in ("42P01", "3F000"):  # undefined_table, invalid_schema_name
-            return _schema_missing(exc)
-        if state == "57014":  # query_canceled: a statement_timeout, or a cancel
-            return QueryCanceled(f"database error [{state}]: {exc}".strip())
-        if state == _READ_ONLY:
-            return DatabaseUnavailable(
-                f"database read-only: {_cause(exc)} (a standby, or the old primary after a "
-                "failover: the next connection goes to the primary)"
-            )
-        if isinstance(exc, psycopg.OperationalError) and (
-            not state or state.startswith(_TRANSIENT_PREFIXES)
-        ):
-            return DatabaseUnavailable(f"database unavailable: {_cause(exc)}")
-        if state.startswith(_TRANSIENT_PREFIXES):
-            return DatabaseUnavailable(f"database busy: {exc}".strip())
-        return DatabaseError(f"database error [{state or '?'}]: {exc}".strip())
-    return DatabaseError(str(exc))
 
 
 def jsonb(value: Any) -> Any:
@@ -396,7 +177,7 @@ class Database:
         self._drain_lock = threading.Lock()
         self._verify_writable = verify_writable
         self._no_standby_until = 0.0  # monotonic; see _wait_for_standbys
-        params, _ = _parse_conninfo(conninfo)
+        params, _ = parse_conninfo(conninfo)
         wants_primary = (params or {}).get("target_session_attrs") in ("read-write", "primary")
         self._pool: psycopg_pool.ConnectionPool[psycopg.Connection[Row]] = (
             psycopg_pool.ConnectionPool(
@@ -434,12 +215,9 @@ class Database:
 
     def _error(self, exc: psycopg.Error | psycopg_pool.PoolTimeout) -> DatabaseError:
         if not isinstance(exc, psycopg_pool.PoolTimeout):
-            if (exc.sqlstate or "") == _READ_ONLY or (
-                isinstance(exc, psycopg.OperationalError)
-                and (exc.sqlstate or "08").startswith(_SERVER_GONE)
-            ):
+            if leaves_the_server(exc):
                 self._drain()
-            return _map_error(exc)
+            return map_error(exc)
         # The pool says only "couldn't get a connection after 5.00 sec"; its connection
         # errors went to its log. One direct attempt tells down from refused from busy.
         try:
@@ -612,9 +390,4 @@ def connect_once(
             connect_timeout=max(1, round(timeout)),
         )
     except psycopg.Error as exc:
-        raise _connect_error(exc) from exc
-
-
-def conninfo_with(conninfo: str, **overrides: Any) -> str:
-    """``conninfo`` with some parameters replaced (e.g. another dbname)."""
-    return psycopg.conninfo.make_conninfo(conninfo, **overrides)
+        raise connect_error(exc) from exc

@@ -46,7 +46,8 @@ from ingestd.archive import sealkey
 from ingestd.archive.s3 import S3Archive
 from ingestd.archive.store import is_temp
 from ingestd.config.settings import Config
-from ingestd.db.database import Database, redact_conninfo
+from ingestd.db.conninfo import redact_conninfo
+from ingestd.db.database import Database
 from ingestd.db.pgcluster import EmbeddedPostgres, find_bindir
 from ingestd.db.schema import current_version
 from ingestd.errors import ExitCode, IngestdError, UsageError

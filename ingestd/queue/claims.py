@@ -22,7 +22,7 @@ from ingestd.config.settings import WorkerConfig
 from ingestd.db import sql
 from ingestd.db.database import Database, Tx, connect_once
 from ingestd.errors import DatabaseUnavailable, ExitCode, IngestdError
-from ingestd.queue.kinds import JobKind
+from ingestd.queue.kinds import DEFAULT_FAILED_EVENT, JobKind
 from ingestd.queue.pools import EVERYTHING, Scope, lane_application_name
 from ingestd.textsafe import recordable_text
 
@@ -273,7 +273,8 @@ class Queue:
     def rescue(self) -> list[dict[str, Any]]:
         """Jobs whose lease ran out go back to queued (or failed), counted as an attempt."""
         with self.db.transaction() as tx:
-            return tx.all("jobs_rescue", self._retry())
+            # A kind without a job_kinds row (a plugin's) fails with the default event.
+            return tx.all("jobs_rescue", {**self._retry(), "failed_event": DEFAULT_FAILED_EVENT})
 
     def prune(self) -> int:
         with self.db.transaction() as tx:

@@ -60,6 +60,40 @@ if _UNDECLARED:  # a new kind must say how long it takes before anything runs it
 # so every worker on every host decides alike.
 SHORT_KINDS = frozenset(k for k in JobKind if LENGTHS[k] is Length.short)
 
+# Whether a job of a kind moves its document's processing_status (queued -> processing ->
+# done/failed): its processing does (analysis, a split, and kinds from plugins, which have
+# no row and count as tracking), not the delivery of one of its webhooks nor its purge.
+TRACKS_DOCUMENT: Mapping[JobKind, bool] = MappingProxyType(
+    {k: k not in (JobKind.deliver_webhook, JobKind.purge_document) for k in JobKind}
+)
+
+# The operator event written when a job of a kind fails for good (None: none; a
+# notification that cannot be delivered must not notify about itself). The worker's
+# registry (worker.jobs.register) and the rescue of expired leases both read this.
+DEFAULT_FAILED_EVENT = "job.failed"
+FAILED_EVENTS: Mapping[JobKind, str | None] = MappingProxyType(
+    {
+        **{k: DEFAULT_FAILED_EVENT for k in JobKind},
+        JobKind.deliver_webhook: "delivery.failed",
+        JobKind.notify: None,
+    }
+)
+
+
+def table_rows() -> list[dict[str, object]]:
+    """The facts above, one row per kind, as the job_kinds table holds them (migration
+    0023; ingestd.db.schema writes them at every migrate, so SQL reads what Python says)."""
+    return [
+        {
+            "kind": str(k),
+            "short": k in SHORT_KINDS,
+            "tracks_document": TRACKS_DOCUMENT[k],
+            "failed_event": FAILED_EVENTS[k],
+        }
+        for k in JobKind
+    ]
+
+
 # Seed 004: once jobs of their own, now steps inside analyze-document. Refused for new
 # rows (here and by a trigger), and failed without running when an old row is claimed.
 RETIRED_KINDS = frozenset({"generate-thumbnails", "generate-ocr-text"})

@@ -4,7 +4,7 @@
 (``default`` first), its ready jobs (queued and due, in its tenants and kinds), the jobs
 its workers claimed that still run, and its live lanes on every host (sessions named
 ``ingestd-lane:POOL:LANE``, see ``pools.LANE_APPLICATION``). One statement serves all
-pools (``pool_status`` in queries.sql).
+pools (``pool_status`` in queries/queue.sql).
 
 A pool with ready jobs and no live worker carries a warning naming the unit to start,
 unless another shared pool with live lanes claims its jobs too.

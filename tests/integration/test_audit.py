@@ -18,7 +18,8 @@ from ingestd.archive.audit_verify import verify_audit
 from ingestd.archive.backends import make_archive
 from ingestd.archive.export_check import read_public_key
 from ingestd.daemon.wiring import make_intake
-from ingestd.db.database import Database, DatabaseError
+from ingestd.db.database import Database
+from ingestd.errors import DatabaseError
 from ingestd.intake.items import IntakeItem, Outcome
 from tests.conftest import Env, run_cli
 from tests.fixtures.files import pdf_bytes, write

@@ -18,6 +18,7 @@ from ingestd.db.database import Database
 from tests.conftest import Env, run_cli
 from tests.fixtures.files import pdf_bytes, write
 from tests.fixtures.s3 import S3Endpoint, archive_section
+from tests.fixtures.sql import INTEGRITY_COUNTS
 
 N_FILES = 5
 
@@ -94,7 +95,7 @@ def _crash_then_rerun(
 
     with db.transaction() as tx:
         docs = tx.raw("SELECT sha256 FROM documents")
-        integrity = tx.one("integrity_counts")
+        integrity = tx.raw(INTEGRITY_COUNTS)[0]
         per_doc = tx.raw("SELECT document_id, count(*) AS n FROM processing_jobs GROUP BY 1")
     assert sorted(d["sha256"] for d in docs) == sorted(shas)  # 0 lost, 0 duplicates
     assert integrity == {"documents_without_job": 0, "jobs_without_document": 0}

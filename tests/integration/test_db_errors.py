@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from ingestd.db.database import Database, connect_once, conninfo_with
+from ingestd.db.conninfo import conninfo_with
+from ingestd.db.database import Database, connect_once
 from ingestd.db.pgcluster import EmbeddedPostgres
 from ingestd.db.schema import migrate
 from ingestd.errors import DatabaseRefused, DatabaseUnavailable, ExitCode, SchemaMissing

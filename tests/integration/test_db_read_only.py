@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from ingestd.db.database import Database, conninfo_with
+from ingestd.db.conninfo import conninfo_with
+from ingestd.db.database import Database
 from ingestd.errors import DatabaseUnavailable
 
 

@@ -13,6 +13,7 @@ from ingestd.errors import TenantNotActive, TenantNotFound
 from ingestd.intake.items import Disposal, IntakeItem, Outcome, Reason
 from tests.conftest import Env
 from tests.fixtures.files import pdf_bytes, png_bytes, write
+from tests.fixtures.sql import DOCUMENT_TAG_NAMES
 
 
 def _rows(db: Database, sql: str) -> list[dict[str, object]]:
@@ -166,6 +167,6 @@ def test_concurrent_intakes_creating_the_same_tag_both_get_it(
     for res in results:
         with db.transaction() as tx:
             names = [
-                r["name"] for r in tx.all("document_tag_names", {"document_id": res.document_id})
+                r["name"] for r in tx.raw(DOCUMENT_TAG_NAMES, {"document_id": res.document_id})
             ]
         assert "Eingang" in names and len(names) == 2, names

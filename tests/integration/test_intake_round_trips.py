@@ -21,13 +21,14 @@ from ingestd.archive.backends import make_archive
 from ingestd.archive.store import ArchivedFile, LocalArchive, StagedFile
 from ingestd.daemon.wiring import make_intake
 from ingestd.db import sql
-from ingestd.db.database import Database, DatabaseError
-from ingestd.errors import TenantNotActive
+from ingestd.db.database import Database
+from ingestd.errors import DatabaseError, TenantNotActive
 from ingestd.filenames.titles import TitleRules
 from ingestd.intake.ingest import Intake
 from ingestd.intake.items import IntakeItem, Outcome, Reason
 from tests.conftest import Env
 from tests.fixtures.files import pdf_bytes, write
+from tests.fixtures.sql import DOCUMENT_TAG_NAMES
 
 # One frontend message of the trace: "F\t<length>\t<type>\t<arguments>", the arguments of
 # a Parse (the statement's text) running over several lines.
@@ -239,7 +240,7 @@ def test_the_archived_entry_says_what_it_said_before(env: Env, db: Database, ten
     with db.transaction() as tx:
         (entry,) = tx.raw("SELECT body FROM audit_events WHERE kind = 'document.archived'")
         (doc,) = tx.raw("SELECT * FROM documents")
-        tags = tx.all("document_tag_names", {"document_id": res.document_id})
+        tags = tx.raw(DOCUMENT_TAG_NAMES, {"document_id": res.document_id})
     body = json.loads(entry["body"])
     assert body["document"] == res.document_id
     assert body["detail"] == {

@@ -7,7 +7,8 @@ from datetime import timedelta
 import pytest
 
 from ingestd.config.settings import WorkerConfig
-from ingestd.db.database import Database, DatabaseError
+from ingestd.db.database import Database
+from ingestd.errors import DatabaseError
 from ingestd.queue.claims import Queue, WorkerIdentity, WorkerIdInUse
 from ingestd.queue.enqueue import JobKindRetired, enqueue
 from tests.fixtures.queue import make_jobs

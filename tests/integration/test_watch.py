@@ -19,6 +19,7 @@ from ingestd.events.outbox import EventLog
 from ingestd.sources.hotfolders import HotFolders
 from tests.conftest import Env, wait_until
 from tests.fixtures.files import pdf_bytes, write
+from tests.fixtures.sql import DOCUMENT_TAG_NAMES
 
 FAST = {"stable_seconds": 0.5, "rescan_interval": 60, "poll_interval": 0.3, "retry_max_delay": 2}
 
@@ -250,8 +251,7 @@ def test_subfolders_become_tags(
     assert [d["source_subdir"] for d in docs] == ["Buchhaltung/2026/11", "2026-11-30/Q4"]
     with db.transaction() as tx:
         tags = [
-            [r["name"] for r in tx.all("document_tag_names", {"document_id": d["id"]})]
-            for d in docs
+            [r["name"] for r in tx.raw(DOCUMENT_TAG_NAMES, {"document_id": d["id"]})] for d in docs
         ]
     assert tags == expected
 
@@ -327,6 +327,6 @@ def test_a_folder_name_that_is_not_utf8_still_ingests_with_escaped_tags(
     (doc,) = _docs(db)
     assert doc["source_subdir"] == "Eingang_\\xe4"
     with db.transaction() as tx:
-        tags = [r["name"] for r in tx.all("document_tag_names", {"document_id": doc["id"]})]
+        tags = [r["name"] for r in tx.raw(DOCUMENT_TAG_NAMES, {"document_id": doc["id"]})]
     assert tags == ["Eingang_\\xe4"]
     wait_until(lambda: os.listdir(sub) == [], timeout=30)

@@ -32,3 +32,33 @@ def test_every_claim_passes_the_declared_short_kinds() -> None:
     assert short is not None and short.kinds is not None
     assert {JobKind(k).length for k in short.kinds} == {Length.short}
     assert "split-batch" not in short.kinds
+
+
+def test_the_registry_fails_each_kind_with_its_declared_event() -> None:
+    """worker.jobs registers every built-in kind with the failed_event of FAILED_EVENTS,
+    the table the rescue of expired leases reads (job_kinds, migration 0023)."""
+    from ingestd.queue.kinds import DEFAULT_FAILED_EVENT, FAILED_EVENTS
+    from worker import jobs
+
+    registry = jobs.load()
+    assert {k: registry[str(k)].failed_event for k in JobKind} == dict(FAILED_EVENTS)
+    assert FAILED_EVENTS[JobKind.notify] is None
+    assert FAILED_EVENTS[JobKind.deliver_webhook] == "delivery.failed"
+    assert FAILED_EVENTS[JobKind.analyze_document] == DEFAULT_FAILED_EVENT
+
+
+def test_table_rows_hold_every_fact_of_every_kind() -> None:
+    """One row per JobKind, from SHORT_KINDS, TRACKS_DOCUMENT and FAILED_EVENTS."""
+    from ingestd.queue.kinds import FAILED_EVENTS, TRACKS_DOCUMENT, table_rows
+
+    rows = {r["kind"]: r for r in table_rows()}
+    assert set(rows) == {str(k) for k in JobKind}
+    for k in JobKind:
+        assert rows[str(k)] == {
+            "kind": str(k),
+            "short": k in SHORT_KINDS,
+            "tracks_document": TRACKS_DOCUMENT[k],
+            "failed_event": FAILED_EVENTS[k],
+        }
+    assert not TRACKS_DOCUMENT[JobKind.deliver_webhook]
+    assert not TRACKS_DOCUMENT[JobKind.purge_document]

@@ -22,7 +22,7 @@ from ingestd.db.database import Database, Tx
 from ingestd.errors import IngestdError
 from ingestd.log import Logger
 from ingestd.queue.claims import Job
-from ingestd.queue.kinds import RETIRED_KINDS
+from ingestd.queue.kinds import DEFAULT_FAILED_EVENT, RETIRED_KINDS
 from ingestd.states import TenantStatus
 
 
@@ -85,9 +85,9 @@ class Kind:
     # need an active tenant; provision runs while "creating", delete while "deleting").
     tenant_status: frozenset[str]
     apply: Applier | None = None
-    # The operator event written when a job of this kind fails for good (None: none; a
-    # notification that cannot be delivered must not notify about itself).
-    failed_event: str | None = "job.failed"
+    # The operator event written when a job of this kind fails for good (None: none); a
+    # built-in kind's is ingestd.queue.kinds.FAILED_EVENTS (a test holds them equal).
+    failed_event: str | None = DEFAULT_FAILED_EVENT
     count: Counter | None = None
 
 
@@ -107,7 +107,7 @@ def register(
     *,
     tenant_status: Iterable[str] = (TenantStatus.active,),
     apply: Applier | None = None,
-    failed_event: str | None = "job.failed",
+    failed_event: str | None = DEFAULT_FAILED_EVENT,
     count: Counter | None = None,
 ) -> Callable[[Handler], Handler]:
     if name in RETIRED_KINDS:

@@ -15,7 +15,7 @@ from typing import Any
 from ingestd.config.rules import WebhookConfig
 from ingestd.db.database import Tx
 from ingestd.queue.claims import Job
-from ingestd.queue.kinds import JobKind
+from ingestd.queue.kinds import FAILED_EVENTS, JobKind
 from ingestd.states import TenantStatus
 from worker.jobs import JobContext, PermanentError, register
 from worker.webhooks import deliver_webhook
@@ -44,7 +44,7 @@ def apply_delivered(tx: Tx, job: Job, data: dict[str, Any]) -> None:
     JobKind.deliver_webhook,
     tenant_status=(TenantStatus.active, TenantStatus.suspended),
     apply=apply_delivered,
-    failed_event="delivery.failed",
+    failed_event=FAILED_EVENTS[JobKind.deliver_webhook],
 )
 def deliver_workflow_webhook(ctx: JobContext) -> None:
     payload = ctx.job.payload

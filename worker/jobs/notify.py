@@ -14,7 +14,7 @@ import uuid
 from ingestd.config.settings import Config
 from ingestd.db.database import Database
 from ingestd.queue.enqueue import enqueue
-from ingestd.queue.kinds import JobKind
+from ingestd.queue.kinds import FAILED_EVENTS, JobKind
 from ingestd.states import TenantStatus
 from worker.jobs import JobContext, PermanentError, register
 from worker.notify import Event, deliver, find_sink, matching_sinks
@@ -47,7 +47,9 @@ def relay(db: Database, config: Config) -> int:
     return len(rows)
 
 
-@register(JobKind.notify, tenant_status=(TenantStatus.active,), failed_event=None)
+@register(
+    JobKind.notify, tenant_status=(TenantStatus.active,), failed_event=FAILED_EVENTS[JobKind.notify]
+)
 def notify_event(ctx: JobContext) -> None:
     """Deliver one event to one sink, both as they are now (the event from the table, the
     sink from the current config: a moved receiver or a rotated secret applies to pending
@@ -56,7 +58,7 @@ def notify_event(ctx: JobContext) -> None:
 
     Failures propagate: the job retries on the [deliveries] ladder, and its error (the
     worker's ``job.retry`` / ``job.failed`` lines) names the sink and the receiver's or
-    relay's answer. Failed for good it writes no operator event (failed_event=None: a
+    relay's answer. Failed for good it writes no operator event (FAILED_EVENTS: None, a
     notification that cannot be delivered must not notify about itself); the worker's
     ``job.failed`` line, at error level, is the one record of it.
     """

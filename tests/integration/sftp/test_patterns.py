@@ -11,6 +11,7 @@ import pytest
 from ingestd.db.database import Database
 from tests.conftest import wait_until
 from tests.fixtures.files import pdf_bytes
+from tests.fixtures.sql import DOCUMENT_TAG_NAMES
 from tests.integration.sftp.conftest import Rig
 
 # What serve runs by default: sessions on SFTP processes.
@@ -81,7 +82,7 @@ def test_subfolder_tags(make_rig: object, password_hashes: dict[str, str]) -> No
     doc = rig.wait_documents(1)[0]
     assert doc["source_subdir"] == "Buchhaltung/2026/11"
     with rig.db.transaction() as tx:
-        tags = tx.all("document_tag_names", {"document_id": doc["id"]})
+        tags = tx.raw(DOCUMENT_TAG_NAMES, {"document_id": doc["id"]})
     assert sorted(t["name"] for t in tags) == ["Buchhaltung", "Scanner 2.OG"]
 
 
@@ -279,7 +280,7 @@ def test_long_folder_name_tag_is_cut_not_retried_forever(
         sftp.put(str(rig.write_pdf("a.pdf", 60)), f"{folder}/a.pdf")
     doc = rig.wait_documents(1)[0]
     with rig.db.transaction() as tx:
-        tags = tx.all("document_tag_names", {"document_id": doc["id"]})
+        tags = tx.raw(DOCUMENT_TAG_NAMES, {"document_id": doc["id"]})
     assert [t["name"] for t in tags] == [folder[:100]]
 
 
