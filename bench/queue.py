@@ -89,9 +89,9 @@ from ingestd.config.settings import WorkerConfig
 from ingestd.db.database import Database, Tx, connect_once, sql
 from ingestd.db.pgcluster import EmbeddedPostgres
 from ingestd.db.schema import migrate
+from ingestd.jobkinds import JobKind
 from ingestd.queue.claims import NOTIFY_CHANNEL, Job, Queue
 from ingestd.queue.enqueue import enqueue
-from ingestd.queue.kinds import JobKind
 from ingestd.queue.pools import EVERYTHING, Scope, resolve
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -22,8 +22,8 @@ from typing import TypeVar
 from structlog.typing import FilteringBoundLogger
 
 from ingestd.errors import DatabaseUnavailable
+from ingestd.jobkinds import DEFAULT_FAILED_EVENT
 from ingestd.queue.claims import Job, Queue
-from ingestd.queue.kinds import DEFAULT_FAILED_EVENT
 from ingestd.runtime import metrics
 from worker.jobs import Kind
 from worker.outcomes import Done, Ended, Ending, JobStatus, Result, describe, elapsed, limit_rule

@@ -65,8 +65,8 @@ def _analyze_all(args: argparse.Namespace, config: Config) -> int:
     statement (documents_reanalyze: not those in the trash, split batches, nor those with
     one queued already); counted first, and confirmed above CONFIRM_ABOVE."""
     from ingestd.daemon.wiring import open_database
+    from ingestd.jobkinds import JobKind
     from ingestd.queue.enqueue import enqueue_each
-    from ingestd.queue.kinds import JobKind
 
     payload = {"force": args.force, "reanalysis": True, "redeliver": args.redeliver}
 
@@ -118,8 +118,8 @@ def cmd_documents_split(args: argparse.Namespace) -> int:
 
     from ingestd.config.split import SplitPolicy
     from ingestd.daemon.wiring import open_database
+    from ingestd.jobkinds import JobKind
     from ingestd.queue.enqueue import enqueue
-    from ingestd.queue.kinds import JobKind
 
     config = load(args)
     queued: list[dict[str, int]] = []

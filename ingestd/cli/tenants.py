@@ -25,9 +25,9 @@ from ingestd.archive import retention
 from ingestd.config.settings import Config
 from ingestd.db.database import Tx
 from ingestd.errors import ExitCode, TenantError
+from ingestd.jobkinds import JobKind
 from ingestd.people import accounts
 from ingestd.queue.enqueue import enqueue
-from ingestd.queue.kinds import JobKind
 from ingestd.states import TenantStatus
 from ingestd.tenants import lookup, signing
 

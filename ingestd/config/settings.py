@@ -27,7 +27,7 @@ from ingestd.config.rules import (
     WorkflowRule,
 )
 from ingestd.config.split import SourceSplit, SplitPolicy, effective
-from ingestd.queue.kinds import JobKind
+from ingestd.jobkinds import JobKind
 
 FileType = Literal["pdf", "tiff", "jpeg", "png"]
 # Which date a document gets when its file name and its text both have one.

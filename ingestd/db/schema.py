@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ingestd import jobkinds
 from ingestd.db import sql
 from ingestd.db.database import Database, jsonb
 from ingestd.errors import DatabaseError
-from ingestd.queue import kinds
 
 # Any constant works; it only has to be the same in every ingestd process so that two
 # processes starting at once (daemon + workers under systemd) migrate one after another.
@@ -64,7 +64,7 @@ def migrate(db: Database) -> MigrationReport:
             )
             applied.append(f"{mig.version:04d}_{mig.name}")
         version = max([0, *done, *(m.version for m in sql.migrations())])
-        # Facts about job kinds are declared in Python (ingestd.queue.kinds); the SQL reads
+        # Facts about job kinds are declared in Python (ingestd.jobkinds); the SQL reads
         # them from job_kinds (migration 0023), written here, under the same lock.
-        tx.run("job_kinds_sync", {"kinds": jsonb(kinds.table_rows())})
+        tx.run("job_kinds_sync", {"kinds": jsonb(jobkinds.table_rows())})
     return MigrationReport(applied=applied, current_version=version)

@@ -20,9 +20,9 @@ from ingestd.filenames.titles import FilenameInfo
 from ingestd.intake import filetypes
 from ingestd.intake.items import IntakeItem, Reason, Refused
 from ingestd.intake.tags import tag_names
+from ingestd.jobkinds import JobKind
 from ingestd.log import new_trace_id
 from ingestd.queue.enqueue import job_body
-from ingestd.queue.kinds import JobKind
 from ingestd.textsafe import recordable_text
 
 

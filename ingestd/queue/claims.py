@@ -22,7 +22,7 @@ from ingestd.config.settings import WorkerConfig
 from ingestd.db import sql
 from ingestd.db.database import Database, Tx, connect_once
 from ingestd.errors import DatabaseUnavailable, ExitCode, IngestdError
-from ingestd.queue.kinds import DEFAULT_FAILED_EVENT, JobKind
+from ingestd.jobkinds import DEFAULT_FAILED_EVENT, JobKind
 from ingestd.queue.pools import EVERYTHING, Scope, lane_application_name
 from ingestd.textsafe import recordable_text
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from ingestd.db.database import Tx, jsonb
 from ingestd.errors import IngestdError
-from ingestd.queue.kinds import RETIRED_KINDS, JobKind
+from ingestd.jobkinds import RETIRED_KINDS, JobKind
 
 
 class JobKindRetired(IngestdError):

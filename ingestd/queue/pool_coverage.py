@@ -10,8 +10,8 @@ tenants and the kinds, decided as the claim decides (``Scope.serves``).
 from __future__ import annotations
 
 from ingestd.config.settings import DEFAULT_POOL, WorkerConfig
+from ingestd.jobkinds import SYSTEM_TENANT, JobKind
 from ingestd.queue import pools
-from ingestd.queue.kinds import SYSTEM_TENANT, JobKind
 
 # A name no config can give a tenant: stands for every tenant no pool is dedicated to.
 _ANY_OTHER = "\x00other"

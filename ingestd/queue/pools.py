@@ -6,7 +6,7 @@ serves every tenant no pool is dedicated to; ``default`` is such a pool, the one
 started without ``--pool`` serves, and it exists whether or not the config lists it.
 
 Each worker process of a pool runs ``workers`` lanes for the pool's kinds and
-``short_lanes`` more for its short kinds only (ingestd.queue.kinds.SHORT_KINDS), so a
+``short_lanes`` more for its short kinds only (ingestd.jobkinds.SHORT_KINDS), so a
 provision-tenant or a webhook delivery never waits behind a 300-page OCR. Each lane
 claims within a scope (``Scope``); a scope's ``share`` names the serving state the claim
 keeps (every tenant's virtual pass, migration 0014): a pool's short lanes keep their own,
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from ingestd.config.settings import DEFAULT_POOL, PoolConfig, WorkerConfig
 from ingestd.errors import ConfigError
-from ingestd.queue.kinds import SHORT_KINDS
+from ingestd.jobkinds import SHORT_KINDS
 
 METRICS_OFFSET_STEP = 10  # pool i (1-based in the list) serves /metrics at offset 10 x i
 _INSTANCE = re.compile(r"^(?P<pool>.+?)(?:-(?P<n>[0-9]+))?$")

@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ingestd.db.database import Tx
+from ingestd.jobkinds import JobKind
 from ingestd.queue.enqueue import enqueue
-from ingestd.queue.kinds import JobKind
 
 
 @dataclass(frozen=True, slots=True)

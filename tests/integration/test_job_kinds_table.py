@@ -1,4 +1,4 @@
-"""job_kinds (migration 0023) holds exactly the facts of ingestd/queue/kinds.py.
+"""job_kinds (migration 0023) holds exactly the facts of ingestd/jobkinds.py.
 
 migrate writes them (query job_kinds_sync), so the SQL that needs a kind's facts (which
 jobs move their document's status, the event of a failure) reads what Python declares
@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from ingestd import jobkinds
 from ingestd.db.database import Database
 from ingestd.db.schema import migrate
-from ingestd.queue import kinds
 
 
 def _table(db: Database) -> list[dict[str, Any]]:
@@ -24,7 +24,7 @@ def _table(db: Database) -> list[dict[str, Any]]:
 
 
 def _declared() -> list[dict[str, Any]]:
-    return sorted(kinds.table_rows(), key=lambda r: str(r["kind"]))
+    return sorted(jobkinds.table_rows(), key=lambda r: str(r["kind"]))
 
 
 def test_the_table_says_what_kinds_py_says(db: Database) -> None:
@@ -34,7 +34,7 @@ def test_the_table_says_what_kinds_py_says(db: Database) -> None:
     assert by_kind["deliver-webhook"]["failed_event"] == "delivery.failed"
     assert by_kind["notify"]["failed_event"] is None
     assert not by_kind["purge-document"]["tracks_document"]
-    assert {k for k, r in by_kind.items() if r["short"]} == {str(k) for k in kinds.SHORT_KINDS}
+    assert {k for k, r in by_kind.items() if r["short"]} == {str(k) for k in jobkinds.SHORT_KINDS}
 
 
 def test_migrate_sets_a_changed_table_right(db: Database) -> None:
@@ -62,8 +62,8 @@ def test_tracks_document_reads_the_table(db: Database) -> None:
     with db.transaction() as tx:
         rows = tx.raw(
             "SELECT k, ingestd_tracks_document(k) AS t FROM unnest(%(k)s::text[]) AS k",
-            {"k": [*(str(k) for k in kinds.JobKind), "plugin-kind"]},
+            {"k": [*(str(k) for k in jobkinds.JobKind), "plugin-kind"]},
         )
     got = {r["k"]: r["t"] for r in rows}
-    want = {str(k): v for k, v in kinds.TRACKS_DOCUMENT.items()} | {"plugin-kind": True}
+    want = {str(k): v for k, v in jobkinds.TRACKS_DOCUMENT.items()} | {"plugin-kind": True}
     assert got == want

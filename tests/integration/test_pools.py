@@ -11,9 +11,9 @@ import pytest
 
 from ingestd.config.settings import WorkerConfig
 from ingestd.db.database import Database
+from ingestd.jobkinds import SHORT_KINDS, JobKind
 from ingestd.queue import pools
 from ingestd.queue.claims import Job, Queue
-from ingestd.queue.kinds import SHORT_KINDS, JobKind
 from tests.conftest import run_cli
 from tests.fixtures.queue import make_jobs
 

@@ -20,8 +20,8 @@ from ingestd.errors import TenantNotActive, TenantNotFound
 from ingestd.filenames.titles import TitleRules
 from ingestd.intake.ingest import Intake
 from ingestd.intake.items import IntakeItem, Outcome
+from ingestd.jobkinds import JobKind
 from ingestd.queue.enqueue import enqueue
-from ingestd.queue.kinds import JobKind
 from ingestd.tenants import signing
 from tests.conftest import Env, run_cli
 from tests.fixtures.drain import run_once

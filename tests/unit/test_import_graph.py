@@ -22,7 +22,7 @@ LAYERS: list[list[str]] = [
         "ingestd.passwords",
         "ingestd.durable",
         "ingestd.filenames",  # titles and dates from file names, scanners' auto-names
-        "ingestd.queue.kinds",  # the job kinds (SQL and config name them)
+        "ingestd.jobkinds",  # the job kinds and their facts (SQL and config name them)
     ],
     ["ingestd.db"],  # the pool, the schema, the embedded cluster, the SQL files
     ["ingestd.config"],  # the config schema (checks conninfo with db's parser)
@@ -193,6 +193,14 @@ def test_the_checker_sees_a_cycle_and_an_upward_import() -> None:
     assert _layer("ingestd.sources.sftp.vfs") > _layer("ingestd.intake.ingest")  # type: ignore[operator]
     assert _layer("worker.runner") > _layer("ingestd.daemon.serve")  # type: ignore[operator]
     assert _layer("ingestd.cli.main") > _layer("worker.runner")  # type: ignore[operator]
+
+
+def test_the_layer_table_names_whole_packages() -> None:
+    """No special cases: each line of LAYERS is a package (or a top-level module) of
+    ingestd, or worker; a module that belongs lower than its package moves instead."""
+    names = [name for layer in LAYERS for name in layer]
+    assert [n for n in names if n != "worker" and n.count(".") > 1] == []
+    assert len(names) == len(set(names))
 
 
 def test_no_private_name_is_imported_from_another_module() -> None:

@@ -4,8 +4,8 @@ one declaration (issue 29)."""
 from __future__ import annotations
 
 from ingestd.config.settings import WorkerConfig
+from ingestd.jobkinds import LENGTHS, SHORT_KINDS, JobKind, Length
 from ingestd.queue import pools
-from ingestd.queue.kinds import LENGTHS, SHORT_KINDS, JobKind, Length
 
 
 def test_every_job_kind_declares_its_length() -> None:
@@ -37,7 +37,7 @@ def test_every_claim_passes_the_declared_short_kinds() -> None:
 def test_the_registry_fails_each_kind_with_its_declared_event() -> None:
     """worker.jobs registers every built-in kind with the failed_event of FAILED_EVENTS,
     the table the rescue of expired leases reads (job_kinds, migration 0023)."""
-    from ingestd.queue.kinds import DEFAULT_FAILED_EVENT, FAILED_EVENTS
+    from ingestd.jobkinds import DEFAULT_FAILED_EVENT, FAILED_EVENTS
     from worker import jobs
 
     registry = jobs.load()
@@ -49,7 +49,7 @@ def test_the_registry_fails_each_kind_with_its_declared_event() -> None:
 
 def test_table_rows_hold_every_fact_of_every_kind() -> None:
     """One row per JobKind, from SHORT_KINDS, TRACKS_DOCUMENT and FAILED_EVENTS."""
-    from ingestd.queue.kinds import FAILED_EVENTS, TRACKS_DOCUMENT, table_rows
+    from ingestd.jobkinds import FAILED_EVENTS, TRACKS_DOCUMENT, table_rows
 
     rows = {r["kind"]: r for r in table_rows()}
     assert set(rows) == {str(k) for k in JobKind}

@@ -20,9 +20,9 @@ from typing import Any
 from ingestd.config.settings import Config
 from ingestd.db.database import Database, Tx
 from ingestd.errors import IngestdError
+from ingestd.jobkinds import DEFAULT_FAILED_EVENT, RETIRED_KINDS
 from ingestd.log import Logger
 from ingestd.queue.claims import Job
-from ingestd.queue.kinds import DEFAULT_FAILED_EVENT, RETIRED_KINDS
 from ingestd.states import TenantStatus
 
 
@@ -86,7 +86,7 @@ class Kind:
     tenant_status: frozenset[str]
     apply: Applier | None = None
     # The operator event written when a job of this kind fails for good (None: none); a
-    # built-in kind's is ingestd.queue.kinds.FAILED_EVENTS (a test holds them equal).
+    # built-in kind's is ingestd.jobkinds.FAILED_EVENTS (a test holds them equal).
     failed_event: str | None = DEFAULT_FAILED_EVENT
     count: Counter | None = None
 

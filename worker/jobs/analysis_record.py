@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ingestd.db.database import Tx
+from ingestd.jobkinds import JobKind
 from ingestd.queue.claims import Job
 from ingestd.queue.enqueue import enqueue
-from ingestd.queue.kinds import JobKind
 
 
 @dataclass(frozen=True, slots=True)

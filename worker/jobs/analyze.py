@@ -44,8 +44,8 @@ from ingestd.archive import derived, retention
 from ingestd.archive.backends import make_archive
 from ingestd.config.settings import Config, DateSource
 from ingestd.filenames.titles import TitleRules, parse_filename
+from ingestd.jobkinds import JobKind
 from ingestd.queue.claims import Job
-from ingestd.queue.kinds import JobKind
 from ingestd.runtime import metrics
 from worker.analysis import ocr
 from worker.analysis.content_title import title_from_text

@@ -14,8 +14,8 @@ from typing import Any
 
 from ingestd.config.rules import WebhookConfig
 from ingestd.db.database import Tx
+from ingestd.jobkinds import FAILED_EVENTS, JobKind
 from ingestd.queue.claims import Job
-from ingestd.queue.kinds import FAILED_EVENTS, JobKind
 from ingestd.states import TenantStatus
 from worker.jobs import JobContext, PermanentError, register
 from worker.webhooks import deliver_webhook

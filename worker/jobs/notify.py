@@ -13,8 +13,8 @@ import uuid
 
 from ingestd.config.settings import Config
 from ingestd.db.database import Database
+from ingestd.jobkinds import FAILED_EVENTS, JobKind
 from ingestd.queue.enqueue import enqueue
-from ingestd.queue.kinds import FAILED_EVENTS, JobKind
 from ingestd.states import TenantStatus
 from worker.jobs import JobContext, PermanentError, register
 from worker.notify import Event, deliver, find_sink, matching_sinks

@@ -24,8 +24,8 @@ from ingestd.archive.backends import make_archive
 from ingestd.archive.store import remove_tree
 from ingestd.db.database import Tx
 from ingestd.errors import ArchiveLocked
+from ingestd.jobkinds import JobKind
 from ingestd.queue.claims import Job
-from ingestd.queue.kinds import JobKind
 from worker.jobs import JobContext, PermanentError, register
 from worker.jobs.analyze import derived_dir
 

@@ -41,9 +41,9 @@ from ingestd.archive.store import remove_tree
 from ingestd.config.split import SplitPolicy
 from ingestd.db.database import Tx
 from ingestd.intake.tags import link_tags
+from ingestd.jobkinds import JobKind
 from ingestd.queue.claims import Job
 from ingestd.queue.enqueue import enqueue
-from ingestd.queue.kinds import JobKind
 from ingestd.runtime import metrics
 from ingestd.runtime.faults import crashpoint
 from ingestd.tenants import lookup

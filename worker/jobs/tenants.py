@@ -31,9 +31,9 @@ from ingestd.archive.store import remove_tree
 from ingestd.config.settings import TENANT_NAME, Config
 from ingestd.db.database import Tx, jsonb
 from ingestd.errors import ArchiveLocked, IngestdError
+from ingestd.jobkinds import JobKind
 from ingestd.people import capabilities
 from ingestd.queue.claims import Job
-from ingestd.queue.kinds import JobKind
 from ingestd.states import TenantStatus
 from ingestd.tenants import signing
 from worker.jobs import JobContext, PermanentError, register

@@ -448,7 +448,7 @@ CREATE TABLE queue_clocks (
 )
 WITH (fillfactor='50', autovacuum_vacuum_scale_factor='0.0', autovacuum_vacuum_threshold='500');
 
--- Facts about the job kinds, declared in Python (ingestd.queue.kinds) and written here at
+-- Facts about the job kinds, declared in Python (ingestd.jobkinds) and written here at
 -- every migrate (query job_kinds_sync): whether a kind is short, whether its jobs move
 -- their document's processing_status, and the operator event of its failure (NULL:
 -- none). Kinds from plugins have no row (they track their document, default event).
@@ -531,7 +531,7 @@ END $$;
 
 -- The claim within a scope: p_tenants (NULL: every tenant not in p_exclude), p_kinds
 -- (NULL: every kind); p_pool is recorded on the job, p_share keys the serving order;
--- p_short_kinds (ingestd.queue.kinds.SHORT_KINDS) are the kinds a tenant's cap neither
+-- p_short_kinds (ingestd.jobkinds.SHORT_KINDS) are the kinds a tenant's cap neither
 -- counts nor holds back. force_generic_plan: the generic plan is the right one (every
 -- lookup is an index probe) and a custom plan per call doubled the claim's time.
 CREATE FUNCTION ingestd_claim(
@@ -670,7 +670,7 @@ BEGIN
     RETURN NULL;
 END $$;
 
--- Seed 004's kinds now run inside analyze-document (ingestd.queue.kinds.RETIRED_KINDS).
+-- Seed 004's kinds now run inside analyze-document (ingestd.jobkinds.RETIRED_KINDS).
 CREATE FUNCTION ingestd_refuse_retired_kind() RETURNS trigger
     LANGUAGE plpgsql
     AS $$

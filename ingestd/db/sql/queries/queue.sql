@@ -13,7 +13,7 @@ RETURNING id;
 -- caller looks it up with job_tenant. Never an inner join: the claimed job would be lost.
 -- The scope (ingestd.queue.pools.Scope): the pool recorded on the job, the share whose
 -- serving order it follows, the tenants (NULL: all but those excluded) and kinds (NULL: all);
--- short_kinds: ingestd.queue.kinds.SHORT_KINDS (migration 0016), never listed in SQL.
+-- short_kinds: ingestd.jobkinds.SHORT_KINDS (migration 0016), never listed in SQL.
 SELECT c.*, t.name AS tenant, t.status AS tenant_status
 FROM ingestd_claim(%(worker)s, make_interval(secs => %(lease)s), %(tenant_cap)s,
                    %(pool)s, %(share)s, %(tenants)s::text[], %(exclude)s::text[],
@@ -142,7 +142,7 @@ WITH j AS (
 ), e AS (
     -- Failed for good (a file that kills its worker every time): the operator hears of it.
     INSERT INTO operator_events (type, severity, tenant, detail, trace_id)
-    -- The kind's event from job_kinds (ingestd.queue.kinds.FAILED_EVENTS; none for a
+    -- The kind's event from job_kinds (ingestd.jobkinds.FAILED_EVENTS; none for a
     -- notification, which would notify about notifying); a kind without a row (a
     -- plugin's) gets the default, %(failed_event)s.
     SELECT CASE WHEN k.kind IS NULL THEN %(failed_event)s ELSE k.failed_event END,
@@ -291,7 +291,7 @@ LEFT JOIN lanes l ON l.pool = p.pool
 GROUP BY p.pool;
 
 -- name: job_kinds_sync
--- The facts of ingestd.queue.kinds (table_rows, as JSON) into job_kinds: rows for kinds
+-- The facts of ingestd.jobkinds (table_rows, as JSON) into job_kinds: rows for kinds
 -- no longer declared go, changed ones are updated, equal ones are not written at all.
 WITH facts AS (
     SELECT f.kind, f.short, f.tracks_document, f.failed_event
