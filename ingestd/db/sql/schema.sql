@@ -8,8 +8,8 @@
 --
 -- The migrations table (schema_migrations) is the migrations runner's own
 -- (ingestd/db/schema.py) and is not listed. Facts kept in Python and only passed in are
--- said where they are used (short kinds: ingestd/queue/kinds.py, every claim passes them);
--- the rows of job_kinds are written from ingestd/queue/kinds.py at every migrate.
+-- said where they are used (short kinds: ingestd/jobkinds.py, every claim passes them);
+-- the rows of job_kinds are written from ingestd/jobkinds.py at every migrate.
 
 -- pg_trgm ships with PostgreSQL and is a trusted extension: the database's owner may
 -- create it. Trigram indexes find query words inside compound words and file names.

@@ -1,4 +1,4 @@
--- Operator events: the outbox of notifications (ingestd/ops, worker/jobs).
+-- Operator events: the outbox of notifications (ingestd/events, worker/jobs).
 -- Named queries: each starts with "-- name: <name>"; psycopg's %(param)s placeholders.
 
 -- name: operator_event_insert
