@@ -79,8 +79,8 @@ import time
 from dataclasses import dataclass, field
 
 from bench._common import bench_cluster, median, print_table, run_main
-from bench.queue_fairness import caps, fairness, lanes, newcomer, weights
-from bench.queue_harness import (
+from bench._queue_fairness import caps, fairness, lanes, newcomer, weights
+from bench._queue_harness import (
     CAP,
     CAP_HOLD,
     CAP_WEIGHT,
@@ -99,14 +99,14 @@ from bench.queue_harness import (
     order,
     pgq_venv,
 )
-from bench.queue_speed import (
+from bench._queue_speed import (
     latency,
     runner_available,
     throughput_pgq,
     throughput_queue,
     throughput_runner,
 )
-from bench.queue_workers import worker_main
+from bench._queue_workers import worker_main
 
 
 # -- main -------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 from bench._common import BenchError, median
-from bench.queue_harness import (
+from bench._queue_harness import (
     CAP,
     CAP_HOLD,
     CAP_TENANTS,
@@ -32,7 +32,7 @@ from bench.queue_harness import (
     order,
     tenants,
 )
-from bench.queue_workers import Procs, processes, worker_argvs
+from bench._queue_workers import Procs, processes, worker_argvs
 from ingestd.db.database import Database
 from ingestd.jobkinds import JobKind
 from ingestd.queue.enqueue import enqueue

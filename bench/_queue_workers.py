@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from bench._common import BenchError
-from bench.queue_harness import (
+from bench._queue_harness import (
     ANY_QUEUED,
     EMPTY_SLEEP,
     FIFO_CLAIM,

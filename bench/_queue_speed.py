@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from bench._common import BenchError, median
-from bench.queue_harness import (
+from bench._queue_harness import (
     FIFO_INDEX,
     INGESTD,
     KIND,
@@ -31,7 +31,7 @@ from bench.queue_harness import (
     pct,
     tenants,
 )
-from bench.queue_workers import processes, worker_argvs
+from bench._queue_workers import processes, worker_argvs
 from ingestd.config.settings import WorkerConfig
 from ingestd.db import sql
 from ingestd.db.database import Database
