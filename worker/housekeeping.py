@@ -69,8 +69,14 @@ class Housekeeper:
         """Both now (also what --drain does before it counts what is left)."""
         config = self.config()
         self.next_rescue = time.monotonic() + min(RESCUE_EVERY_MAX, config.worker.lease_seconds / 2)
-        rescue(self.queue(), self.log)
-        relay(self.db, config, self.log)
+        rescue_and_relay(self.queue(), self.db, config, self.log)
+
+
+def rescue_and_relay(queue: Queue, db: Database, config: Config, log: FilteringBoundLogger) -> None:
+    """Expired leases taken back, then new operator events relayed: the two steps on the
+    rescue's clock (and what --drain does before it counts what is left)."""
+    rescue(queue, log)
+    relay(db, config, log)
 
 
 def rescue(queue: Queue, log: FilteringBoundLogger) -> None:

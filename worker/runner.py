@@ -255,8 +255,7 @@ class Runner:
         """(ready, running) in this lane's scope, over all workers, after a rescue pass:
         --drain ends only when nothing is ready and no job of any worker still runs (a
         dead worker's job is rescued and run first)."""
-        housekeeping.rescue(self.queue, self.log)
-        housekeeping.relay(self.db, self.config, self.log)
+        housekeeping.rescue_and_relay(self.queue, self.db, self.config, self.log)
         return housekeeping.queue_counts(self.db, self.scope)
 
     def _serves(self) -> dict[str, object]:
