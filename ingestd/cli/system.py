@@ -69,10 +69,12 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     from ingestd.archive.export_check import fingerprint
     from ingestd.daemon.wiring import open_database
     from ingestd.db.schema import migrate
+    from ingestd.intake import policy_backfill
 
     config = load(args)
     with open_database(config, migrate_schema=False) as db:
         report = migrate(db)
+        policy_backfill.backfill(config, db)  # documents recorded before 0024
         # The sealing key exists before the first backup: made here when none ever was.
         made = sealkey.ensure_key(db, config.paths.state_dir)
     key = fingerprint(made) if made else None

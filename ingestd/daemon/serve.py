@@ -39,6 +39,7 @@ from ingestd.errors import (
     StateUnusable,
 )
 from ingestd.events.outbox import EventLog
+from ingestd.intake import policy_backfill
 from ingestd.log import Logger
 from ingestd.ops import preflight
 from ingestd.ops.metrics_server import (
@@ -95,6 +96,9 @@ def _after_migrate(config: Config, db: Database, logger: Logger) -> None:
     """Once the database answers: the config's tenants checked, and the sealing key made
     if none was ever made (so the first backup holds it; ``sealkey.ensure_key``)."""
     preflight.after_migrate(config, db, logger)
+    filled = policy_backfill.backfill(config, db)  # once after the upgrade to 0024
+    if filled:
+        logger.info("documents.date_policy_filled", documents=filled)
     try:
         made = sealkey.ensure_key(db, config.paths.state_dir)
     except IngestdError as exc:  # a key file it cannot write: the first seal says so again

@@ -14,6 +14,7 @@ from ingestd.db.pgcluster import EmbeddedPostgres
 from ingestd.db.schema import migrate
 from ingestd.errors import DatabaseUnavailable
 from ingestd.filenames.titles import TitleRules
+from ingestd.intake import policy_backfill
 from ingestd.intake.ingest import Intake
 
 
@@ -56,6 +57,7 @@ def open_database(
         try:
             if migrate_schema:
                 migrate(db)
+                policy_backfill.backfill(config, db)  # once after the upgrade to 0024
             yield db
         finally:
             db.close()

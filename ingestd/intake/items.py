@@ -9,6 +9,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from ingestd.config.settings import DateSource
 from ingestd.config.split import SplitPolicy
 from ingestd.errors import ExitCode, IngestdError
 
@@ -61,6 +62,10 @@ class IntakeItem:
     # Its source's split policy: a PDF or TIFF is then a batch, split by a split-batch
     # job into documents (None: one document, analysed as it is).
     split: SplitPolicy | None = None
+    # Its source's date_source (``watch[].date_source``, ``sftp.accounts[].date_source``):
+    # recorded with the document, so its analysis dates it as the source said when the
+    # file arrived (migration 0024).
+    date_source: DateSource = "filename-first"
     # When the file reached its source (the SFTP upload's CLOSE, a hot folder file first
     # seen); None: now. Its arrival row keeps the earliest (ingestd/arrivals/record.py).
     arrived: datetime | None = None
@@ -72,6 +77,15 @@ class IntakeItem:
     @property
     def source_kind(self) -> str:
         return self.source.split(":", 1)[0]
+
+
+@dataclass(frozen=True, slots=True)
+class SourcePolicy:
+    """What a hot folder or an SFTP account decides for the files it hands over, as
+    values to freeze into each ``IntakeItem``: its split policy and its date source."""
+
+    split: SplitPolicy | None = None
+    date_source: DateSource = "filename-first"
 
 
 @dataclass(frozen=True, slots=True)

@@ -109,6 +109,9 @@ class IntakeRecord:
             "archive_path": archived.relpath,
             "title": self.name.title,
             "issued_date": self.name.issued,
+            # What the analysis needs to date the document, frozen here (migration 0024).
+            "date_policy": self.item.date_source,
+            "name_date": self.name.issued,
             "trace_id": item.trace,
             "job_kind": str(self.plan.kind),
             "job_payload": jsonb(self.plan.body(item.trace)),

@@ -196,21 +196,54 @@ def test_the_sources_date_source_decides_file_name_or_text(
 ) -> None:
     """A hot folder's date_source reaches analysis: filename-first (the default) keeps the
     date of `2026-11-03 Rechnung.pdf` (and a scanner's `Scan_20261124_...`) over the one in
-    the text, text-first takes the text's; the file name's stays when the text has none."""
+    the text, text-first takes the text's; the file name's stays when the text has none.
+    The setting and the file name's date are recorded with the document as it arrives
+    (0024): a re-analysis after the folder's setting changed dates it as before."""
     folder = tmp_path / "hot"
     folder.mkdir()
     watch = {"path": str(folder), "tenant": tenant, "date_source": setting}
-    env: Env = make_env(worker=WORKER, analysis=ANALYSIS, watch=[watch])
+    env: Env = make_env(
+        worker=WORKER,
+        analysis=ANALYSIS,
+        watch=[watch],
+        hotfolders={"stable_seconds": 0.5, "poll_interval": 0.3, "retry_max_delay": 2},
+    )
     files = {
         "2026-11-03 Rechnung Telekom.pdf": ["Telekom Deutschland GmbH", "Datum: 15.01.2025"],
         "Scan_20261124_101500.pdf": ["Telekom Deutschland GmbH", "Bonn, den 03.11.2026"],
         "2026-11-05 Notiz.pdf": ["Bitte zurückrufen", "Kundennummer 58"],
     }
-    ids = [
-        _ingest(env, db, text_pdf(env.root / "in" / name, [lines]), source=f"watch:{folder}")
-        for name, lines in files.items()
-    ]
+    hot_db = Database(env.db_url, max_size=2).open()
+    hot = HotFolders(env.config, make_intake(env.config, hot_db))
+    hot.start()
+    try:
+        for name, lines in files.items():
+            text_pdf(folder / name, [lines])
+        wait_until(lambda: _one(db, "SELECT count(*) AS n FROM documents")["n"] == 3, 60)
+    finally:
+        hot.stop()
+        hot_db.close()
+    by_name = {
+        r["original_filename"]: r["id"]
+        for r in _rows(db, "SELECT id, original_filename FROM documents")
+    }
+    ids = [by_name[name] for name in files]
     _drain(env, db)
+    docs = [_doc(db, doc_id) for doc_id in ids]
+    assert all(d["job_status"] == "done" for d in docs), [d["error_message"] for d in docs]
+    assert [str(d["issued_date"]) for d in docs] == expected
+    assert [d["date_policy"] for d in docs] == [setting or "filename-first"] * 3
+    assert [str(d["name_date"]) for d in docs] == ["2026-11-03", "2026-11-24", "2026-11-05"]
+
+    # The folder's setting turned around: documents already archived keep theirs.
+    flipped = "filename-first" if setting == "text-first" else "text-first"
+    again: Env = make_env(
+        worker=WORKER, analysis=ANALYSIS, watch=[{**watch, "date_source": flipped}]
+    )
+    for doc_id in ids:
+        proc = run_cli(again, "documents", "analyze", "--tenant", tenant, str(doc_id))
+        assert proc.returncode == 0, proc.stderr
+    _drain(again, db)
     docs = [_doc(db, doc_id) for doc_id in ids]
     assert all(d["job_status"] == "done" for d in docs), [d["error_message"] for d in docs]
     assert [str(d["issued_date"]) for d in docs] == expected

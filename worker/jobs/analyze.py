@@ -30,20 +30,13 @@ not tell receivers about old documents again.
 
 from __future__ import annotations
 
-import contextlib
 import datetime
-import hashlib
-import json
-import os
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ingestd.archive import derived, retention
+from ingestd.archive import retention
 from ingestd.archive.backends import make_archive
-from ingestd.config.settings import Config, DateSource
-from ingestd.filenames.titles import TitleRules, parse_filename
 from ingestd.jobkinds import JobKind
 from ingestd.queue.claims import Job
 from ingestd.runtime import metrics
@@ -52,16 +45,13 @@ from worker.analysis.content_title import title_from_text
 from worker.analysis.dates import date_from_text
 from worker.analysis.taxonomy import match_rules
 from worker.analysis.workflows import DocumentFacts, apply_step, event_payload, plan
-from worker.jobs import JobContext, LimitReached, NeedsAttention, PermanentError, register
+from worker.jobs import JobContext, LimitReached, NeedsAttention, register
+from worker.jobs.analysis_input import JobDocument, SavedText, derived_dir, verify_original
 from worker.jobs.analysis_record import Analysis, DateChange, Delivery, TitleChange, apply_analysis
-
-CHUNK = 1 << 20
-TEXT_FILE = "text.json"
-TEXT_FORMAT = 1
 
 
 def _derive_title(
-    doc: dict[str, Any], derive_title: bool, text: str, max_length: int, data: Analysis
+    doc: JobDocument, derive_title: bool, text: str, max_length: int, data: Analysis
 ) -> str:
     """The document's title after this analysis; sets data's title fields.
 
@@ -71,12 +61,12 @@ def _derive_title(
     placeholder when the text no longer gives one. Any other title is a person's, a
     workflow's or the file name's (invariant 5) and is kept.
     """
-    title = str(doc["title"])
-    placeholder: str | None = doc["placeholder_title"]
-    if placeholder is None and derive_title and doc["derived_title"] is None:
+    title = doc.title
+    placeholder = doc.placeholder_title
+    if placeholder is None and derive_title and doc.derived_title is None:
         placeholder = title  # the first analysis of an auto-named scan
     data.placeholder_title, data.derived_title = placeholder, None
-    if placeholder is None or title not in (placeholder, doc["derived_title"]):
+    if placeholder is None or title not in (placeholder, doc.derived_title):
         return title
     derived = title_from_text(text, max_length)
     data.derived_title = derived
@@ -86,48 +76,19 @@ def _derive_title(
     return new
 
 
-def date_source(config: Config, source: str) -> DateSource:
-    """The ``date_source`` of the hot folder or SFTP account a document came from (its
-    ``source`` as intake recorded it, which a batch's parts inherit): the setting in force
-    when it is analysed. The default for the CLI and for a source no longer configured."""
-    kind, _, name = source.partition(":")
-    if kind == "watch":
-        for folder in config.watch:
-            if str(folder.path) == name:
-                return folder.date_source
-    elif kind == "sftp":
-        for account in config.sftp.accounts:
-            if account.username == name:
-                return account.date_source
-    return "filename-first"
-
-
-def filename_date(config: Config, doc: dict[str, Any]) -> datetime.date | None:
-    """The date intake took from the document's file name (parse_filename as intake ran
-    it: the config's placeholder patterns, the day it arrived)."""
-    rules = TitleRules(config.titles.placeholder_patterns)
-    arrived = doc["created_at"].date()
-    return parse_filename(str(doc["original_filename"]), rules, today=arrived).issued
-
-
-def _derive_issued_date(
-    doc: dict[str, Any],
-    text: str,
-    data: Analysis,
-    *,
-    text_first: bool = False,
-    from_name: datetime.date | None = None,
-) -> datetime.date | None:
+def _derive_issued_date(doc: JobDocument, text: str, data: Analysis) -> datetime.date | None:
     """The issued date after this analysis (DetermineIssuedAt); sets data's date fields.
 
     Read from the text while the document has none, or has the one analysis read before;
-    a date set by a person is kept. The file name's date (``from_name``) is kept too,
-    unless ``text_first``: then the text's date replaces it, and it stays when the text
-    has none.
+    a date set by a person is kept. The file name's date (``name_date``, frozen at
+    intake) is kept too, unless its source's date policy was ``text-first``: then the
+    text's date replaces it, and it stays when the text has none.
     """
-    issued: datetime.date | None = doc["issued_date"]
+    issued = doc.issued_date
+    text_first = doc.text_first
+    from_name = doc.name_date if text_first else None
     data.derived_issued_date = None
-    ours = issued is None or issued == doc["derived_issued_date"]
+    ours = issued is None or issued == doc.derived_issued_date
     if not ours and not (text_first and issued == from_name):
         return issued  # a person's, or (filename-first) the file name's
     found = date_from_text(text)
@@ -153,60 +114,60 @@ def count_ocr(job: Job, summary: Mapping[str, Any]) -> None:
 def analyze_document(ctx: JobContext) -> None:
     job, cfg = ctx.job, ctx.config
     with ctx.db.transaction() as tx:
-        doc = tx.one("job_document", {"id": job.document_id, "tenant_id": job.tenant_id})
-    if doc is None:
+        row = tx.one("job_document", {"id": job.document_id, "tenant_id": job.tenant_id})
+    if row is None:
         raise NeedsAttention(f"document {job.document_id} of tenant {job.tenant} not found")
+    doc = JobDocument.of(row)
     force = bool(job.payload.get("force"))
-    out_dir = derived_dir(cfg.paths.derived_dir, str(doc["archive_path"]))
+    out_dir = derived_dir(cfg.paths.derived_dir, doc.archive_path)
     store = make_archive(cfg)
-    with store.reading(str(doc["archive_path"])) as original:
-        verify_original(original, doc)
-        text = None if force else load_text(out_dir, str(doc["sha256"]))
+    with store.reading(doc.archive_path) as original:
+        verify_original(
+            original, archive_path=doc.archive_path, size_bytes=doc.size_bytes, sha256=doc.sha256
+        )
+        text = None if force else SavedText.load(out_dir, doc.sha256)
         if text is None:
-            text = run_ocr(ctx, original, str(doc["mime_type"]), out_dir)
-            save_text(out_dir, str(doc["sha256"]), text)
-    pages: list[str] = text["pages"]
-    full = "\n\n".join(pages)
+            text = run_ocr(ctx, original, doc.mime_type, out_dir)
+            text.save(out_dir, doc.sha256)
+    full = text.full
     rel_dir = out_dir.relative_to(cfg.paths.derived_dir)
 
     data = Analysis(
-        pages=pages,
-        page_count=int(text["page_count"]),
-        engine=str(text["engine"]),
-        languages=str(text["languages"]),
-        searchable_pdf=str(rel_dir / text["searchable_pdf"]),
-        thumbnail=str(rel_dir / text["thumbnail"]),
+        pages=text.pages,
+        page_count=text.page_count,
+        engine=text.engine,
+        languages=text.languages,
+        searchable_pdf=str(rel_dir / text.searchable_pdf),
+        thumbnail=str(rel_dir / text.thumbnail),
     )
     title = _derive_title(doc, job.derive_title, full, cfg.analysis.title_max_length, data)
-    text_first = date_source(cfg, str(doc["source"])) == "text-first"
-    from_name = filename_date(cfg, doc) if text_first else None
-    issued = _derive_issued_date(doc, full, data, text_first=text_first, from_name=from_name)
+    issued = _derive_issued_date(doc, full, data)
 
     matches = match_rules(
         cfg.taxonomy, job.tenant, f"{title}\n{full}", regex_timeout=cfg.analysis.regex_timeout
     )
     data.taxonomy_tags = list(matches.tags)
-    correspondent = matches.correspondent or doc["correspondent"]
-    document_type = matches.document_type or doc["document_type"]
+    correspondent = matches.correspondent or doc.correspondent
+    document_type = matches.document_type or doc.document_type
     data.correspondent, data.document_type = matches.correspondent, matches.document_type
 
     facts = DocumentFacts(
         tenant=job.tenant,
-        document_id=int(doc["id"]),
-        sha256=str(doc["sha256"]),
-        filename=str(doc["original_filename"]),
-        source=str(doc["source"]),
-        subfolder=str(doc["source_subdir"]),
-        tags=tuple(sorted({*doc["tags"], *matches.tags})),
+        document_id=doc.id,
+        sha256=doc.sha256,
+        filename=doc.original_filename,
+        source=doc.source,
+        subfolder=doc.source_subdir,
+        tags=tuple(sorted({*doc.tags, *matches.tags})),
         correspondent=correspondent,
         document_type=document_type,
         title=title,
         issued_date=issued,
-        page_count=int(text["page_count"]),
+        page_count=text.page_count,
     )
     redeliver = bool(job.payload.get("redeliver"))
     first = not job.payload.get("reanalysis")
-    run_workflows(ctx, facts, set(doc["workflows_run"]), data, send=first, redeliver=redeliver)
+    run_workflows(ctx, facts, set(doc.workflows_run), data, send=first, redeliver=redeliver)
     # Now the class is known: an original locked for the tenant's default (S3 Object
     # Lock) is locked as long as its class keeps it. Before the result is written, and
     # only ever longer: a failed attempt leaves a lock too long, never too short.
@@ -216,16 +177,16 @@ def analyze_document(ctx: JobContext) -> None:
         document_type=document_type,
         correspondent=correspondent,
     )
-    until = retention.lock_until(doc["created_at"], years)
-    if until is not None and store.extend_retention(str(doc["archive_path"]), until):
+    until = retention.lock_until(doc.created_at, years)
+    if until is not None and store.extend_retention(doc.archive_path, until):
         ctx.log.info("document.lock_extended", until=until.date().isoformat(), years=years)
     ctx.data = data
     ctx.result.update(
-        pages=text["page_count"],
-        ocr=text.get("ran", False),
+        pages=text.page_count,
+        ocr=text.ran,
         # Pages read and models loaded by this attempt (0 when it reused saved text).
-        ocr_pages=text.get("ocr_pages", 0) if text.get("ran") else 0,
-        engine_loads=text.get("engine_loads", 0) if text.get("ran") else 0,
+        ocr_pages=text.ocr_pages if text.ran else 0,
+        engine_loads=text.engine_loads if text.ran else 0,
         title=data.workflow_title or (data.title.new if data.title else None),
         issued_date=issued.isoformat() if issued else None,
         tags=sorted({*data.taxonomy_tags, *data.workflow_tags}),
@@ -282,7 +243,7 @@ def run_workflows(
     data.webhooks = hooks
 
 
-def run_ocr(ctx: JobContext, original: Path, mime_type: str, out_dir: Path) -> dict[str, Any]:
+def run_ocr(ctx: JobContext, original: Path, mime_type: str, out_dir: Path) -> SavedText:
     a = ctx.config.analysis
     languages = a.languages_for(ctx.job.tenant)
     concurrency = ctx.config.worker.concurrency
@@ -316,78 +277,14 @@ def run_ocr(ctx: JobContext, original: Path, mime_type: str, out_dir: Path) -> d
     # OcrInputError (encrypted, damaged, over a limit: the document needs attention) and
     # OcrConfigError (a missing language pack: failed until an admin fixes it, then
     # `ingestd jobs retry`; check-config names it beforehand) say so themselves.
-    return {
-        "pages": res.pages,
-        "page_count": res.page_count,
-        "engine": res.engine,
-        "languages": "+".join(languages),
-        "searchable_pdf": res.searchable_pdf,
-        "thumbnail": res.thumbnail,
-        "ocr_pages": res.ocr_pages,
-        "engine_loads": res.engine_loads,
-        "ran": True,
-    }
-
-
-def derived_dir(root: Path, archive_path: str) -> Path:
-    """The document's derived folder (ingestd/archive/derived.py); a path that would
-    escape is a permanent error of the job."""
-    try:
-        return derived.folder(root, archive_path)
-    except ValueError as exc:
-        raise PermanentError(str(exc)) from None
-
-
-def load_text(out_dir: Path, sha256: str) -> dict[str, Any] | None:
-    """The text a previous attempt saved for the same bytes, or None."""
-    try:
-        saved = json.loads((out_dir / TEXT_FILE).read_text("utf-8"))
-    except (OSError, ValueError):
-        return None
-    if not isinstance(saved, dict) or saved.get("format") != TEXT_FORMAT:
-        return None
-    if saved.get("sha256") != sha256 or not isinstance(saved.get("pages"), list):
-        return None
-    if not all((out_dir / str(saved.get(k))).is_file() for k in ("searchable_pdf", "thumbnail")):
-        return None
-    saved["ran"] = False
-    return saved
-
-
-def save_text(out_dir: Path, sha256: str, text: dict[str, Any]) -> None:
-    body = json.dumps(
-        {**text, "format": TEXT_FORMAT, "sha256": sha256, "ran": None}, ensure_ascii=False
-    ).encode()
-    fd, tmp = tempfile.mkstemp(prefix=".text-", suffix=".tmp", dir=out_dir)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(body)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, out_dir / TEXT_FILE)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-
-
-def verify_original(path: Path, doc: dict[str, Any]) -> None:
-    digest = hashlib.sha256()
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except FileNotFoundError:
-        raise NeedsAttention(
-            f"archived file {doc['archive_path']} is missing; run `ingestd verify`"
-        ) from None
-    size = 0
-    try:
-        while chunk := os.read(fd, CHUNK):
-            size += len(chunk)
-            digest.update(chunk)
-    finally:
-        os.close(fd)
-    if size != doc["size_bytes"] or digest.hexdigest() != doc["sha256"]:
-        raise NeedsAttention(
-            f"archived file {doc['archive_path']} does not match its record "
-            f"(size {size}, expected {doc['size_bytes']}); run `ingestd verify`"
-        )
+    return SavedText(
+        pages=res.pages,
+        page_count=res.page_count,
+        engine=res.engine,
+        languages="+".join(languages),
+        searchable_pdf=res.searchable_pdf,
+        thumbnail=res.thumbnail,
+        ocr_pages=res.ocr_pages,
+        engine_loads=res.engine_loads,
+        ran=True,
+    )

@@ -27,7 +27,7 @@ from ingestd.errors import ArchiveLocked
 from ingestd.jobkinds import JobKind
 from ingestd.queue.claims import Job
 from worker.jobs import JobContext, PermanentError, register
-from worker.jobs.analyze import derived_dir
+from worker.jobs.analysis_input import derived_dir
 
 
 def apply_purge(tx: Tx, job: Job, data: dict[str, Any]) -> None:

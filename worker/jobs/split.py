@@ -48,7 +48,7 @@ from ingestd.runtime import metrics
 from ingestd.runtime.faults import crashpoint
 from ingestd.tenants import lookup
 from worker.jobs import JobContext, NeedsAttention, PermanentError, register
-from worker.jobs.analyze import verify_original
+from worker.jobs.analysis_input import verify_original
 from worker.limits import address_space_limit
 from worker.split.plan import Part, Plan
 from worker.split.run import split_batch
@@ -94,6 +94,9 @@ class SplitResult:
     # No separator: the batch is one document, analysed as it is (with these).
     whole_asn: int | None = None
     whole_tags: tuple[str, ...] = ()
+    # The parent's date policy, frozen at its intake: the children's too (migration 0024;
+    # a child's own name_date stays NULL, its name is ours, not the scanner's).
+    date_policy: str | None = None
 
     @property
     def whole(self) -> bool:
@@ -134,7 +137,12 @@ def split_batch_job(ctx: JobContext) -> None:
     try:
         limit = cfg.analysis.memory_limit_bytes()
         with make_archive(cfg).reading(str(doc["archive_path"])) as original:
-            verify_original(original, doc)
+            verify_original(
+                original,
+                archive_path=str(doc["archive_path"]),
+                size_bytes=int(doc["size_bytes"]),
+                sha256=str(doc["sha256"]),
+            )
             pages = page_count(original)
             if pages > cfg.analysis.max_pages:  # a page-count bomb: hours of reading
                 raise NeedsAttention(
@@ -212,6 +220,7 @@ def _result(
         children=children,
         whole_asn=whole.asn if whole else None,
         whole_tags=whole.tags if whole else (),
+        date_policy=doc["date_policy"],
     )
 
 
@@ -260,6 +269,7 @@ def apply_split(tx: Tx, job: Job, data: SplitResult) -> None:
                 "title": child.title,
                 "trace_id": data.trace,
                 "asn": child.asn,
+                "date_policy": data.date_policy,
             },
         )
         if doc is None:  # the tenant has these bytes already: that document is the part

@@ -213,7 +213,13 @@ CREATE TABLE documents (
     attention_reason text,
     trace_id text,
     asn bigint,
+    -- Frozen at intake (0024): the source's date_source then (NULL: recorded before
+    -- 0024, until the backfill) and the date the file name gave.
+    date_policy text,
+    name_date date,
     CONSTRAINT documents_asn_check CHECK (asn >= 0),
+    CONSTRAINT documents_date_policy_check
+        CHECK (date_policy IN ('filename-first', 'text-first')),
     CONSTRAINT documents_processing_status_check
         CHECK (processing_status IN ('queued', 'processing', 'done', 'failed', 'attention', 'split')),
     CONSTRAINT documents_sha256_check CHECK (sha256 ~ '^[0-9a-f]{64}$'),
@@ -232,6 +238,7 @@ CREATE UNIQUE INDEX documents_tenant_asn_key ON documents (tenant_id, asn) WHERE
 CREATE INDEX idx_documents_attention ON documents (tenant_id, id)
     WHERE (processing_status = 'attention');
 CREATE INDEX idx_documents_tenant_created ON documents (tenant_id, created_at);
+CREATE INDEX idx_documents_policy_unset ON documents (id) WHERE (date_policy IS NULL);
 
 -- Per-tenant tag names and their assignment to documents; `origin` says who assigned it.
 CREATE TABLE tags (
@@ -772,7 +779,8 @@ $$;
 CREATE FUNCTION intake_record(
     p_tenant_id bigint, p_tenant text, p_sha256 text, p_size bigint, p_mime text,
     p_extension text, p_filename text, p_source text, p_subdir text, p_archive_path text,
-    p_title text, p_issued date, p_trace text, p_job_kind text, p_job_payload jsonb,
+    p_title text, p_issued date, p_date_policy text, p_name_date date, p_trace text,
+    p_job_kind text, p_job_payload jsonb,
     p_derive_title boolean, p_tags text[], p_archived jsonb, p_duplicate jsonb
 ) RETURNS TABLE(document bigint, job bigint, duplicate_of bigint)
     LANGUAGE plpgsql
@@ -782,10 +790,11 @@ BEGIN
     -- one is then a duplicate instead of failing.
     INSERT INTO documents (tenant_id, sha256, size_bytes, mime_type, extension,
                            original_filename, source, source_subdir, archive_path,
-                           title, issued_date, processing_status, trace_id)
+                           title, issued_date, date_policy, name_date,
+                           processing_status, trace_id)
     VALUES (p_tenant_id, p_sha256, p_size, p_mime, p_extension,
             p_filename, p_source, p_subdir, p_archive_path,
-            p_title, p_issued, 'queued', p_trace)
+            p_title, p_issued, p_date_policy, p_name_date, 'queued', p_trace)
     ON CONFLICT ON CONSTRAINT documents_tenant_sha256_key DO NOTHING
     RETURNING id INTO document;
     IF document IS NULL THEN

@@ -32,7 +32,7 @@ from ingestd.errors import DatabaseError, TenantError
 from ingestd.events.outbox import EventLog
 from ingestd.intake.fsops import why_not_removable
 from ingestd.intake.ingest import Intake
-from ingestd.intake.items import Disposal, IntakeItem, IntakeResult
+from ingestd.intake.items import Disposal, IntakeItem, IntakeResult, SourcePolicy
 from ingestd.intake.source_file import move_source
 from ingestd.log import get_logger
 from ingestd.sources import retry
@@ -101,9 +101,13 @@ class HotFolders:
             Folder(w, Path(os.path.realpath(w.path)), w.failed_dir(state_dir)) for w in config.watch
         ]
         self.observers.desired = {f.key: f for f in folders}
-        # By configured path, re-read on every reload (a folder whose split changed keeps
-        # its observer): the policy is taken with each file, so a reload applies at once.
-        self.split_policies = {w.path: config.split_policy(w.tenant, w.split) for w in config.watch}
+        # By configured path, re-read on every reload (a folder whose split or date source
+        # changed keeps its observer): the policy is taken with each file, so a reload
+        # applies at once to files not yet taken.
+        self.policies = {
+            w.path: SourcePolicy(config.split_policy(w.tenant, w.split), w.date_source)
+            for w in config.watch
+        }
 
     def start(self) -> None:
         self.observers.sync()
@@ -178,6 +182,7 @@ class HotFolders:
 
     def _item(self, folder: Folder, path: Path, trace: str | None = None) -> IntakeItem:
         subdir = "/".join(path.relative_to(folder.cfg.path).parts[:-1])
+        policy = self.policies.get(folder.cfg.path, SourcePolicy())
         return IntakeItem(
             path=path,
             tenant=folder.cfg.tenant,
@@ -191,7 +196,8 @@ class HotFolders:
                 date_folders=folder.cfg.date_folder_tags,
             ),
             trace=trace,
-            split=self.split_policies.get(folder.cfg.path),
+            split=policy.split,
+            date_source=policy.date_source,
         )
 
     def _contained(self, folder: Folder, path: Path) -> bool:

@@ -9,9 +9,9 @@ service starts the cache with the server and stops it with the service.
 from __future__ import annotations
 
 from ingestd.config.settings import Config
-from ingestd.config.split import SplitPolicy
 from ingestd.events.outbox import EventLog
 from ingestd.intake.ingest import Intake
+from ingestd.intake.items import SourcePolicy
 from ingestd.log import get_logger
 from ingestd.sources.sftp import hostkeys
 from ingestd.sources.sftp.bans import BanList
@@ -49,18 +49,22 @@ class SftpService:
         self.tenant_status = tenant_status
         self.loop.housekeeping = self.sweep_abandoned
         self.loop.tick = self.absorb_login_failures
-        self.loop.split_of = self.split_policy
+        self.loop.policy_of = self.source_policy
 
     def absorb_login_failures(self) -> int:
         """The web console's and WebDAV's failed logins, counted towards SFTP bans."""
         server = self.server
         return server.bans.absorb_reports() if server is not None else 0
 
-    def split_policy(self, username: str, tenant: str) -> SplitPolicy | None:
-        """An upload's split policy: its account's, else its tenant's default (an account
-        removed since the upload has none of its own)."""
+    def source_policy(self, username: str, tenant: str) -> SourcePolicy:
+        """An upload's split policy (its account's, else its tenant's default) and date
+        source: an account removed since the upload has neither of its own."""
         account = self.config.sftp.account(username)
-        return self.config.split_policy(tenant, account.split if account else None)
+        if account is None:
+            return SourcePolicy(split=self.config.split_policy(tenant, None))
+        return SourcePolicy(
+            split=self.config.split_policy(tenant, account.split), date_source=account.date_source
+        )
 
     def sweep_abandoned(self) -> int:
         cfg = self.config.sftp

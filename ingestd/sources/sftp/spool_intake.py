@@ -16,11 +16,10 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 
-from ingestd.config.split import SplitPolicy
 from ingestd.errors import TenantError
 from ingestd.events.outbox import EventLog
 from ingestd.intake.ingest import Intake
-from ingestd.intake.items import IntakeItem
+from ingestd.intake.items import IntakeItem, SourcePolicy
 from ingestd.log import get_logger
 from ingestd.runtime import health, metrics
 from ingestd.sources import retry
@@ -60,9 +59,10 @@ class SpoolIntake:
         # Short, frequent work of the service (the other front doors' failed logins).
         self.tick: Callable[[], object] | None = None
         self.tick_interval = 2.0
-        # The split policy of an upload, by (account, tenant) (the service sets it from
-        # the current config: a reload applies to what is still waiting).
-        self.split_of: Callable[[str, str], SplitPolicy | None] = lambda _a, _t: None
+        # The split policy and date source of an upload, by (account, tenant) (the
+        # service sets it from the current config: a reload applies to what is still
+        # waiting).
+        self.policy_of: Callable[[str, str], SourcePolicy] = lambda _a, _t: SourcePolicy()
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._loop, name="spool-loop", daemon=True)
@@ -153,6 +153,7 @@ class SpoolIntake:
             spool_id=entry.id,
             trace=entry.id,
         )
+        policy = self.policy_of(entry.account, entry.tenant)
         item = IntakeItem(
             path=self.spool.data_path(entry),
             tenant=entry.tenant,
@@ -162,7 +163,8 @@ class SpoolIntake:
             tags=tuple(entry.tags),
             owned=True,
             trace=entry.id,
-            split=self.split_of(entry.account, entry.tenant),
+            split=policy.split,
+            date_source=policy.date_source,
             arrived=_received(entry.received_at),
         )
 

@@ -77,6 +77,7 @@ WHERE document_id = %(document_id)s AND workflow = %(workflow)s AND tenant_id = 
 -- The batch a split-batch job cuts, with what its children inherit.
 SELECT d.id, d.tenant_id, d.sha256, d.size_bytes, d.archive_path, d.original_filename,
        d.title, d.mime_type, d.source, d.source_subdir, d.trace_id, d.created_at,
+       d.date_policy,
        coalesce((SELECT array_agg(g.name ORDER BY g.name) FROM document_tags dt
                  JOIN tags g ON g.id = dt.tag_id
                  WHERE dt.document_id = d.id AND dt.origin = 'intake'), '{}') AS intake_tags
@@ -93,10 +94,10 @@ ORDER BY asn;
 -- document becomes the part, and is not analysed again).
 INSERT INTO documents (tenant_id, sha256, size_bytes, mime_type, extension,
                        original_filename, source, source_subdir, archive_path,
-                       title, processing_status, trace_id, asn)
+                       title, processing_status, trace_id, asn, date_policy)
 VALUES (%(tenant_id)s, %(sha256)s, %(size_bytes)s, 'application/pdf', 'pdf',
         %(original_filename)s, %(source)s, %(source_subdir)s, %(archive_path)s,
-        %(title)s, 'queued', %(trace_id)s, %(asn)s)
+        %(title)s, 'queued', %(trace_id)s, %(asn)s, %(date_policy)s)
 ON CONFLICT ON CONSTRAINT documents_tenant_sha256_key DO NOTHING
 RETURNING id;
 

@@ -17,13 +17,15 @@ FROM tenants t WHERE t.name = %(name)s
 FOR SHARE OF t;
 
 -- name: intake_record
--- The second and last, sent with its COMMIT: every row of the intake (migration 0012).
+-- The second and last, sent with its COMMIT: every row of the intake (migrations 0012,
+-- 0024).
 SELECT document, job, duplicate_of FROM intake_record(
     p_tenant_id => %(tenant_id)s, p_tenant => %(tenant)s, p_sha256 => %(sha256)s,
     p_size => %(size_bytes)s, p_mime => %(mime_type)s, p_extension => %(extension)s,
     p_filename => %(original_filename)s, p_source => %(source)s,
     p_subdir => %(source_subdir)s, p_archive_path => %(archive_path)s,
-    p_title => %(title)s, p_issued => %(issued_date)s, p_trace => %(trace_id)s,
+    p_title => %(title)s, p_issued => %(issued_date)s,
+    p_date_policy => %(date_policy)s, p_name_date => %(name_date)s, p_trace => %(trace_id)s,
     p_job_kind => %(job_kind)s, p_job_payload => %(job_payload)s,
     p_derive_title => %(derive_title)s, p_tags => %(tags)s::text[],
     p_archived => %(archived)s, p_duplicate => %(duplicate)s);
@@ -61,3 +63,13 @@ SELECT arrival_upsert(%(trace_id)s, %(tenant)s, %(source)s, %(origin)s, %(subdir
                       d.id, '', '', NULL) AS id
 FROM documents d
 WHERE d.tenant_id = %(tenant_id)s AND d.sha256 = %(sha256)s;
+
+-- name: documents_policy_unset
+-- Documents recorded before migration 0024, a batch at a time (policy_backfill.py).
+SELECT id, source, original_filename, created_at FROM documents
+WHERE date_policy IS NULL AND id > %(after)s
+ORDER BY id LIMIT %(limit)s;
+
+-- name: document_policy_set
+UPDATE documents SET date_policy = %(date_policy)s, name_date = %(name_date)s
+WHERE id = %(id)s AND date_policy IS NULL;

@@ -173,7 +173,8 @@ SELECT d.id, d.tenant_id, d.sha256, d.size_bytes, d.archive_path, d.original_fil
                  JOIN tags g ON g.id = dt.tag_id WHERE dt.document_id = d.id), '{}') AS tags,
        coalesce((SELECT array_agg(r.workflow ORDER BY r.workflow)
                  FROM document_workflow_runs r WHERE r.document_id = d.id), '{}') AS workflows_run,
-       dc.placeholder_title, dc.derived_title, dc.derived_issued_date
+       dc.placeholder_title, dc.derived_title, dc.derived_issued_date,
+       d.date_policy, d.name_date
 FROM documents d
 LEFT JOIN document_content dc ON dc.document_id = d.id
 LEFT JOIN correspondents c ON c.id = d.correspondent_id
