@@ -1,21 +1,24 @@
-"""One ``ingestd worker`` process running ``worker.concurrency`` jobs at once: lanes.
+"""One ``ingestd worker`` process running ``worker.concurrency`` jobs at once: job slots
+(lanes).
 
-A lane is the whole single-job worker (worker/runner.py: claim, run in its own job child,
-heartbeat, record), on a thread of this process. Each lane has its own job child, lease
-heartbeat and LISTEN connection; they share the worker id (jobs are owned by their
-attempt, not by the name; log lines carry ``lane``), the database pool, the metrics
-endpoint (lane 1 serves it) and the systemd notification socket. Housekeeping (rescue,
-relay, prune: worker/housekeeping.py) is the process's, done once on its main loop. So
-the cores stay busy when two one-page scans are queued together (two lanes, a job each),
-and one 300-page batch still uses every core (its pages on threads in its job child;
-host-wide page slots keep the total at ``worker.concurrency``,
-worker/analysis/ocr/slots.py).
+The process owns what it has once (worker/process.py): the signals, its worker id's
+session, one LISTEN connection, the metrics endpoint, reading the config on SIGHUP, and
+housekeeping (rescue, relay, prune: worker/housekeeping.py), all on this module's main
+loop. A slot (worker/runner.py: claim, run in its own job child, heartbeat its lease,
+record) runs on a thread and owns only its job child, its lease and its state (idle,
+claiming, running, recording: the STATUS line). Slots share the worker id (jobs are owned
+by their attempt, not by the name; log lines carry ``lane``), the database pool and the
+systemd notification socket. So the cores stay busy when two one-page scans are queued
+together (two slots, a job each), and one 300-page batch still uses every core (its pages
+on threads in its job child; host-wide page slots keep the total at
+``worker.concurrency``, worker/analysis/ocr/slots.py).
 
-Signals: only this module's main thread installs handlers; they set flags, the main loop
-hands a stop to every lane (``Runner.stop``: each finishes or releases its job within
-``worker.shutdown_grace``) and a reload to each (each reads the config between jobs).
-A lane that fails (its worker id in use, a bug) stops the others: systemd restarts the
-unit whole rather than leave it running at part strength unnoticed.
+Signal handlers only set flags; the main loop hands a stop to every slot
+(``Runner.stop``: each finishes or releases its job within ``worker.shutdown_grace``), a
+notification to every slot (a poke: the idle ones claim), and a reloaded config to each
+(``Runner.offer``: taken between jobs). A slot that fails (a bug) or a worker id taken by
+another process stops them all: systemd restarts the unit whole rather than leave it
+running at part strength unnoticed.
 
 Lanes serve a pool (``--pool``, ingestd/queue/pools.py): ``workers`` lanes (default
 ``worker.concurrency``) claim the pool's tenants and kinds, ``short_lanes`` more (default
@@ -35,13 +38,14 @@ from pathlib import Path
 from ingestd import log
 from ingestd.config.settings import Config
 from ingestd.db.database import Database
-from ingestd.errors import DatabaseError
-from ingestd.queue.claims import Queue, default_worker_id
-from ingestd.queue.pools import Pool, resolve
+from ingestd.errors import DatabaseError, DatabaseUnavailable
+from ingestd.queue.claims import Queue, WorkerIdInUse, default_worker_id
+from ingestd.queue.pools import Pool, resolve, worker_application_name
 from ingestd.runtime.sdnotify import Notifier
 from ingestd.runtime.signals import Flags
 from worker.child import Child
 from worker.housekeeping import Housekeeper
+from worker.process import ProcessServices
 from worker.runner import Runner
 
 TURN = 1.0  # seconds between looks at the lanes when no signal comes
@@ -136,6 +140,21 @@ class Lanes:
         self.flags = Flags()
         self.log = log.get_logger(component="worker", worker=base, pool=self.pool.name)
         board = StatusBoard([f"{i}s" if s.short else str(i) for i, s in enumerate(scopes, 1)])
+        short = sum(1 for s in scopes if s.short)
+        # One process, N slots: the services are the process's (a single slot owns them).
+        self.services = (
+            ProcessServices(
+                config,
+                db,
+                worker_id=base,
+                application_name=worker_application_name(self.pool.name, count - short, short),
+                logger=self.log,
+                config_path=config_path,
+                metrics_offset=metrics_offset,
+            )
+            if count > 1
+            else None
+        )
         self.runners = [
             Runner(
                 config,
@@ -145,11 +164,12 @@ class Lanes:
                 worker_id=base,
                 drain=drain,
                 notifier=self.notifier if count == 1 else LaneNotifier(self.notifier, lane, board),
-                metrics_offset=metrics_offset if lane == 1 else None,
+                metrics_offset=metrics_offset,
                 child=children[lane - 1] if lane <= len(children) else None,
                 lane=lane,
                 scope=scopes[lane - 1],
                 keeps_house=count == 1,
+                services=self.services,
             )
             for lane in range(1, count + 1)
         ]
@@ -166,8 +186,14 @@ class Lanes:
         self._house_failures = 0
 
     def run(self) -> int:
-        if len(self.runners) == 1:
+        if self.services is None:
             return self.runners[0].run()
+        try:
+            self.services.start(self.runners[0].config)
+        except WorkerIdInUse:
+            for r in self.runners:
+                r.child.stop()
+            raise
         self.flags.install()
         threads = [
             threading.Thread(target=self._lane, args=(r,), name=f"lane-{i}", daemon=True)
@@ -183,17 +209,16 @@ class Lanes:
                 t.start()
             stopped = False
             while any(t.is_alive() for t in threads):
-                wait = min(TURN, self.housekeeper.next_due() - time.monotonic())
-                ready, _, _ = select.select([self.flags.fileno()], [], [], max(0.0, wait))
-                if ready:
-                    self.flags.clear_wake()
+                self._turn(self.services)
                 if not stopped:
                     self._keep_house()
+                    self._check_identity(self.services)
                 if self.flags.reload.is_set():
                     self.flags.reload.clear()
-                    for r in self.runners:
-                        r.flags.reload.set()
-                        r.flags.poke()
+                    new = self.services.load_config()
+                    if new is not None:  # else logged: every slot keeps the one it has
+                        for r in self.runners:
+                            r.offer(new)
                 # A drained lane ends alone (the others see the same empty queue); a
                 # signal or a lane's error ends them all.
                 if not stopped and (self.flags.stop.is_set() or self._errors):
@@ -204,12 +229,39 @@ class Lanes:
             for t in threads:
                 t.join()
         finally:
+            self.services.close()
             self.flags.restore()
             self.flags.close()
             self.notifier.close()
         if self._errors:
             raise self._errors[0]
         return 0
+
+    def _turn(self, services: ProcessServices) -> None:
+        """Wait for a signal, a notification or the next housekeeping (a second at most);
+        a notification wakes every slot (the idle ones claim, the busy ones ignore it)."""
+        wait = min(TURN, self.housekeeper.next_due() - time.monotonic())
+        fds = [self.flags.fileno()]
+        lfd = services.listener.fileno()
+        if lfd is not None:
+            fds.append(lfd)
+        ready, _, _ = select.select(fds, [], [], max(0.0, wait))
+        if self.flags.fileno() in ready:
+            self.flags.clear_wake()
+        if lfd is not None and lfd in ready and services.listener.drain():
+            for r in self.runners:
+                r.flags.poke()
+
+    def _check_identity(self, services: ProcessServices) -> None:
+        """The worker id's session now and then; lost and taken by another process meanwhile:
+        every slot stops (a database away is retried on the next turns)."""
+        try:
+            services.check_identity()
+        except WorkerIdInUse as exc:
+            self.log.error("worker.id_in_use", error=exc.message)
+            self._errors.append(exc)
+        except DatabaseUnavailable as exc:
+            self.log.debug("worker.identity_postponed", error=exc.message)
 
     def _keep_house(self) -> None:
         """The housekeeping that is due; a database away is retried with a backoff (the

@@ -1,6 +1,8 @@
-"""The worker loop: claim fairly, run each job in the child, record the outcome.
+"""A job slot: claim fairly, run each job in the slot's child, record the outcome.
 
-One job at a time per worker process; run more processes (``ingestd-worker@N``) for more.
+One job at a time per slot; a worker process runs ``worker.concurrency`` slots
+(worker/lanes.py), a process of one slot is this loop alone (then it also holds the
+process's services, worker/process.py, and installs the signal handlers).
 
     loop: reload on SIGHUP, rescue expired leases every few seconds, prune hourly
           claim -> none: wait for NOTIFY ingestd_jobs or poll_interval (--drain: exit
@@ -14,8 +16,9 @@ pipe together with the child's pipe, the child's exit and the LISTEN socket, so 
 a result, a crash and a notification are each seen at once, without polling.
 
 Its parts: ``ingestd/runtime/signals.py`` (the flags and the wake-up pipe, the daemon's
-too), ``worker/listener.py`` (LISTEN), ``worker/heartbeat.py`` (the lease),
-``worker/child.py`` (the job child),
+too), ``worker/process.py`` (worker id, LISTEN, metrics, reading the config),
+``worker/heartbeat.py`` (the lease), ``worker/child.py`` (the job child),
+``worker/slot_status.py`` (STATUS, watchdog, STOPPING),
 ``worker/recording.py`` (writing an outcome), ``worker/housekeeping.py`` (rescue, relay,
 prune). This module is the loop that ties them together.
 """
@@ -30,14 +33,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ingestd import log
-from ingestd.config.load import load_config
 from ingestd.config.settings import Config
 from ingestd.db.database import Database
 from ingestd.errors import ConfigError, DatabaseError, DatabaseUnavailable, ExitCode, IngestdError
-from ingestd.ops.metrics_server import MetricsEndpoint
 from ingestd.queue import pools
-from ingestd.queue.claims import Job, Queue, WorkerIdentity, WorkerIdInUse
-from ingestd.queue.pools import EVERYTHING, Scope
+from ingestd.queue.claims import Job, Queue, WorkerIdInUse
+from ingestd.queue.pools import EVERYTHING, Scope, worker_application_name
 from ingestd.runtime import health
 from ingestd.runtime.sdnotify import Notifier
 from ingestd.runtime.signals import Flags
@@ -45,12 +46,10 @@ from worker import housekeeping
 from worker.child import Child, Woke
 from worker.heartbeat import Heartbeat
 from worker.jobs import Kind, load, refusal
-from worker.listener import Listener
 from worker.outcomes import Ended, Ending, Result, elapsed, number
-from worker.probes import start_metrics
+from worker.process import ProcessServices
 from worker.recording import DB_RETRY_DELAYS, record_outcome, record_refusal
-
-IDENTITY_EVERY = 10.0  # how often the worker id's session is checked (one SELECT 1)
+from worker.slot_status import SlotStatus
 
 
 class PluginError(IngestdError):
@@ -83,6 +82,7 @@ class Runner:
         lane: int = 1,
         scope: Scope = EVERYTHING,
         keeps_house: bool = True,
+        services: ProcessServices | None = None,
     ) -> None:
         self.config = config
         # Which tenants and kinds this lane claims: its pool's, or the pool's short kinds
@@ -105,16 +105,22 @@ class Runner:
         )
         # Given: started already by `ingestd worker` (forked before any thread existed).
         self.child = child or Child(config, db.conninfo, self.plugins)
-        self.listener = Listener(db.conninfo, config.database.connect_timeout, self.log)
-        # Lane 1 holds the worker id itself (a second process with the same id is
-        # refused); the other lanes hold a name of their own beside it.
-        self.identity = WorkerIdentity(
-            db.conninfo,
-            self.worker_id if lane == 1 else f"{self.worker_id}#lane{lane}",
-            config.database.connect_timeout,
-            scope,
+        # The process's worker id, LISTEN, metrics and config reading (worker/process.py):
+        # a slot of a process with several is given them; a process of one slot is this
+        # runner, which then owns them.
+        self.owns_services = services is None
+        self.services = services or ProcessServices(
+            config,
+            db,
+            worker_id=self.worker_id,
+            application_name=worker_application_name(
+                scope.pool, 0 if scope.short else 1, 1 if scope.short else 0
+            ),
+            logger=self.log,
+            config_path=config_path,
+            metrics_offset=metrics_offset,
         )
-        self._next_identity = 0.0
+        self._offered: Config | None = None  # a slot's next config, from its process
         self.heartbeat = Heartbeat(lambda: self.queue, self.flags.poke, self.log)
         # The process's rescue, relay and prune: this runner's unless a process with
         # lanes keeps them on its main loop (worker/lanes.py).
@@ -123,41 +129,35 @@ class Runner:
             if keeps_house
             else None
         )
-        now = time.monotonic()
-        wd = self.notifier.watchdog_interval
-        self._next_watchdog = now if wd else float("inf")
-        self._status_text = ""
-        self._stopping_logged = False
+        self.status = SlotStatus(self.notifier, self.log)
         self.jobs_run = 0
         self.kinds: dict[str, Kind] = {}
-        # None: no endpoint (tests, --drain batch runs); N: worker_listen's port + N.
-        self.metrics_offset = metrics_offset
-        self.metrics_endpoint: MetricsEndpoint | None = None
 
     # -- public ---------------------------------------------------------------------------
     def stop(self) -> None:
         """Ask the loop to stop, as SIGTERM does (thread-safe)."""
         self.flags.request_stop("stop()")
 
+    def offer(self, config: Config) -> None:
+        """A slot's process reloaded its config: this slot takes it between jobs."""
+        self._offered = config
+        self.flags.reload.set()
+        self.flags.poke()
+
     def run(self, *, install_signals: bool = True) -> int:
         kinds = self.kinds = load_kinds(self.plugins)
-        try:
-            self.identity.acquire()  # WorkerIdInUse ends the worker here, before any job
-        except DatabaseUnavailable as exc:
-            self.log.warning("worker.database_unavailable", error=exc.message)  # loop retries
-        except WorkerIdInUse:
-            self.child.stop()
-            raise
+        if self.owns_services:
+            try:
+                self.services.start(self.config)  # WorkerIdInUse ends it here, before any job
+            except WorkerIdInUse:
+                self.child.stop()
+                raise
         if install_signals:
             self.flags.install()
         try:
             self.heartbeat.start()
-            self.metrics_endpoint = start_metrics(
-                self.db, self.config, self.metrics_offset, self.log
-            )
             child_pid = self.child.pid if self.child.alive() else self.child.start()
-            self.notifier.ready("idle")
-            self._status_text = "idle"
+            self.status.ready("idle")
             self.log.info(
                 "worker.ready",
                 pid=os.getpid(),
@@ -173,11 +173,9 @@ class Runner:
         finally:
             self._announce_stopping("error" if not self.flags.stop.is_set() else "")
             self.heartbeat.close()
-            if self.metrics_endpoint is not None:
-                self.metrics_endpoint.close()
             self.child.stop()
-            self.listener.close()
-            self.identity.release()
+            if self.owns_services:
+                self.services.close()
             self.flags.restore()
             self.flags.close()
             self.log.info("worker.stopped", jobs=self.jobs_run)
@@ -207,7 +205,7 @@ class Runner:
                 self._housekeeping()
                 if self.flags.stop.is_set():
                     break
-                job = self.queue.claim() if self.identity.held else None
+                job = self.queue.claim() if self.services.held else None
                 if job is not None:
                     self._handle(job)
                     failures = 0
@@ -243,11 +241,9 @@ class Runner:
     def _housekeeping(self) -> None:
         if self.flags.reload.is_set():
             self._reload()
-        self._watchdog_tick()
-        now = time.monotonic()
-        if not self.identity.held or now >= self._next_identity:
-            self._next_identity = now + IDENTITY_EVERY
-            self.identity.check()
+        self.status.tick()
+        if self.owns_services:
+            self.services.check_identity()
         if self.housekeeper is not None:
             self.housekeeper.run_due()
 
@@ -263,19 +259,21 @@ class Runner:
         return {"short": self.scope.short, **self.scope.describe()}
 
     def _idle_wait(self, at_most: float | None = None) -> None:
-        self._set_status("idle")
+        self.status.set("idle")
         now = time.monotonic()
         wait = self.config.worker.poll_interval if at_most is None else at_most
-        until = min(now + wait, self._next_watchdog)
+        until = min(now + wait, self.status.next_watchdog)
         if self.housekeeper is not None:
             until = min(until, self.housekeeper.next_due())
+        # A slot of a process with several is woken through its flags: the process holds
+        # LISTEN and pokes every slot on a notification.
         fds = [self.flags.fileno()]
-        lfd = self.listener.fileno()
+        lfd = self.services.listener.fileno() if self.owns_services else None
         if lfd is not None:
             fds.append(lfd)
         ready, _, _ = select.select(fds, [], [], max(0.0, until - now))
         if lfd is not None and lfd in ready:
-            self.listener.drain()
+            self.services.listener.drain()
         if self.flags.fileno() in ready:
             self.flags.clear_wake()
 
@@ -284,11 +282,11 @@ class Runner:
         deadline = time.monotonic() + seconds
         while (left := deadline - time.monotonic()) > 0 and not self.flags.stop.is_set():
             ready, _, _ = select.select(
-                [self.flags.fileno()], [], [], min(left, self._until_watchdog())
+                [self.flags.fileno()], [], [], min(left, self.status.until_watchdog())
             )
             if ready:
                 self.flags.clear_wake()
-            self._watchdog_tick()
+            self.status.tick()
             if self.flags.reload.is_set():
                 self._reload()
 
@@ -309,7 +307,7 @@ class Runner:
                 record_refusal(self.queue, jl, job, reason, t0)
                 finished = True
                 return
-            self._set_status(f"job {job.id} {job.kind} tenant {job.tenant}")
+            self.status.set(f"job {job.id} {job.kind} tenant {job.tenant}")
             jl.info("job.started", attempt=job.retry_count + 1)
             self._ensure_child()
             timeout = self.config.worker.timeout_for(job.kind)
@@ -348,7 +346,7 @@ class Runner:
                 grace_end = self.flags.stop_at + self.config.worker.shutdown_grace
             now = time.monotonic()
             what = self.child.wait(
-                min(deadline, grace_end, self._next_watchdog) - now, [self.flags.fileno()]
+                min(deadline, grace_end, self.status.next_watchdog) - now, [self.flags.fileno()]
             )
             if what is Woke.answered:
                 answer = self.child.receive()
@@ -361,7 +359,7 @@ class Runner:
                 return Ended(Ending.died, died)
             if what is Woke.woken:
                 self.flags.clear_wake()
-            self._watchdog_tick()
+            self.status.tick()
             if self.flags.reload.is_set():
                 self._reload()
             if self.heartbeat.lost.is_set():
@@ -380,19 +378,19 @@ class Runner:
     def _reload(self) -> None:
         self.flags.reload.clear()
         self.notifier.reloading()
-        try:
-            new = load_config(self.config_path)
-        except ConfigError as exc:
-            self.log.error("worker.reload_failed", error=exc.message, problems=exc.problems)
+        if self.owns_services:
+            new = self.services.load_config()
+        else:
+            new, self._offered = self._offered, None
+        if new is None:
             self.notifier.ready()
             return
-        log.configure(new.log.level, new.log.format)
         if new.database != self.config.database:
             self.log.warning(
                 "worker.reload_partial", detail="[database] changes take effect after a restart"
             )
         try:
-            scope = self._scope_in(new)
+            scope = pools.rescope(new.worker, self.scope)
         except ConfigError as exc:  # the pool is gone from the config: keep serving it
             self.log.error("worker.reload_failed", error=exc.message, problems=exc.problems)
             self.notifier.ready()
@@ -413,43 +411,6 @@ class Runner:
             serves=self._serves(),
         )
 
-    def _scope_in(self, config: Config) -> Scope:
-        """This lane's scope under a reloaded config (its pool's tenants and kinds may have
-        changed; the number of lanes changes with a restart only)."""
-        if self.scope is EVERYTHING:  # a Runner made without a pool (tests, embedders)
-            return EVERYTHING
-        pool = pools.resolve(config.worker, self.scope.pool)
-        scope = pool.short_scope if self.scope.short else pool.scope
-        if scope is None:
-            raise ConfigError(
-                f"pool {pool.name!r} no longer has short kinds for this short lane; "
-                "restart the worker to change its lanes"
-            )
-        return scope
-
-    def _until_watchdog(self) -> float:
-        return max(0.0, self._next_watchdog - time.monotonic())
-
-    def _watchdog_tick(self) -> None:
-        interval = self.notifier.watchdog_interval
-        if interval is not None and time.monotonic() >= self._next_watchdog:
-            self.notifier.watchdog()
-            self._next_watchdog = time.monotonic() + interval
-
-    def _set_status(self, text: str) -> None:
-        if text != self._status_text:
-            self._status_text = text
-            self.notifier.status(text)
-
     def _announce_stopping(self, why: str = "", job: int | None = None) -> None:
-        if self._stopping_logged:
-            return
-        self._stopping_logged = True
         reason = why or self.flags.signal_name or "stop"
-        self.notifier.stopping(f"stopping ({reason})")
-        self.log.info(
-            "worker.stopping",
-            reason=reason,
-            running_job=job,
-            shutdown_grace=self.config.worker.shutdown_grace if job else None,
-        )
+        self.status.stopping(reason, job, self.config.worker.shutdown_grace)

@@ -23,7 +23,7 @@ from ingestd.db import sql
 from ingestd.db.database import Database, Tx, connect_once
 from ingestd.errors import DatabaseUnavailable, ExitCode, IngestdError
 from ingestd.jobkinds import DEFAULT_FAILED_EVENT, JobKind
-from ingestd.queue.pools import EVERYTHING, Scope, lane_application_name
+from ingestd.queue.pools import EVERYTHING, Scope, worker_application_name
 from ingestd.textsafe import recordable_text
 
 NOTIFY_CHANNEL = "ingestd_jobs"
@@ -100,14 +100,18 @@ class WorkerIdentity:
     """
 
     def __init__(
-        self, conninfo: str, worker_id: str, connect_timeout: float, scope: Scope = EVERYTHING
+        self,
+        conninfo: str,
+        worker_id: str,
+        connect_timeout: float,
+        application_name: str | None = None,
     ) -> None:
         self.conninfo = conninfo
         self.worker_id = worker_id
         self.connect_timeout = connect_timeout
         # The session is also how `status` and /metrics count a pool's live lanes on every
-        # host (pg_stat_activity; ingestd.queue.pools.lane_application_name).
-        self.application_name = lane_application_name(scope)
+        # host (pg_stat_activity; ingestd.queue.pools.worker_application_name).
+        self.application_name = application_name or worker_application_name(EVERYTHING.pool, 1, 0)
         self._conn: Any = None
 
     @property

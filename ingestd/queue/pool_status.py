@@ -3,7 +3,8 @@
 `ingestd status` and the /metrics pool gauges read the same thing: per pool of the config
 (``default`` first), its ready jobs (queued and due, in its tenants and kinds), the jobs
 its workers claimed that still run, and its live lanes on every host (sessions named
-``ingestd-lane:POOL:LANE``, see ``pools.LANE_APPLICATION``). One statement serves all
+``ingestd-worker:POOL:JOBS:SHORT``, one per worker process, see
+``pools.WORKER_APPLICATION``). One statement serves all
 pools (``pool_status`` in queries/queue.sql).
 
 A pool with ready jobs and no live worker carries a warning naming the unit to start,

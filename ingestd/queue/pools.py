@@ -70,15 +70,17 @@ class Scope:
 
 EVERYTHING = Scope(DEFAULT_POOL, DEFAULT_POOL, None, (), None)
 
-# A live lane holds its worker id on a session of its own (WorkerIdentity) named this way:
-# pg_stat_activity then counts every pool's live lanes on every host, with no table of
-# workers that a killed host would leave stale.
-LANE_APPLICATION = "ingestd-lane"
+# A live worker process holds its worker id on one session (WorkerIdentity) named this
+# way, with its pool and its number of job slots and short slots: pg_stat_activity then
+# counts every pool's live lanes on every host, with no table of workers that a killed
+# host would leave stale.
+WORKER_APPLICATION = "ingestd-worker"
 
 
-def lane_application_name(scope: Scope) -> str:
-    """``ingestd-lane:<pool>:<short|jobs>``, the identity session's application_name."""
-    return f"{LANE_APPLICATION}:{scope.pool}:{'short' if scope.short else 'jobs'}"
+def worker_application_name(pool: str, jobs: int, short: int) -> str:
+    """``ingestd-worker:<pool>:<job slots>:<short slots>``, the application_name of a
+    worker process's identity session (pool names are short slugs: it fits in 63 bytes)."""
+    return f"{WORKER_APPLICATION}:{pool}:{jobs}:{short}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,3 +191,19 @@ def instance(config: WorkerConfig, text: str) -> Instance:
     resolved = resolve(config, pool)
     base = resolved.metrics_offset if resolved.metrics_offset is not None else 0
     return Instance(pool, number, base + number - (0 if pool == DEFAULT_POOL else 1))
+
+
+def rescope(config: WorkerConfig, scope: Scope) -> Scope:
+    """A lane's scope under a reloaded config: its pool's tenants and kinds may have
+    changed; the number of lanes changes with a restart only (ConfigError if this short
+    lane's pool has no short kinds any more, or the pool is gone)."""
+    if scope is EVERYTHING:  # a lane made without a pool (tests, embedders)
+        return EVERYTHING
+    pool = resolve(config, scope.pool)
+    new = pool.short_scope if scope.short else pool.scope
+    if new is None:
+        raise ConfigError(
+            f"pool {pool.name!r} no longer has short kinds for this short lane; "
+            "restart the worker to change its lanes"
+        )
+    return new

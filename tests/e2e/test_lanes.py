@@ -14,6 +14,7 @@ import pikepdf
 from ingestd.daemon.wiring import make_intake
 from ingestd.db.database import Database
 from ingestd.intake.items import IntakeItem, Outcome
+from ingestd.queue.claims import NOTIFY_CHANNEL
 from tests.conftest import Env, run_cli, wait_until
 from tests.e2e.test_worker import notify_socket, qdb, received, start, workers  # noqa: F401
 from tests.fixtures.queue import REPO, WorkerProc, count, job_row, make_jobs, runs
@@ -29,7 +30,8 @@ def test_two_jobs_queued_together_run_at_once_in_two_children(
     workers: list[WorkerProc],  # noqa: F811
 ) -> None:
     """Two jobs queued together: both start before either ends, in two different job
-    children of the one worker, and both end done under the worker's one id."""
+    children of the one worker, and both end done under the worker's one id. The process
+    holds one identity session and one LISTEN connection for its three slots."""
     env = make_env(worker=LANES)
     ids = make_jobs(qdb, "acme", 2, kind="test-record", payload={"seconds": 4})
     w = start(workers, env, "w1")
@@ -47,6 +49,15 @@ def test_two_jobs_queued_together_run_at_once_in_two_children(
         True,
     ]
     assert len({e["child_pid"] for e in ready}) == 3
+    # One process, three slots: one id session (named with its slots), one LISTEN.
+    with qdb.transaction() as tx:
+        sessions = tx.raw(
+            "SELECT application_name, query FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+    named = [s["application_name"] for s in sessions]
+    assert [n for n in named if n.startswith("ingestd-worker:")] == ["ingestd-worker:default:2:1"]
+    assert sum(1 for s in sessions if s["query"] == f"LISTEN {NOTIFY_CHANNEL}") == 1
     assert w.stop() == 0
 
 

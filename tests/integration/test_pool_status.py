@@ -1,6 +1,7 @@
 """`ingestd status` and the /metrics pool gauges per worker pool (issue 21), against a real
 PostgreSQL: ready jobs in each pool's scope, running jobs its workers claimed, its live
-lanes (sessions named ingestd-lane:POOL:LANE), and a warning for a pool nobody serves."""
+lanes (one session per worker process, named ingestd-worker:POOL:JOBS:SHORT), and a
+warning for a pool nobody serves."""
 
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ def _claim(db: Database, env: Env, pool: str, worker: str) -> None:
 
 @contextlib.contextmanager
 def _lanes(conninfo: str, *names: str) -> Iterator[None]:
-    """Sessions named as live lanes are (WorkerIdentity's), held for the block."""
+    """Sessions named as worker processes name theirs (WorkerIdentity), held for the block."""
     conns = [psycopg.connect(conninfo, application_name=n, autocommit=True) for n in names]
     try:
         yield
@@ -110,15 +111,16 @@ def test_pool_with_ready_jobs_and_no_lane_says_what_to_start(make_env: Any, db: 
 def test_live_lanes_are_counted_per_pool_and_silence_the_warning(
     make_env: Any, db: Database, db_url: str, pg_server: PgServer
 ) -> None:
-    """Sessions named ingestd-lane:POOL:jobs|short in this database count as the pool's
-    live lanes (those of another database do not); a served pool gets no warning."""
+    """Sessions named ingestd-worker:POOL:JOBS:SHORT in this database (one per worker
+    process, with its number of job and short slots) add up to the pool's live lanes
+    (those of another database and other names do not); a served pool gets no warning."""
     env = _env(make_env)
     make_jobs(db, "acme", 2)
     make_jobs(db, "beta", 1)
     with (
-        _lanes(db_url, "ingestd-lane:acme:jobs", "ingestd-lane:acme:jobs"),
-        _lanes(db_url, "ingestd-lane:acme:short"),
-        _lanes(pg_server.admin_conninfo, "ingestd-lane:default:jobs"),  # another database
+        _lanes(db_url, "ingestd-worker:acme:1:1", "ingestd-worker:acme:1:0"),
+        _lanes(db_url, "ingestd-lane:acme:jobs"),  # not a worker's name: not counted
+        _lanes(pg_server.admin_conninfo, "ingestd-worker:default:2:1"),  # another database
     ):
         report = _status(env)
         text = run_cli(env, "status").stdout
@@ -139,7 +141,7 @@ def test_a_shared_pool_covered_by_a_live_pool_of_all_kinds_does_not_warn(
     )
     make_jobs(db, "acme", 1)
     make_jobs(db, "beta", 2)
-    with _lanes(db_url, "ingestd-lane:default:jobs"):
+    with _lanes(db_url, "ingestd-worker:default:1:0"):
         report = _status(env)
     warnings = {p["pool"]: p["warning"] for p in report["pools"]}
     assert warnings["ocr"] is None and warnings["default"] is None
@@ -187,7 +189,7 @@ def test_metrics_collector_reports_jobs_age_and_lanes_per_pool(
     make_jobs(db, "acme", 3)
     make_jobs(db, "beta", 1)
     _claim(db, env, "acme", "w1")
-    with _lanes(db_url, "ingestd-lane:acme:jobs", "ingestd-lane:default:short"):
+    with _lanes(db_url, "ingestd-worker:acme:1:0", "ingestd-worker:default:0:1"):
         got = _samples(QueueCollector(db, env.config.worker))
     assert got[("ingestd_queue_up", ())] == 1
     assert got[("ingestd_pool_jobs", ("acme", "ready"))] == 2

@@ -269,12 +269,14 @@ WITH p AS (
     FROM processing_jobs j WHERE j.status = 'processing'
     GROUP BY 1
 ), lanes AS (
+    -- One session per live worker process, named ingestd-worker:POOL:JOBS:SHORT with its
+    -- number of job slots and short slots (ingestd.queue.pools.worker_application_name).
     SELECT split_part(a.application_name, ':', 2) AS pool,
-           count(*) FILTER (WHERE split_part(a.application_name, ':', 3) = 'jobs') AS jobs,
-           count(*) FILTER (WHERE split_part(a.application_name, ':', 3) = 'short') AS short
+           sum(split_part(a.application_name, ':', 3)::int) AS jobs,
+           sum(split_part(a.application_name, ':', 4)::int) AS short
     FROM pg_stat_activity a
     WHERE a.datname = current_database()
-      AND split_part(a.application_name, ':', 1) = 'ingestd-lane'
+      AND a.application_name ~ '^ingestd-worker:[^:]+:[0-9]{1,4}:[0-9]{1,4}$'
     GROUP BY 1
 )
 SELECT p.pool,
