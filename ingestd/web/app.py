@@ -113,7 +113,8 @@ def _dav(console: Console) -> Any:
     """The read-only WebDAV mount (ingestd/web/dav.py), a WSGI app run in threads."""
     from a2wsgi import WSGIMiddleware
 
-    from ingestd.web.dav import DavContext, make_dav_app, one_date_header
+    from ingestd.web.dav import make_dav_app, one_date_header
+    from ingestd.web.dav_login import DavContext
 
     ctx = DavContext(
         config=console.config,
