@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import shutil
 import signal
+import socket
 import statistics
 import sys
 import tempfile
@@ -62,3 +64,15 @@ def run_main(main: Callable[[], None], what: str) -> None:
     except KeyboardInterrupt:
         print(f"interrupted; {what} stopped, temp dirs removed", file=sys.stderr)
         sys.exit(130)
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 nobody listens on (for a server the bench starts)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def toml_str(value: str) -> str:
+    """``value`` as a TOML basic string: a JSON string (ASCII-only, standard escapes) is one."""
+    return json.dumps(value)

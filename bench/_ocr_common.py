@@ -4,7 +4,6 @@ running a program with a bound, and one side's result."""
 from __future__ import annotations
 
 import contextlib
-import json
 import string
 import subprocess
 import sys
@@ -51,11 +50,6 @@ def file_tail(path: Path, lines: int = 25) -> str:
         return tail(path.read_text(errors="replace"), lines)
     except OSError:
         return "(no log)"
-
-
-def toml_str(value: str) -> str:
-    # A JSON string (ASCII-only, standard escapes) is a valid TOML basic string.
-    return json.dumps(value)
 
 
 def tool_version(argv: list[str]) -> str:

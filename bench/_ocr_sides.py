@@ -18,7 +18,7 @@ from typing import IO
 import pikepdf
 import psycopg
 
-from bench._common import BenchError
+from bench._common import BenchError, toml_str
 from bench._ocr_common import (
     CLI_TIMEOUT,
     INGESTD,
@@ -36,7 +36,6 @@ from bench._ocr_common import (
     Result,
     file_tail,
     run,
-    toml_str,
 )
 from bench._ocr_inputs import Doc, Recall, split_pages
 from ingestd.demo import scans

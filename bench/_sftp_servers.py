@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import psycopg
 
-from bench._common import BenchError
+from bench._common import BenchError, free_port, toml_str
 from ingestd.demo.samples import pdf_bytes
 
 SSHD = "/usr/sbin/sshd"
@@ -40,12 +40,6 @@ STOP_TIMEOUT = 60.0  # seconds for a server to exit after SIGTERM
 
 
 # -- helpers ----------------------------------------------------------------------------
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def tail(path: Path, lines: int = 20) -> str:
     try:
         text = path.read_text(errors="replace").splitlines()
@@ -86,11 +80,6 @@ def write_pdf(path: Path, text: str, size: int, seed: int) -> Path:
     # Callers vary text and seed per file and round: ingestd must see no duplicates.
     path.write_bytes(pdf_bytes(text, pad_to=size, seed=seed))
     return path
-
-
-def toml_str(value: str) -> str:
-    # A JSON string (ASCII-only, standard escapes) is a valid TOML basic string.
-    return json.dumps(value)
 
 
 # -- servers ----------------------------------------------------------------------------

@@ -44,7 +44,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import tempfile
 import threading
@@ -54,7 +53,7 @@ from collections.abc import Callable, Iterator
 
 import httpx
 
-from bench._common import BenchError, bench_cluster, median, print_table, run_main
+from bench._common import BenchError, bench_cluster, free_port, median, print_table, run_main
 from bench.search import populate
 from ingestd.config.load import parse_config
 from ingestd.daemon.wiring import make_intake
@@ -68,12 +67,6 @@ from ingestd.search.query import search
 PASSWORD = "bench password 1"  # noqa: S105 (a throwaway person of the bench)
 QUERY = "Rechnung"
 SINCE = "2000-01-01"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _p(values: list[float], q: float) -> float:
@@ -219,7 +212,7 @@ def main() -> None:
         with bench_cluster(durable=False) as cluster, Database(cluster.conninfo, max_size=24) as db:
             migrate(db)
             tenant_id = populate(db, args.docs)
-            port = _free_port()
+            port = free_port()
             config_path = _config(root, cluster.conninfo, port)
             config = parse_config(tomllib.loads(config_path.read_text()), base=root)
             with db.transaction() as tx:
@@ -383,7 +376,7 @@ def _download_table(
 def _plain_server(folder: Path) -> Iterator[str]:
     """Python's own http.server over ``folder``: what sending the file costs on this
     machine with nothing of ours (no login, no hash, no audit), for scale."""
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "http.server", "--bind", "127.0.0.1", str(port),
          "--directory", str(folder)],
