@@ -4,6 +4,8 @@ file's extended attribute."""
 from __future__ import annotations
 
 import os
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -74,3 +76,40 @@ def test_entries_live_in_the_data_files_attribute_and_recovery_reads_both_kinds(
     assert again.usage("scan1") == 21
     fresh = Spool(tmp_path / "spool", ["*.part"])
     assert fresh.reindex() == 2
+
+
+def test_reindex_never_takes_back_what_intake_finished_or_the_client_withdrew(
+    tmp_path: Path,
+) -> None:
+    """reindex (after an SFTP process died) runs while intake finishes entries and clients
+    delete pending uploads: an entry whose files are being removed is never indexed
+    again (it would be ingested twice, or a deleted upload ingested after all)."""
+    spool = opened(tmp_path)
+    entries = []
+    for i in range(300):
+        src = tmp_path / f"src{i}"
+        src.write_bytes(b"%PDF-1 " + str(i).encode())
+        entries.append(spool.enqueue(src, entry_for(spool, src.stat().st_size, f"{i}.pdf"),
+                                     reserved=0))  # fmt: skip
+    done = threading.Event()
+
+    def reindex_loop() -> None:
+        deadline = time.monotonic() + 60
+        while not done.is_set() and time.monotonic() < deadline:
+            spool.reindex()
+
+    worker = threading.Thread(target=reindex_loop)
+    worker.start()
+    try:
+        for i, entry in enumerate(entries):
+            if i % 2:
+                assert spool.remove(entry)  # the client deleted it
+            else:
+                assert spool.claim_ready(time.time() + 3600, 1)  # intake took the oldest
+                spool.finish(entry)
+    finally:
+        done.set()
+        worker.join(60)
+    spool.reindex()
+    assert len(spool.index) == 0
+    assert not list(spool.queue_dir.glob("*.data"))

@@ -70,6 +70,10 @@ class Spool:
         self.temp_names = [p.lower() for p in temp_names]
         self.wake = threading.Event()
         self.index = SpoolIndex()
+        # An entry's files and its place in the index change together under this lock
+        # (finish, remove, reindex): reindex never takes back an entry whose files are
+        # being removed because intake finished it or the client withdrew it.
+        self._membership = threading.Lock()
         self.ledger = QuotaLedger()
         self.log = get_logger(component="spool")
 
@@ -195,15 +199,16 @@ class Spool:
         died between writing an entry and reporting it. Returns how many were found."""
         found = 0
         for data in sorted(self.queue_dir.glob("*.data")):
-            if data.name.removesuffix(".data") in self.index:
-                continue
-            try:
-                entry = load_entry(data)
-            except (OSError, ValueError, KeyError, TypeError):
-                continue  # gone meanwhile, or as bad as recovery at start will say
-            if entry is None:
-                continue
-            self.index.add(entry)
+            with self._membership:
+                if data.name.removesuffix(".data") in self.index:
+                    continue
+                try:
+                    entry = load_entry(data)
+                except (OSError, ValueError, KeyError, TypeError):
+                    continue  # gone meanwhile, or as bad as recovery at start will say
+                if entry is None or not data.exists():  # finished or withdrawn meanwhile
+                    continue
+                self.index.add(entry)
             found += 1
         # What the queue and the inboxes hold, counted again: a process may also have died
         # between moving a temp-named file into the queue and saying so.
@@ -230,9 +235,10 @@ class Spool:
 
     def remove(self, entry: Entry) -> bool:
         """Withdraw a pending upload (the client deleted it). False if intake has it."""
-        if not self.index.withdraw(entry):
-            return False
-        self._unlink(entry)
+        with self._membership:
+            if not self.index.withdraw(entry):
+                return False
+            self._unlink(entry)
         fsync_dir(self.queue_dir)
         self.release_staged(entry.account, entry.size)
         return True
@@ -253,8 +259,9 @@ class Spool:
 
     def finish(self, entry: Entry) -> None:
         """Intake committed (or quarantined) the entry: drop its metadata."""
-        self._unlink(entry)
-        self.index.pop(entry)
+        with self._membership:
+            self._unlink(entry)
+            self.index.pop(entry)
         self.ledger.hold(entry.account, -entry.size)
 
     def _unlink(self, entry: Entry) -> None:
