@@ -46,6 +46,7 @@ from ingestd.runtime.signals import Flags
 from worker.child import Child
 from worker.housekeeping import Housekeeper
 from worker.process import ProcessServices
+from worker.recording import outage_backoff
 from worker.runner import Runner
 
 TURN = 1.0  # seconds between looks at the lanes when no signal comes
@@ -270,7 +271,7 @@ class Lanes:
             self.housekeeper.run_due()
             self._house_failures = 0
         except DatabaseError as exc:
-            delay = min(2.0**self._house_failures, 30.0)
+            delay = outage_backoff(self._house_failures)
             self._house_failures += 1
             self.housekeeper.next_rescue = time.monotonic() + delay
             self.housekeeper.next_prune = max(self.housekeeper.next_prune, time.monotonic() + delay)

@@ -33,6 +33,12 @@ T = TypeVar("T")
 DB_RETRY_DELAYS = (0.5, 1.0, 2.0, 4.0, 8.0)
 
 
+def outage_backoff(failures: int) -> float:
+    """Seconds before a loop tries the database again after ``failures`` failed turns in a
+    row (a slot's loop, the process's housekeeping): 1, 2, 4 ... 30 at most."""
+    return min(2.0 ** min(failures, 5), 30.0)
+
+
 class Observed(enum.StrEnum):
     """The ``outcome`` label of ``ingestd_job_seconds``."""
 

@@ -48,7 +48,7 @@ from worker.heartbeat import Heartbeat
 from worker.jobs import Kind, load, refusal
 from worker.outcomes import Ended, Ending, Result, elapsed, number
 from worker.process import ProcessServices
-from worker.recording import DB_RETRY_DELAYS, record_outcome, record_refusal
+from worker.recording import DB_RETRY_DELAYS, outage_backoff, record_outcome, record_refusal
 from worker.slot_status import SlotStatus
 
 
@@ -228,7 +228,7 @@ class Runner:
                 # Down or restarting: nothing is lost (jobs wait in the table); retry. Any
                 # other database error is logged and retried the same way: systemd
                 # restarting the worker would not fix it either.
-                delay = min(2.0**failures, 30.0)
+                delay = outage_backoff(failures)
                 failures += 1
                 event = (
                     "worker.database_unavailable"
