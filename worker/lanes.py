@@ -231,6 +231,8 @@ class Lanes:
                 t.join()
         finally:
             self.services.close()
+            for r in self.runners:  # only now: the loop above pokes every slot until here
+                r.flags.close()
             self.flags.restore()
             self.flags.close()
             self.notifier.close()

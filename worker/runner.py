@@ -174,10 +174,13 @@ class Runner:
             self._announce_stopping("error" if not self.flags.stop.is_set() else "")
             self.heartbeat.close()
             self.child.stop()
+            self.flags.restore()
             if self.owns_services:
                 self.services.close()
-            self.flags.restore()
-            self.flags.close()
+                # A slot of a process with several keeps its flags open: the process
+                # pokes every slot (a notification, a reload, a stop) until the last
+                # slot's thread ended, then closes them (worker/lanes.py).
+                self.flags.close()
             self.log.info("worker.stopped", jobs=self.jobs_run)
             self.notifier.close()
         return 0

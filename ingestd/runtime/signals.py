@@ -53,6 +53,7 @@ class Flags:
         self.signal_name = ""
         self._r, self._w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self._saved: dict[int, Any] = {}
+        self._closed = False
 
     def fileno(self) -> int:
         return self._r
@@ -71,8 +72,14 @@ class Flags:
         self._saved.clear()
 
     def close(self) -> None:
-        """The previous handlers back first: no late signal may write to a closed fd."""
+        """The previous handlers back first: no late signal may write to a closed fd.
+        Closed once, by whoever owns these flags (a process of several slots closes each
+        slot's after every slot's thread ended: it pokes them until then); a later poke
+        is a no-op, never a byte written into whatever file reused the number."""
+        if self._closed:
+            return
         self.restore()
+        self._closed = True
         os.close(self._r)
         os.close(self._w)
 
@@ -83,6 +90,8 @@ class Flags:
             self.clear_wake()
 
     def poke(self) -> None:
+        if self._closed:
+            return
         with contextlib.suppress(BlockingIOError):
             os.write(self._w, b"\0")
 

@@ -19,7 +19,7 @@ import pytest
 
 from ingestd import log
 from ingestd.db.database import Database
-from ingestd.queue.claims import Queue
+from ingestd.queue.claims import NOTIFY_CHANNEL, Queue
 from ingestd.runtime.sdnotify import Notifier
 from tests.conftest import Env, read_events, wait_until
 from tests.fixtures.queue import PLUGIN, count, create_runs_table, job_row, make_jobs, runs
@@ -399,3 +399,39 @@ def test_runner_talks_to_systemd(make_env: Any, qdb: Database, worker_log: Path)
     during = seen[seen.index(status) : seen.index("STATUS=idle", 1)]
     assert during.count("WATCHDOG=1") >= 2
     assert seen[-1].startswith("STOPPING=1")
+
+
+def test_a_drained_slot_stays_pokable_until_its_process_ends(
+    make_env: Any, qdb: Database, worker_log: Path
+) -> None:
+    """--drain with lanes: the short lane (no short job queued) ends at once while a job
+    lane still runs; the process goes on poking every slot on each notification until the
+    last one ended, so a slot's wake-up pipe stays open until the process closes them all
+    (a poke into a closed, maybe reused, descriptor was `--drain` exiting 15 with EBADF)."""
+    from worker.lanes import Lanes
+
+    env = make_env(worker={**FAST, "concurrency": 2})
+    make_jobs(qdb, "acme", 1, kind="test-record", payload={"seconds": 3})
+    lanes = Lanes(env.config, qdb, config_path=env.config_path, plugins=[PLUGIN], drain=True)
+    assert lanes.services is not None and any(r.scope.short for r in lanes.runners)
+    done = threading.Event()
+
+    def notify_meanwhile() -> None:
+        for _ in range(600):  # 60 s at most; the job takes 3
+            if done.wait(0.1):
+                return
+            with contextlib.suppress(Exception), qdb.transaction() as tx:
+                tx.raw("SELECT pg_notify(%(c)s, 'acme')", {"c": NOTIFY_CHANNEL})
+
+    notifier = threading.Thread(target=notify_meanwhile, daemon=True)
+    notifier.start()
+    try:
+        assert lanes.run() == 0
+    finally:
+        done.set()
+        notifier.join(10)
+    stopping = read_events(worker_log, "worker.stopping")
+    assert [e["reason"] for e in stopping].count("drained") == len(lanes.runners)
+    for r in lanes.runners:
+        r.flags.poke()  # closed by the process now: a no-op, never a write into a reused fd
+    assert count(qdb, "SELECT count(*) AS n FROM processing_jobs WHERE status <> 'done'") == 0
