@@ -29,11 +29,12 @@ from ingestd.config.rules import (
 from ingestd.config.split import SourceSplit, SplitPolicy, effective
 from ingestd.jobkinds import JobKind
 
-FileType = Literal["pdf", "tiff", "jpeg", "png"]
+# A type, or a family of them (ingestd/intake/filetypes.py: image = tiff, jpeg, png).
+FileType = Literal["pdf", "tiff", "jpeg", "png", "image", "einvoice"]
 # Which date a document gets when its file name and its text both have one.
 DateSource = Literal["filename-first", "text-first"]
 OcrEngine = Literal["tesseract", "tesseract-cli", "ocrmypdf"]
-_ALL_TYPES: tuple[FileType, ...] = ("pdf", "tiff", "jpeg", "png")
+_ALL_TYPES: tuple[FileType, ...] = ("pdf", "image", "einvoice")
 
 
 class _Section(ConfigModel):
@@ -112,7 +113,10 @@ class IntakeConfig(_Section):
     max_file_size: ByteSize = ByteSize(512 * 1024 * 1024)
     """Largest file accepted."""
     allowed_types: list[FileType] = Field(default_factory=lambda: list(_ALL_TYPES))
-    """File types accepted, detected from the content (magic bytes), never from the name."""
+    """File types accepted, detected from the content (magic bytes, an XML file's root
+    element), never from the name: `pdf`, `tiff`, `jpeg`, `png`, or a family: `image` (the
+    three image types), `einvoice` (XRechnung and other EN 16931 invoices as UBL or CII
+    XML; a ZUGFeRD/Factur-X PDF is a `pdf`)."""
     duplicates: Literal["skip", "refuse"] = "skip"
     """The same bytes again for the same tenant: `skip` makes no second document (the source
     is removed), `refuse` refuses the file as a duplicate."""

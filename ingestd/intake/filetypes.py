@@ -6,30 +6,59 @@ for PDF: readers accept ``%PDF-`` anywhere in the first KiB (ISO 32000 §7.5.2),
 an executable or an Office file with those five bytes in its first KiB (a polyglot, or a
 text that mentions them) would otherwise be archived as ``application/pdf``, and its job
 would then fail with a misleading "damaged PDF". Such a file is refused with its real type.
+
+An e-invoice (issue 33) is XML whose first element is an EN 16931 invoice: a UBL 2.1
+``Invoice`` or ``CreditNote``, or a UN/CEFACT ``CrossIndustryInvoice`` (XRechnung,
+ZUGFeRD/Factur-X XML). Only the root's name is read here (ingestd/xmlsafe.py, nothing
+expanded); whether it is a valid invoice is the analysis's question, never intake's: a
+receipt must be kept even when it is wrong. Other XML is refused as "XML document".
+
+Types come in families (``FAMILIES``), which ``intake.allowed_types`` may name instead
+of single types: ``image`` is TIFF, JPEG and PNG; ``einvoice`` the invoice XML (a
+Factur-X/ZUGFeRD PDF is a ``pdf``: its embedded XML is found by the analysis).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
-HEADER_BYTES = 2048
+from ingestd import xmlsafe
+
+# What intake and SFTP read of a file to know its type: the magic bytes, and for XML
+# its root element's start tag (namespace declarations and a comment may come first).
+HEADER_BYTES = 8192
 # PDF readers look for the header this far into the file.
 PDF_HEADER_WINDOW = 1024
 
 
 @dataclass(frozen=True, slots=True)
 class FileType:
-    name: str  # config name: pdf, tiff, jpeg, png
+    name: str  # config name: pdf, tiff, jpeg, png, einvoice
     mime: str
     extension: str
+    family: str  # config family: pdf, image, einvoice
 
 
-PDF = FileType("pdf", "application/pdf", "pdf")
-TIFF = FileType("tiff", "image/tiff", "tif")
-JPEG = FileType("jpeg", "image/jpeg", "jpg")
-PNG = FileType("png", "image/png", "png")
-ARCHIVABLE = {t.name: t for t in (PDF, TIFF, JPEG, PNG)}
+PDF = FileType("pdf", "application/pdf", "pdf", "pdf")
+TIFF = FileType("tiff", "image/tiff", "tif", "image")
+JPEG = FileType("jpeg", "image/jpeg", "jpg", "image")
+PNG = FileType("png", "image/png", "png", "image")
+EINVOICE = FileType("einvoice", "application/xml", "xml", "einvoice")
+ARCHIVABLE = {t.name: t for t in (PDF, TIFF, JPEG, PNG, EINVOICE)}
+FAMILIES: dict[str, frozenset[FileType]] = {
+    family: frozenset(t for t in ARCHIVABLE.values() if t.family == family)
+    for family in ("pdf", "image", "einvoice")
+}
+# The XML roots of an EN 16931 invoice: (namespace, local name).
+EINVOICE_ROOTS = frozenset(
+    {
+        ("urn:oasis:names:specification:ubl:schema:xsd:Invoice-2", "Invoice"),
+        ("urn:oasis:names:specification:ubl:schema:xsd:CreditNote-2", "CreditNote"),
+        ("urn:un:unece:uncefact:data:standard:CrossIndustryInvoice:100", "CrossIndustryInvoice"),
+    }
+)
 # What may hold several documents (a batch scan); a single JPEG or PNG never does.
 BATCH_TYPES = frozenset({PDF, TIFF})
 
@@ -63,7 +92,6 @@ _KNOWN_OTHERS: tuple[tuple[int, bytes, str], ...] = (
     (0, b"SQLite format 3\x00", "SQLite database"),
     (0, b"L\x00\x00\x00\x01\x14\x02\x00", "Windows shortcut"),
     (0, b"#!", "script"),
-    (0, b"<?xml", "XML document"),
 )
 _RIFF_KINDS = {b"WEBP": "WebP image", b"AVI ": "AVI video", b"WAVE": "WAVE audio"}
 _ISO_BMFF_BRANDS = {
@@ -80,6 +108,23 @@ _HTML = re.compile(rb"^\s*<(!doctype\s+html|html|head|body)\b", re.IGNORECASE)
 _PDF_HEADER = re.compile(rb"%PDF-\d\.\d")
 
 
+def expand(names: Iterable[str]) -> frozenset[FileType]:
+    """The types that config names (types or families) stand for; KeyError for others."""
+    out: set[FileType] = set()
+    for name in names:
+        out |= FAMILIES[name] if name in FAMILIES else {ARCHIVABLE[name]}
+    return frozenset(out)
+
+
+def _xml_root(header: bytes) -> tuple[str, str] | None:
+    """The root element's (namespace, name) if ``header`` starts as XML (a BOM and
+    blanks may come first), else None."""
+    start = header.lstrip(b"\xef\xbb\xbf \t\r\n")[:5]
+    if not start.startswith(b"<") or start.startswith((b"<!DOC", b"<html", b"<HTML")):
+        return None
+    return xmlsafe.root_name(header)
+
+
 def other_format(header: bytes) -> str | None:
     """The name of a known non-archivable format ``header`` starts as, or None."""
     for offset, magic, name in _KNOWN_OTHERS:
@@ -91,6 +136,11 @@ def other_format(header: bytes) -> str | None:
         return _ISO_BMFF_BRANDS[header[8:12]]
     if _HTML.match(header[:512]):
         return "HTML document"
+    root = _xml_root(header)
+    if root is not None and root not in EINVOICE_ROOTS:
+        return f"XML document (root element {root[1][:60]!r}, not an EN 16931 invoice)"
+    if root is None and header.lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"<?xml"):
+        return "XML document"
     return None
 
 
@@ -102,6 +152,8 @@ def detect(header: bytes) -> FileType | None:
         return PNG
     if header[:4] in (b"II*\x00", b"MM\x00*", b"II+\x00", b"MM\x00+"):  # TIFF and BigTIFF
         return TIFF
+    if _xml_root(header) in EINVOICE_ROOTS:
+        return EINVOICE
     # Some scanners and print servers put bytes before the header (a PJL job header,
     # padding); readers skip up to 1 KiB of them. A file that starts as another format
     # is that format, whatever follows.

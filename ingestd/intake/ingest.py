@@ -97,7 +97,7 @@ class Intake:
         # Folders no source is ever removed from (archive, derived, state directory);
         # None: only what the config check at load ensured.
         self.protected = protected
-        self.allowed = {filetypes.ARCHIVABLE[t] for t in config.allowed_types}
+        self.allowed = filetypes.expand(config.allowed_types)
         self.duplicates = DuplicatePolicy.of(config.duplicates)
         self.log = get_logger()
         # Tenants the locked check of this process last found active. Their next file is

@@ -92,3 +92,75 @@ def test_pdf_behind_a_job_header_or_padding_is_a_pdf(header: bytes) -> None:
 def test_pdf_header_needs_a_version() -> None:
     """'%PDF-' without a version number is not a PDF header."""
     assert filetypes.detect(b"%PDF-\n1 0 obj\n") is None
+
+
+UBL = b"urn:oasis:names:specification:ubl:schema:xsd:Invoice-2"
+CII = b"urn:un:unece:uncefact:data:standard:CrossIndustryInvoice:100"
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        b'<?xml version="1.0" encoding="UTF-8"?>\n<Invoice xmlns="' + UBL + b'"><cbc:ID',
+        b"\xef\xbb\xbf<?xml version='1.0'?><!-- from the ERP -->\n<ubl:CreditNote xmlns:ubl="
+        b'"urn:oasis:names:specification:ubl:schema:xsd:CreditNote-2">',
+        b'<rsm:CrossIndustryInvoice xmlns:rsm="' + CII + b'" xmlns:ram="x"><rsm:Exch',
+        # A root start tag with many namespaces and a long comment first, cut mid-document.
+        b"<?xml version='1.0'?>\n<!--"
+        + b"x" * 3000
+        + b"-->\n<rsm:CrossIndustryInvoice "
+        + b" ".join(b'xmlns:n%d="urn:n%d"' % (i, i) for i in range(40))
+        + b' xmlns:rsm="'
+        + CII
+        + b'"><a>',
+    ],
+)
+def test_einvoice_xml_is_recognised_by_its_root_element(header: bytes) -> None:
+    """UBL Invoice/CreditNote and CII by the root element's namespace and name (a BOM, a
+    comment and many namespace declarations before it; the file cut after the start tag),
+    never by the file name."""
+    found = filetypes.detect(header)
+    assert found is filetypes.EINVOICE
+    assert filetypes.expand(["einvoice"]) == {filetypes.EINVOICE}
+
+
+@pytest.mark.parametrize(
+    ("header", "description"),
+    [
+        (b'<?xml version="1.0"?><note><to>x</to></note>', "XML document (root element 'note'"),
+        (b'<Invoice xmlns="urn:example:not-ubl"><ID>1</ID>', "XML document (root element"),
+        (b'<?xml version="1.0"?>\n<<<broken', "XML document"),
+        # A PDF header inside an XML file's first KiB is still XML, not a PDF (a polyglot).
+        (b'<?xml version="1.0"?><x>%PDF-1.7</x>', "XML document (root element 'x'"),
+    ],
+)
+def test_other_xml_is_refused_by_name(header: bytes, description: str) -> None:
+    """XML that is not an EN 16931 invoice is refused, its root element named."""
+    assert filetypes.detect(header) is None
+    assert filetypes.describe(header).startswith(description)
+
+
+def test_a_billion_laughs_header_is_not_expanded_to_find_the_root() -> None:
+    """The root's name is read without expanding anything (the analysis refuses the DTD)."""
+    lol = (
+        b'<?xml version="1.0"?><!DOCTYPE lolz [<!ENTITY lol "lol">'
+        + b"".join(
+            b'<!ENTITY lol%d "&lol%s;&lol%s;&lol%s;&lol%s;&lol%s;&lol%s;&lol%s;&lol%s;&lol%s;&lol%s;">'
+            % (i, *(b"" if i == 1 else str(i - 1).encode(),) * 10)
+            for i in range(1, 10)
+        )
+        + b"]><lolz>&lol9;</lolz>"
+    )
+    assert filetypes.detect(lol) is None
+    assert filetypes.describe(lol).startswith("XML document")
+
+
+def test_families_expand_to_their_types() -> None:
+    """Config may name a family: image is TIFF, JPEG and PNG."""
+    assert filetypes.expand(["image"]) == {filetypes.TIFF, filetypes.JPEG, filetypes.PNG}
+    assert filetypes.expand(["pdf", "image"]) == {
+        filetypes.PDF,
+        filetypes.TIFF,
+        filetypes.JPEG,
+        filetypes.PNG,
+    }

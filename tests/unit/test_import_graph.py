@@ -19,6 +19,7 @@ LAYERS: list[list[str]] = [
         "ingestd.errors",
         "ingestd.log",
         "ingestd.textsafe",
+        "ingestd.xmlsafe",  # (issue 33) every parse of outside XML: no entities, no DTD, bounded
         "ingestd.passwords",
         "ingestd.durable",
         "ingestd.filenames",  # titles and dates from file names, scanners' auto-names

@@ -26,6 +26,7 @@ from typing import Any
 import paramiko
 
 from ingestd.config.settings import Config, SftpConfig
+from ingestd.intake import filetypes
 from ingestd.log import get_logger
 from ingestd.runtime import metrics
 from ingestd.runtime.logflood import FloodGate
@@ -137,7 +138,7 @@ class SessionHost:
             max_handles_per_session=config.sftp.max_handles_per_session,
             max_file_size=int(config.intake.max_file_size),
             max_filename_bytes=config.intake.max_filename_bytes,
-            allowed_types=frozenset(config.intake.allowed_types),
+            allowed_types=frozenset(t.name for t in filetypes.expand(config.intake.allowed_types)),
         )
 
     def login_context(self) -> LoginContext:

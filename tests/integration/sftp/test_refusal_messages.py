@@ -41,7 +41,7 @@ from tests.conftest import wait_until
 from tests.fixtures.files import pdf_bytes
 from tests.integration.sftp.conftest import Rig
 
-ALLOWED = "allowed types: jpeg, pdf, png, tiff"
+ALLOWED = "allowed types: einvoice, jpeg, pdf, png, tiff"
 ELF_REFUSAL = f"refused: content is ELF executable; {ALLOWED}"
 ZIP_REFUSAL = f"refused: content is ZIP archive (or Office document); {ALLOWED}"
 TEXT_REFUSAL = f"refused: content is plain text; {ALLOWED}"
