@@ -11,6 +11,7 @@ is refused (no e-invoice, no Office part has one): ``HostileXml`` says why.
 from __future__ import annotations
 
 import io
+import re
 from typing import Any
 
 from lxml import etree
@@ -39,6 +40,17 @@ def _parser() -> etree.XMLParser:
     )
 
 
+# Everything before the root element's start tag: declaration, comments, a DOCTYPE.
+_ROOT_START = re.compile(rb"<[A-Za-z_\x80-\xff]")
+_PROLOG_DTD = re.compile(rb"<!DOCTYPE", re.IGNORECASE)
+
+
+def _prolog(data: bytes) -> bytes:
+    """The bytes before the root element (UTF-16 input is left to the parser)."""
+    found = _ROOT_START.search(data, 0, 1 << 20)
+    return data[: found.start()] if found else data[: 1 << 20]
+
+
 def _depth(root: Any) -> int:
     deepest, stack = 0, [(root, 1)]
     while stack:
@@ -55,6 +67,8 @@ def parse(data: bytes, *, max_bytes: int = MAX_XML_BYTES, what: str = "XML") -> 
     bounded XML."""
     if len(data) > max_bytes:
         raise HostileXml(f"{what} is {len(data)} bytes, more than {max_bytes} are not read")
+    if _PROLOG_DTD.search(_prolog(data)):
+        raise HostileXml(f"{what} declares a DTD (entities are never expanded or fetched)")
     try:
         tree = etree.parse(io.BytesIO(data), _parser())
     except etree.XMLSyntaxError as exc:

@@ -19,6 +19,7 @@ from ingestd.cli import documents, sftp, system
 from ingestd.cli import dropins as dropins_cli
 from ingestd.cli import find as find_cli
 from ingestd.cli import ingest as ingest_cli
+from ingestd.cli import invoices as invoices_cli
 from ingestd.cli import jobs as jobs_cli
 from ingestd.cli import retention as retention_cli
 from ingestd.cli import samples as samples_cli
@@ -184,6 +185,7 @@ def build_parser() -> argparse.ArgumentParser:
     find_cli.add_parser(_subcommands(sub.choices["documents"]), common, jsonopt)
     trace_cli.add_parser(sub, common, jsonopt)
     users_cli.add_parsers(sub, common, jsonopt)  # issue 31: people and capability sets
+    invoices_cli.add_parsers(sub, common, jsonopt)  # issue 33: the accounting export
 
     return p
 

@@ -18,6 +18,7 @@ import re
 import types
 import typing
 from collections.abc import Iterable, Sequence
+from decimal import Decimal
 from ipaddress import IPv4Network, IPv6Network
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
@@ -229,7 +230,7 @@ class _Kinds:
             return _join(noun, _bounds(c, lambda n: _size(int(n))), sep=", ")
         if tp is int:
             return _join("integers" if plural else "integer", _bounds(c))
-        if tp is float:
+        if tp is float or tp is Decimal:
             return _join("numbers" if plural else "number", _bounds(c))
         if tp is str:
             pattern = c.get("pattern")

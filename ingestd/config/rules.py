@@ -16,6 +16,7 @@ import dataclasses
 import os
 import re
 import string
+from decimal import Decimal
 from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
@@ -411,6 +412,15 @@ class WorkflowConditions(_Rule):
     """The correspondent the document must have."""
     document_type: Name | None = None
     """The document type the document must have."""
+    invoice: bool | None = None
+    """`true`: only e-invoices (XRechnung, ZUGFeRD/Factur-X, any EN 16931 UBL or CII);
+    `false`: only other documents."""
+    seller_vat_id: Annotated[str, Field(min_length=3, max_length=40)] | None = None
+    """An e-invoice's seller VAT id (`DE123456789`; case and blanks ignored)."""
+    buyer_reference: Annotated[str, Field(min_length=1, max_length=200)] | None = None
+    """Glob on an e-invoice's buyer reference (the Leitweg-ID: `04011000-*`)."""
+    total_above: Annotated[Decimal, Field(ge=0)] | None = None
+    """An e-invoice whose gross total is above this amount (in its own currency)."""
 
 
 class WorkflowActions(_Rule):

@@ -268,6 +268,7 @@ def test_event_payload_shape() -> None:
             "source": "sftp:scanner-2og",
             "subfolder": "Buchhaltung/2026",
             "page_count": 3,
+            "invoice": None,  # an e-invoice's fields (issue 33)
         },
     }
     assert json.loads(event_body(event)) == event

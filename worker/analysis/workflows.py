@@ -20,6 +20,7 @@ import re
 import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from decimal import Decimal
 from pathlib import PurePosixPath
 from typing import Any
 
@@ -27,6 +28,16 @@ from ingestd.config.rules import WebhookConfig, WorkflowConditions, WorkflowRule
 from ingestd.filenames.titles import cap_title
 
 EVENT_ANALYZED = "document.analyzed"
+
+
+@dataclass(frozen=True)
+class InvoiceFacts:
+    """What workflow conditions see of an e-invoice, and its fields for the event."""
+
+    seller_vat_id: str | None
+    buyer_reference: str | None
+    gross_total: Decimal | None
+    fields: dict[str, Any]  # every field read (Invoice.as_fields), JSON-ready
 
 
 @dataclass(frozen=True)
@@ -45,6 +56,7 @@ class DocumentFacts:
     title: str
     issued_date: datetime.date | None
     page_count: int
+    invoice: InvoiceFacts | None = None  # an e-invoice's (issue 33)
 
 
 @dataclass(frozen=True)
@@ -115,9 +127,37 @@ def matches(when: WorkflowConditions, facts: DocumentFacts) -> bool:
     tags = {t.casefold() for t in facts.tags}
     if not all(t.casefold() in tags for t in when.has_tags):
         return False
-    return _same_name(when.correspondent, facts.correspondent) and _same_name(
+    if not _same_name(when.correspondent, facts.correspondent) or not _same_name(
         when.document_type, facts.document_type
-    )
+    ):
+        return False
+    return _invoice_matches(when, facts.invoice)
+
+
+def _invoice_matches(when: WorkflowConditions, invoice: InvoiceFacts | None) -> bool:
+    """The e-invoice conditions: each given one needs an invoice that meets it."""
+    if when.invoice is not None and when.invoice != (invoice is not None):
+        return False
+    wants = (when.seller_vat_id, when.buyer_reference, when.total_above)
+    if all(w is None for w in wants):
+        return True
+    if invoice is None:
+        return False
+    if when.seller_vat_id is not None and _vat_id(when.seller_vat_id) != _vat_id(
+        invoice.seller_vat_id or ""
+    ):
+        return False
+    if when.buyer_reference is not None and not _iglob(
+        invoice.buyer_reference or "", when.buyer_reference
+    ):
+        return False
+    total = invoice.gross_total
+    return when.total_above is None or (total is not None and total > when.total_above)
+
+
+def _vat_id(value: str) -> str:
+    # "DE 123 456 789" and "de123456789" are the same VAT id.
+    return "".join(value.split()).upper()
 
 
 def _iglob(value: str, pattern: str) -> bool:
@@ -198,5 +238,6 @@ def event_payload(facts: DocumentFacts, workflow: str) -> dict[str, Any]:
             "source": facts.source,
             "subfolder": facts.subfolder,
             "page_count": facts.page_count,
+            "invoice": facts.invoice.fields if facts.invoice else None,
         },
     }

@@ -16,6 +16,7 @@ from ingestd.db.database import Tx
 from ingestd.jobkinds import JobKind
 from ingestd.queue.claims import Job
 from ingestd.queue.enqueue import enqueue
+from worker.jobs.invoice_record import InvoiceRecord, apply_invoice
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +66,8 @@ class Analysis:
     workflow_tags: list[str] = field(default_factory=list)
     workflows: list[str] = field(default_factory=list)
     webhooks: list[Delivery] = field(default_factory=list)
+    # An e-invoice's fields and validation (issue 33); None: not an invoice.
+    invoice: InvoiceRecord | None = None
 
 
 def apply_analysis(tx: Tx, job: Job, data: Analysis) -> None:
@@ -115,6 +118,7 @@ def apply_analysis(tx: Tx, job: Job, data: Analysis) -> None:
             payload=hook.payload(),
             trace=job.trace,
         )
+    apply_invoice(tx, job, data.invoice)
     tx.run(
         "content_upsert",
         {

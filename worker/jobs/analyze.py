@@ -37,6 +37,7 @@ from typing import Any
 
 from ingestd.archive import retention
 from ingestd.archive.backends import make_archive
+from ingestd.intake import filetypes
 from ingestd.jobkinds import JobKind
 from ingestd.queue.claims import Job
 from ingestd.runtime import metrics
@@ -48,10 +49,17 @@ from worker.analysis.workflows import DocumentFacts, apply_step, event_payload, 
 from worker.jobs import JobContext, LimitReached, NeedsAttention, register
 from worker.jobs.analysis_input import JobDocument, SavedText, derived_dir, verify_original
 from worker.jobs.analysis_record import Analysis, DateChange, Delivery, TitleChange, apply_analysis
+from worker.jobs.invoice_record import InvoiceRecord
+from worker.jobs.invoice_step import read_hybrid_pdf, read_xml_invoice
 
 
 def _derive_title(
-    doc: JobDocument, derive_title: bool, text: str, max_length: int, data: Analysis
+    doc: JobDocument,
+    derive_title: bool,
+    text: str,
+    max_length: int,
+    data: Analysis,
+    invoice: InvoiceRecord | None = None,
 ) -> str:
     """The document's title after this analysis; sets data's title fields.
 
@@ -59,7 +67,8 @@ def _derive_title(
     intake, kept as ``placeholder_title``) or the title analysis set itself: then it is
     derived again (``force`` after an upgrade gets the better title), or put back to the
     placeholder when the text no longer gives one. Any other title is a person's, a
-    workflow's or the file name's (invariant 5) and is kept.
+    workflow's or the file name's (invariant 5) and is kept. An invoice's title comes
+    from its fields; an XML invoice's file name (an ERP's export name) is a placeholder.
     """
     title = doc.title
     placeholder = doc.placeholder_title
@@ -68,7 +77,7 @@ def _derive_title(
     data.placeholder_title, data.derived_title = placeholder, None
     if placeholder is None or title not in (placeholder, doc.derived_title):
         return title
-    derived = title_from_text(text, max_length)
+    derived = invoice.title[:max_length] if invoice else title_from_text(text, max_length)
     data.derived_title = derived
     new = derived or placeholder
     if new != title:
@@ -76,22 +85,25 @@ def _derive_title(
     return new
 
 
-def _derive_issued_date(doc: JobDocument, text: str, data: Analysis) -> datetime.date | None:
+def _derive_issued_date(
+    doc: JobDocument, text: str, data: Analysis, invoice: InvoiceRecord | None = None
+) -> datetime.date | None:
     """The issued date after this analysis (DetermineIssuedAt); sets data's date fields.
 
     Read from the text while the document has none, or has the one analysis read before;
     a date set by a person is kept. The file name's date (``name_date``, frozen at
     intake) is kept too, unless its source's date policy was ``text-first``: then the
-    text's date replaces it, and it stays when the text has none.
+    text's date replaces it, and it stays when the text has none. An invoice's issue
+    date is the one it states: it comes first, as the text's does under ``text-first``.
     """
     issued = doc.issued_date
-    text_first = doc.text_first
+    text_first = doc.text_first or invoice is not None
     from_name = doc.name_date if text_first else None
     data.derived_issued_date = None
     ours = issued is None or issued == doc.derived_issued_date
     if not ours and not (text_first and issued == from_name):
         return issued  # a person's, or (filename-first) the file name's
-    found = date_from_text(text)
+    found = invoice.invoice.issue_date if invoice else date_from_text(text)
     data.derived_issued_date = found
     new = found
     if new is None and text_first and issued is not None:
@@ -125,10 +137,19 @@ def analyze_document(ctx: JobContext) -> None:
         verify_original(
             original, archive_path=doc.archive_path, size_bytes=doc.size_bytes, sha256=doc.sha256
         )
-        text = None if force else SavedText.load(out_dir, doc.sha256)
-        if text is None:
-            text = run_ocr(ctx, original, doc.mime_type, out_dir)
-            text.save(out_dir, doc.sha256)
+        invoice, text = None, None
+        width = cfg.analysis.thumbnail_width
+        if doc.mime_type == filetypes.EINVOICE.mime:
+            text, invoice = read_xml_invoice(original, out_dir, width)
+        elif doc.mime_type == filetypes.PDF.mime and (
+            hybrid := read_hybrid_pdf(original, out_dir, width)
+        ):
+            text, invoice = hybrid  # never OCRed: its own text, its XML the truth
+        else:
+            text = None if force else SavedText.load(out_dir, doc.sha256)
+            if text is None:
+                text = run_ocr(ctx, original, doc.mime_type, out_dir)
+                text.save(out_dir, doc.sha256)
     full = text.full
     rel_dir = out_dir.relative_to(cfg.paths.derived_dir)
 
@@ -139,17 +160,22 @@ def analyze_document(ctx: JobContext) -> None:
         languages=text.languages,
         searchable_pdf=str(rel_dir / text.searchable_pdf),
         thumbnail=str(rel_dir / text.thumbnail),
+        invoice=invoice,
     )
-    title = _derive_title(doc, job.derive_title, full, cfg.analysis.title_max_length, data)
-    issued = _derive_issued_date(doc, full, data)
+    derive_title = job.derive_title or (invoice is not None and invoice.source == "xml")
+    max_title = cfg.analysis.title_max_length
+    title = _derive_title(doc, derive_title, full, max_title, data, invoice)
+    issued = _derive_issued_date(doc, full, data, invoice)
 
     matches = match_rules(
         cfg.taxonomy, job.tenant, f"{title}\n{full}", regex_timeout=cfg.analysis.regex_timeout
     )
     data.taxonomy_tags = list(matches.tags)
-    correspondent = matches.correspondent or doc.correspondent
-    document_type = matches.document_type or doc.document_type
-    data.correspondent, data.document_type = matches.correspondent, matches.document_type
+    # An invoice names its seller and says what it is; a taxonomy rule may still say more.
+    data.correspondent = matches.correspondent or (invoice.correspondent if invoice else None)
+    data.document_type = matches.document_type or (invoice.document_type if invoice else None)
+    correspondent = data.correspondent or doc.correspondent
+    document_type = data.document_type or doc.document_type
 
     facts = DocumentFacts(
         tenant=job.tenant,
@@ -164,6 +190,7 @@ def analyze_document(ctx: JobContext) -> None:
         title=title,
         issued_date=issued,
         page_count=text.page_count,
+        invoice=invoice.facts() if invoice else None,
     )
     redeliver = bool(job.payload.get("redeliver"))
     first = not job.payload.get("reanalysis")
@@ -191,6 +218,7 @@ def analyze_document(ctx: JobContext) -> None:
         issued_date=issued.isoformat() if issued else None,
         tags=sorted({*data.taxonomy_tags, *data.workflow_tags}),
         workflows=data.workflows,
+        invoice=invoice.report.legal_status if invoice else None,
     )
 
 

@@ -293,6 +293,42 @@ CREATE TABLE document_content (
     CONSTRAINT document_content_tenant_id_fkey FOREIGN KEY (tenant_id) REFERENCES tenants(id)
 );
 CREATE INDEX idx_document_content_search ON document_content USING gin (search);
+
+-- What an e-invoice says (issue 33), read from its XML or a hybrid PDF's embedded XML;
+-- derived data (the original is the document), made again by a re-analysis.
+CREATE TABLE invoices (
+    document_id    BIGINT PRIMARY KEY REFERENCES documents(id) ON DELETE CASCADE,
+    tenant_id      BIGINT NOT NULL REFERENCES tenants(id),
+    source         TEXT NOT NULL CHECK (source IN ('xml', 'embedded')),
+    syntax         TEXT NOT NULL CHECK (syntax IN ('ubl', 'cii')),
+    profile        TEXT,
+    number         TEXT,
+    type_code      TEXT,
+    kind           TEXT NOT NULL CHECK (kind IN ('invoice', 'credit_note')),
+    issue_date     DATE,
+    due_date       DATE,
+    currency       TEXT,
+    seller_name    TEXT,
+    seller_vat_id  TEXT,
+    buyer_name     TEXT,
+    buyer_reference TEXT,
+    net_total      NUMERIC,
+    tax_total      NUMERIC,
+    gross_total    NUMERIC,
+    payable        NUMERIC,
+    line_count     INTEGER NOT NULL DEFAULT 0,
+    fields         JSONB NOT NULL,
+    legal_status   TEXT NOT NULL CHECK (legal_status IN ('e-invoice', 'other invoice')),
+    format_errors  INTEGER NOT NULL DEFAULT 0,
+    rule_errors    INTEGER NOT NULL DEFAULT 0,
+    report         JSONB NOT NULL,
+    pdf_check      TEXT,
+    duplicate_of   BIGINT REFERENCES documents(id) ON DELETE SET NULL,
+    analyzed_at    TIMESTAMPTZ NOT NULL DEFAULT now()
+);
+
+CREATE INDEX idx_invoices_seller_number ON invoices (tenant_id, seller_vat_id, number);
+CREATE INDEX idx_invoices_issue_date ON invoices (tenant_id, issue_date);
 CREATE INDEX idx_document_content_tenant ON document_content (tenant_id);
 CREATE INDEX idx_document_content_words ON document_content USING gin (search_words gin_trgm_ops);
 

@@ -119,3 +119,42 @@ WHERE id = %(id)s AND tenant_id = %(tenant_id)s;
 -- queued in the same transaction), with the ASN its pages carry.
 UPDATE documents SET processing_status = 'queued', asn = coalesce(%(asn)s, asn)
 WHERE id = %(id)s AND tenant_id = %(tenant_id)s;
+
+-- An e-invoice's row (issue 33), written with the analysis; the same seller (VAT id, or
+-- name without one) and number as an older invoice of the tenant is a possible
+-- duplicate: flagged with the oldest such document, never refused.
+-- name: invoice_upsert
+INSERT INTO invoices AS i (document_id, tenant_id, source, syntax, profile, number,
+    type_code, kind, issue_date, due_date, currency, seller_name, seller_vat_id, buyer_name,
+    buyer_reference, net_total, tax_total, gross_total, payable, line_count, fields,
+    legal_status, format_errors, rule_errors, report, pdf_check, duplicate_of, analyzed_at)
+SELECT d.id, d.tenant_id, %(source)s, %(syntax)s, %(profile)s, %(number)s, %(type_code)s,
+       %(kind)s, %(issue_date)s, %(due_date)s, %(currency)s, %(seller_name)s,
+       %(seller_vat_id)s, %(buyer_name)s, %(buyer_reference)s, %(net_total)s, %(tax_total)s,
+       %(gross_total)s, %(payable)s, %(line_count)s, %(fields)s, %(legal_status)s,
+       %(format_errors)s, %(rule_errors)s, %(report)s, %(pdf_check)s,
+       (SELECT min(o.document_id) FROM invoices o
+        WHERE o.tenant_id = d.tenant_id AND o.document_id < d.id
+          AND %(number)s::text IS NOT NULL AND o.number = %(number)s::text
+          AND (o.seller_vat_id = %(seller_vat_id)s::text
+               OR (o.seller_vat_id IS NULL AND %(seller_vat_id)s::text IS NULL
+                   AND o.seller_name = %(seller_name)s::text))),
+       now()
+FROM documents d
+WHERE d.id = %(document_id)s AND d.tenant_id = %(tenant_id)s
+ON CONFLICT (document_id) DO UPDATE SET
+    source = EXCLUDED.source, syntax = EXCLUDED.syntax, profile = EXCLUDED.profile,
+    number = EXCLUDED.number, type_code = EXCLUDED.type_code, kind = EXCLUDED.kind,
+    issue_date = EXCLUDED.issue_date, due_date = EXCLUDED.due_date,
+    currency = EXCLUDED.currency, seller_name = EXCLUDED.seller_name,
+    seller_vat_id = EXCLUDED.seller_vat_id, buyer_name = EXCLUDED.buyer_name,
+    buyer_reference = EXCLUDED.buyer_reference, net_total = EXCLUDED.net_total,
+    tax_total = EXCLUDED.tax_total, gross_total = EXCLUDED.gross_total,
+    payable = EXCLUDED.payable, line_count = EXCLUDED.line_count, fields = EXCLUDED.fields,
+    legal_status = EXCLUDED.legal_status, format_errors = EXCLUDED.format_errors,
+    rule_errors = EXCLUDED.rule_errors, report = EXCLUDED.report,
+    pdf_check = EXCLUDED.pdf_check, duplicate_of = EXCLUDED.duplicate_of,
+    analyzed_at = EXCLUDED.analyzed_at;
+
+-- name: invoice_delete
+DELETE FROM invoices WHERE document_id = %(document_id)s AND tenant_id = %(tenant_id)s;
