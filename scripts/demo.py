@@ -91,6 +91,8 @@ def sftp_demo(port: int, scan: Any) -> None:
 
 def daemon_demo(hot: Path, scan: Any, port: int) -> None:
     """Run the real daemon, upload over SFTP and drop scans into a hot folder."""
+    from ingestd.demo import einvoices
+
     print(
         "\n$ ingestd serve   (in the background; SFTP on 127.0.0.1:"
         f"{port}, hot folder .demo/hot/acme)"
@@ -120,6 +122,13 @@ def daemon_demo(hot: Path, scan: Any, port: int) -> None:
                 "Vertrag Hausmeisterdienst.pdf.part": scan(
                     "Vertrag Hausmeisterdienst", "zwischen Hausverwaltung und Firma Meyer"
                 ),
+                # E-invoices for accounting: an XRechnung (UBL XML) and a ZUGFeRD PDF.
+                "Buchhaltung/2026/xrechnung_RE-2026-0815.xml": einvoices.ubl_xml(
+                    einvoices.SampleInvoice(number="RE-2026-0815")
+                ),
+                "Buchhaltung/2026/ZUGFeRD Rechnung Stadtwerke.pdf": einvoices.facturx_pdf(
+                    einvoices.SampleInvoice(number="RE-2026-0816", profile=einvoices.EN16931)
+                ),
                 "~$Entwurf.pdf": b"office lock file",
                 "malware.pdf": b"MZ\x90\x00" + b"\0" * 100,
             }
@@ -130,6 +139,7 @@ def daemon_demo(hot: Path, scan: Any, port: int) -> None:
             part.rename(part.with_suffix(""))
             print("  renamed Vertrag Hausmeisterdienst.pdf.part -> .pdf (upload finished)")
             stapel = drop_batch(hot.parent / "stapel")
+            _wait(lambda: not list(hot.rglob("*.xml")), 60)
             _wait(lambda: not list(hot.rglob("*.pdf")) or _only_ignored(hot), 60)
             _wait(lambda: not stapel.exists(), 60)
             _wait(lambda: not any((DEMO / "spool" / "queue").glob("*.data")), 60)
@@ -411,6 +421,7 @@ def main() -> None:
     daemon_demo(hot, scan, port)
     hook_server.shutdown()
     analysis_demo()
+    sh("invoices", "list", "--tenant", "acme")
     batch_demo()
     sh("search", "--tenant", "acme", "Kündigung")
     sh("tenant", "list")

@@ -36,6 +36,9 @@ def test_the_demo_runs_to_the_end_and_shows_the_console() -> None:
     assert re.search(r"the web console:  http://127\.0\.0\.1:\d+/   log in as demo / ", done.stdout)
     assert "the mapped drive: http://127.0.0.1:" in done.stdout
     assert "$ ingestd search --tenant acme" in done.stdout
+    # The XRechnung and the ZUGFeRD PDF dropped for accounting, read from their XML.
+    assert "$ ingestd invoices list --tenant acme" in done.stdout
+    assert "RE-2026-0815" in done.stdout and "RE-2026-0816" in done.stdout
 
 
 def _stop_the_demo_cluster() -> None:
