@@ -33,13 +33,14 @@ from ingestd.errors import ExitCode, IngestdError
 ENV_USER = "INGESTD_USER"
 DEFAULT_STATE_DIR = Path("/var/lib/ingestd")
 # Commands that keep the caller's identity: config-reference and hash-password print,
-# sample-scan writes where it is told; account/watch add|remove write the root-owned
+# sample-scan and sample-einvoice write where they are told; account/watch add|remove write the root-owned
 # /etc/ingestd/conf.d and reload the daemon (systemctl or SIGHUP), which only root may.
 STAY_ROOT = frozenset(
     {
         "config-reference",
         "account hash-password",
         "sample-scan",
+        "sample-einvoice",
         "account add",
         "account remove",
         "watch add",

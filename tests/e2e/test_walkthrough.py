@@ -409,8 +409,12 @@ def test_getting_started_runs_as_written(
         ).stdout
     )
     names = sorted(d["original_filename"] for d in docs)
-    assert names == [f"invoice-{n}.pdf" for n in range(1, 6)], transcript
+    scans = [f"invoice-{n}.pdf" for n in range(1, 6)]
+    assert names == sorted([*scans, "xrechnung-4711.xml", "zugferd-4712.pdf"]), transcript
     assert {d["processing_status"] for d in docs} == {"done"}
+    # The two e-invoices were read from their XML (the Factur-X PDF's embedded one).
+    listed = transcript.split("invoices list --tenant acme", 1)[1]
+    assert "RE-2026-4711" in listed and "RE-2026-4712" in listed
     assert "ingestd: tenant acme is suspended; uploads are refused" in transcript
     assert '"sftp.refused"' in transcript and "notes.txt" in transcript
     assert '"intake.ingested"' in transcript
