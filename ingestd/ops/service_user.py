@@ -33,8 +33,9 @@ from ingestd.errors import ExitCode, IngestdError
 ENV_USER = "INGESTD_USER"
 DEFAULT_STATE_DIR = Path("/var/lib/ingestd")
 # Commands that keep the caller's identity: config-reference and hash-password print,
-# sample-scan and sample-einvoice write where they are told; account/watch add|remove write the root-owned
-# /etc/ingestd/conf.d and reload the daemon (systemctl or SIGHUP), which only root may.
+# sample-scan and sample-einvoice write where they are told; account/watch add|remove
+# write the root-owned /etc/ingestd/conf.d and reload the daemon (systemctl or SIGHUP),
+# which only root may.
 STAY_ROOT = frozenset(
     {
         "config-reference",

@@ -24,6 +24,7 @@ SMALL = {
     "audit": ["--events", "20000", "--rounds", "1"],
     "search": ["--small"],
     "web": ["--small"],
+    "documents": ["--docs", "15", "--rounds", "1"],
 }
 
 

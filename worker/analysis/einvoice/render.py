@@ -24,8 +24,11 @@ MAX_LINES_SHOWN = 2000
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
-def _font(pdf: FPDF) -> tuple[str, bool]:
-    """The font family to use and whether it is Unicode."""
+def _font(pdf: FPDF, latin1: bool) -> tuple[str, bool]:
+    """The font family to use and whether it is Unicode: the core Helvetica for text in
+    Latin-1 (most invoices: fast, nothing embedded), DejaVu Sans for any other script."""
+    if latin1:
+        return "Helvetica", False
     for folder in FONT_DIRS:
         regular, bold = folder / "DejaVuSans.ttf", folder / "DejaVuSans-Bold.ttf"
         if regular.is_file() and bold.is_file():
@@ -36,17 +39,18 @@ def _font(pdf: FPDF) -> tuple[str, bool]:
 
 
 class _Page:
-    def __init__(self) -> None:
+    def __init__(self, latin1: bool) -> None:
         self.pdf = FPDF(format="A4")
         self.pdf.set_auto_page_break(True, margin=15)
         self.pdf.add_page()
-        self.family, self.unicode = _font(self.pdf)
+        self.family, self.unicode = _font(self.pdf, latin1)
 
     def text(self, value: object, limit: int = 300) -> str:
         text = " ".join(_CONTROL.sub(" ", str(value)).split())
         text = text if len(text) <= limit else text[: limit - 1] + "…"
         if not self.unicode:
-            text = text.replace("…", "...").encode("latin-1", "replace").decode("latin-1")
+            text = text.replace("…", "...").replace("≠", "!=")
+            text = text.encode("latin-1", "replace").decode("latin-1")
         return text
 
     def say(self, value: object, size: int = 10, bold: bool = False, limit: int = 300) -> None:
@@ -61,6 +65,19 @@ class _Page:
 
     def gap(self, mm: float = 3) -> None:
         self.pdf.ln(mm)
+
+
+def _is_latin1(inv: Invoice, report: Report | None) -> bool:
+    """Is every text the rendering shows Latin-1 (the core fonts' range, and "…")?"""
+    texts = [str(v) for v in inv.as_fields().values() if v is not None]
+    texts += [line.name or "" for line in inv.lines[:MAX_LINES_SHOWN]]
+    texts += [f.message for f in (report.findings if report else ())]
+    texts += ["Käufer Prüfung fällig Zuschläge Nachlässe"]
+    try:
+        "".join(texts).replace("…", "").replace("≠", "").encode("latin-1")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _money(value: Decimal | None, currency: str | None = "") -> str:
@@ -123,7 +140,7 @@ def _totals(page: _Page, inv: Invoice) -> None:
 
 def render_pdf(inv: Invoice, out: Path, report: Report | None = None) -> None:
     """``inv`` as a readable A4 PDF at ``out`` (atomically)."""
-    page = _Page()
+    page = _Page(_is_latin1(inv, report))
     word = "Gutschrift / credit note" if inv.kind == "credit_note" else "Rechnung / invoice"
     page.say(f"{word} {inv.number or '(ohne Nummer / no number)'}", 16, bold=True)
     page.say(f"Datum / date: {inv.issue_date or '-'}    fällig / due: {inv.due_date or '-'}", 9)
