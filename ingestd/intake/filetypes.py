@@ -29,6 +29,9 @@ from ingestd import xmlsafe
 # What intake and SFTP read of a file to know its type: the magic bytes, and for XML
 # its root element's start tag (namespace declarations and a comment may come first).
 HEADER_BYTES = 8192
+# Every magic number and the PDF header window lie within this many bytes: a header this
+# long decides the type, unless it starts as XML (``needs_whole_header``).
+MAGIC_BYTES = 2048
 # PDF readers look for the header this far into the file.
 PDF_HEADER_WINDOW = 1024
 
@@ -106,6 +109,12 @@ _ISO_BMFF_BRANDS = {
 _HTML = re.compile(rb"^\s*<(!doctype\s+html|html|head|body)\b", re.IGNORECASE)
 # The version is part of the header: "%PDF-1.7", "%PDF-2.0".
 _PDF_HEADER = re.compile(rb"%PDF-\d\.\d")
+
+
+def needs_whole_header(head: bytes) -> bool:
+    """Does deciding the type of a file starting with ``head`` need all of HEADER_BYTES
+    (XML, whose root element may follow a long comment or many namespaces)?"""
+    return head.lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"<")
 
 
 def expand(names: Iterable[str]) -> frozenset[FileType]:

@@ -134,12 +134,16 @@ class UploadHandle(paramiko.SFTPHandle):
         if not self._header_gaps or offset >= filetypes.HEADER_BYTES:
             return
         self._header_gaps = uncovered(self._header_gaps, offset, end)
-        if self._header_gaps:
+        magic = filetypes.MAGIC_BYTES
+        if self._header_gaps and self._header_gaps[0][0] < magic:
             return  # not all there yet, or the file is shorter: CLOSE decides
         if offset == 0 and len(data) >= filetypes.HEADER_BYTES:
             header = data[: filetypes.HEADER_BYTES]  # the usual case: one write has it all
         else:
             header = read_header(self.partial)
+        if self._header_gaps and filetypes.needs_whole_header(header[:magic]):
+            return  # XML: its root element may come later in the header
+        self._header_gaps = []  # decided: no second look before CLOSE
         refusal = content_refusal(header, len(header), self.session.allowed_types)
         if refusal is not None:
             raise refusal

@@ -197,6 +197,33 @@ def test_short_text_file_fails_at_close(rig: Rig) -> None:
     assert_good_upload_works(rig, 3)
 
 
+def test_xml_is_decided_on_its_root_element_not_its_first_kib(inproc_rig: Rig) -> None:
+    """XML waits for the whole header (its root element may follow a long comment): an
+    XRechnung whose root comes after 3 KiB of comment, written in 1 KiB pieces, is
+    accepted; other XML is refused naming its root, at the WRITE that completes the
+    header (or at CLOSE for a short file)."""
+    from ingestd.demo import einvoices
+
+    rig = inproc_rig
+    comment = b"<!--" + b"x" * 3000 + b"-->\n"
+    xml = einvoices.ubl_xml()
+    invoice = xml.replace(b"?>\n", b"?>\n" + comment, 1)
+    other = b'<?xml version="1.0"?>\n' + comment + b"<note>" + b"y" * 20_000 + b"</note>"
+    with rig.paramiko() as sftp:
+        handle = raw_open(sftp, "xrechnung.xml")
+        for start in range(0, len(invoice), 1024):
+            raw_write(sftp, handle, start, invoice[start : start + 1024])
+        raw_close(sftp, handle)
+        handle = raw_open(sftp, "note.xml")
+        for start in range(0, 8192, 1024):  # the header's first 8 KiB: undecided till full
+            if start + 1024 < 8192:
+                raw_write(sftp, handle, start, other[start : start + 1024])
+        with pytest.raises(OSError, match="root element 'note'"):
+            raw_write(sftp, handle, 7168, other[7168:8192])
+    wait_until(lambda: len(rig.documents()) == 1, 60)
+    assert_good_upload_works(rig, 6, documents=1)
+
+
 def test_empty_file_fails_at_close(rig: Rig) -> None:
     """An empty final-named upload fails its CLOSE with "refused: file is empty"."""
     local = upload_file(rig, "Scan_0001.pdf", b"")
