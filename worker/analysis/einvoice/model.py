@@ -20,6 +20,39 @@ def _json(value: object) -> Any:
     return value
 
 
+_LEVELS = (
+    ("extended", "EXTENDED"),
+    ("basicwl", "BASIC WL"),
+    ("basic-wl", "BASIC WL"),
+    ("basic", "BASIC"),
+    ("minimum", "MINIMUM"),
+)
+
+
+def name_of_profile(profile: str | None) -> str | None:
+    """The human name of a specification identifier (CII's guideline parameter, UBL's
+    CustomizationID), e.g. "urn:cen.eu:en16931:2017#compliant#urn:factur-x.eu:1p0:basic"
+    is "Factur-X BASIC"."""
+    p = (profile or "").strip().lower()
+    if not p:
+        return None
+    if "xrechnung" in p:
+        version = p.rsplit("xrechnung_", 1)[1].split("#")[0] if "xrechnung_" in p else ""
+        name = f"XRechnung {version}".strip()
+        return f"{name} Extension" if "extension" in p else name
+    if "peppol" in p:
+        return "Peppol BIS Billing 3.0"
+    family = "ZUGFeRD" if "zugferd" in p else "Factur-X" if "factur-x" in p else None
+    for key, level in _LEVELS:
+        if key in p:
+            return f"{family} {level}" if family else level
+    if family:
+        return f"{family} EN 16931"
+    if p.startswith("urn:cen.eu:en16931:2017"):
+        return "EN 16931"
+    return profile
+
+
 @dataclass(frozen=True, slots=True)
 class Party:
     name: str | None = None
@@ -106,25 +139,10 @@ class Invoice:
 
     @property
     def profile_name(self) -> str | None:
-        """A short human name of the profile: "XRechnung 3.0", "EN 16931", "BASIC"."""
-        p = (self.profile or "").lower()
-        if not p:
-            return None
-        if "xrechnung" in p:
-            version = p.rsplit("xrechnung_", 1)[-1] if "xrechnung_" in p else ""
-            return f"XRechnung {version}".strip()
-        for key, name in (
-            ("extended", "EXTENDED"),
-            ("basicwl", "BASIC WL"),
-            ("basic", "BASIC"),
-            ("minimum", "MINIMUM"),
-            ("peppol", "Peppol BIS Billing 3.0"),
-        ):
-            if key in p:
-                return name
-        if "en16931" in p:
-            return "EN 16931"
-        return self.profile
+        """A short human name of the profile (BT-24): "XRechnung 3.0", "EN 16931",
+        "Factur-X BASIC", "ZUGFeRD EXTENDED", "Peppol BIS Billing 3.0"; an unknown one as
+        it is written."""
+        return name_of_profile(self.profile)
 
     def as_fields(self) -> dict[str, Any]:
         """Every field, JSON-ready (amounts as strings, dates ISO)."""
@@ -152,6 +170,7 @@ class Invoice:
             "payable": _json(self.payable),
             "taxes": [t.as_fields() for t in self.taxes],
             "line_count": len(self.lines) + self.lines_not_read,
+            "unreadable": list(self.unreadable),
             "payment_terms": self.payment_terms,
             "iban": list(self.iban),
             "note": self.note,

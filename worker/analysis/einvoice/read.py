@@ -12,7 +12,7 @@ from __future__ import annotations
 import datetime
 import re
 from decimal import Decimal, InvalidOperation
-from typing import Any
+from typing import Any, Literal
 
 from ingestd import xmlsafe
 from worker.analysis.einvoice.model import Invoice, Line, Party, TaxLine
@@ -32,13 +32,19 @@ MAX_TEXT = 1000
 # UNTDID 1001 codes of credit notes (CII carries the kind in the code only).
 CREDIT_CODES = frozenset({"381", "396", "261", "262", "532"})
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+# xsd:decimal: an optional sign, digits and one point; no exponent, no "NaN", no "1_000".
+_DECIMAL = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)", re.ASCII)
+# xsd:date may carry a time zone ("2026-11-20Z", "2026-11-20+01:00"): the day is the date.
+_ISO_DAY = re.compile(r"(\d{4}-\d{2}-\d{2})(?:Z|[+-]\d{2}:\d{2})?", re.ASCII)
+_CII_DAY = re.compile(r"\d{8}", re.ASCII)
 
 
 class NotAnInvoice(Exception):
-    """Not XML we read as an invoice: not well-formed, a DTD, not UBL/CII; says why."""
+    """Not XML we read as an invoice: not well-formed, a DTD, too large or too deep, not
+    UBL/CII; the message says why (xmlsafe's reason for hostile XML)."""
 
 
-def syntax_of(root: Any) -> str | None:
+def syntax_of(root: Any) -> Literal["ubl", "cii"] | None:
     """ "ubl" or "cii" by the root element's namespace and name, else None."""
     tag = root.tag if isinstance(root.tag, str) else ""
     if tag in (f"{{{UBL_INVOICE}}}Invoice", f"{{{UBL_CREDIT}}}CreditNote"):
@@ -53,11 +59,13 @@ def read_invoice(data: bytes) -> Invoice:
     try:
         root = xmlsafe.parse(data, what="the invoice XML")
     except xmlsafe.HostileXml as exc:
-        raise NotAnInvoice(exc.message) from None
+        raise NotAnInvoice(exc.message) from exc
     return read_root(root)
 
 
 def read_root(root: Any) -> Invoice:
+    """The invoice of a parsed root element (from ``xmlsafe.parse``); NotAnInvoice if the
+    root is not a UBL Invoice/CreditNote or a CII CrossIndustryInvoice."""
     syntax = syntax_of(root)
     if syntax == "ubl":
         return _Reader(root).ubl()
@@ -67,6 +75,8 @@ def read_root(root: Any) -> Invoice:
 
 
 def clean(value: str | None) -> str | None:
+    """``value`` as one line of plain text: control characters out, whitespace collapsed,
+    at most MAX_TEXT characters; None if nothing is left."""
     if value is None:
         return None
     text = " ".join(_CONTROL.sub(" ", value).split())[:MAX_TEXT]
@@ -102,25 +112,42 @@ class _Reader:
         raw = self.text(el, path)
         if raw is None:
             return None
+        digits = raw.replace(" ", "")
         try:
-            value = Decimal(raw.replace(" ", ""))
+            value = Decimal(digits) if _DECIMAL.fullmatch(digits) else None
         except InvalidOperation:
-            self.unreadable.append(f"{name} ({raw[:40]!r})")
-            return None
-        if not value.is_finite() or abs(value) >= Decimal("1e15"):
+            value = None
+        if value is None or abs(value) >= Decimal("1e15"):
             self.unreadable.append(f"{name} ({raw[:40]!r})")
             return None
         return value
 
-    def date(self, el: Any, path: str, name: str, fmt: str) -> datetime.date | None:
+    def date(self, el: Any, path: str, name: str, cii: bool = False) -> datetime.date | None:
+        """A UBL date (YYYY-MM-DD, maybe with a time zone) or a CII date (YYYYMMDD)."""
         raw = self.text(el, path)
         if raw is None:
             return None
+        if cii:
+            day, fmt = (raw if _CII_DAY.fullmatch(raw) else None), "%Y%m%d"
+        else:
+            found = _ISO_DAY.fullmatch(raw)
+            day, fmt = (found.group(1) if found else None), "%Y-%m-%d"
         try:
-            return datetime.datetime.strptime(raw, fmt).date()
+            if day is not None:
+                return datetime.datetime.strptime(day, fmt).date()
         except ValueError:
-            self.unreadable.append(f"{name} ({raw[:40]!r})")
-            return None
+            pass
+        self.unreadable.append(f"{name} ({raw[:40]!r})")
+        return None
+
+    def money(self, el: Any, path: str, currency: str | None, name: str) -> Decimal | None:
+        """The amount at ``path`` in ``currency`` (a tax total is there twice when the VAT
+        is accounted in another currency), else the first."""
+        if currency:
+            found = el.xpath(f"{path}[@currencyID=$cur]", namespaces=NS, cur=currency)
+            if found:
+                return self.amount(found[0], ".", name)
+        return self.amount(el, path, name)
 
     # -- UBL -------------------------------------------------------------------------
     def ubl_party(self, path: str) -> Party:
@@ -148,13 +175,7 @@ class _Reader:
         credit = r.tag == f"{{{UBL_CREDIT}}}CreditNote"
         currency = self.text(r, "cbc:DocumentCurrencyCode")
         money = "cac:LegalMonetaryTotal/cbc:"
-        tax_total = (
-            self.amount(r, f"cac:TaxTotal/cbc:TaxAmount[@currencyID='{currency}']", "tax total")
-            if currency and "'" not in currency
-            else None
-        )
-        if tax_total is None:
-            tax_total = self.amount(r, "cac:TaxTotal/cbc:TaxAmount", "tax total")
+        tax_total = self.money(r, "cac:TaxTotal/cbc:TaxAmount", currency, "tax total")
         taxes = tuple(
             TaxLine(
                 category=self.text(s, "cac:TaxCategory/cbc:ID"),
@@ -177,10 +198,8 @@ class _Reader:
             )
             for el in line_els[:MAX_LINES]
         )
-        issue = self.date(r, "cbc:IssueDate", "issue date", "%Y-%m-%d")
-        due = self.date(
-            r, "cbc:DueDate | cac:PaymentMeans/cbc:PaymentDueDate", "due date", "%Y-%m-%d"
-        )
+        issue = self.date(r, "cbc:IssueDate", "issue date")
+        due = self.date(r, "cbc:DueDate | cac:PaymentMeans/cbc:PaymentDueDate", "due date")
         return Invoice(
             syntax="ubl",
             kind="credit_note" if credit else "invoice",
@@ -236,13 +255,7 @@ class _Reader:
         settle = trade + "ram:ApplicableHeaderTradeSettlement/"
         money = settle + "ram:SpecifiedTradeSettlementHeaderMonetarySummation/ram:"
         currency = self.text(r, settle + "ram:InvoiceCurrencyCode")
-        tax_total = None
-        if currency and "'" not in currency:
-            tax_total = self.amount(
-                r, f"{money}TaxTotalAmount[@currencyID='{currency}']", "tax total"
-            )
-        if tax_total is None:
-            tax_total = self.amount(r, money + "TaxTotalAmount", "tax total")
+        tax_total = self.money(r, money + "TaxTotalAmount", currency, "tax total")
         type_code = self.text(r, "rsm:ExchangedDocument/ram:TypeCode")
         taxes = tuple(
             TaxLine(
@@ -287,13 +300,13 @@ class _Reader:
             number=self.text(r, "rsm:ExchangedDocument/ram:ID"),
             type_code=type_code,
             issue_date=self.date(
-                r, "rsm:ExchangedDocument/ram:IssueDateTime" + date, "issue date", "%Y%m%d"
+                r, "rsm:ExchangedDocument/ram:IssueDateTime" + date, "issue date", cii=True
             ),
             due_date=self.date(
                 r,
                 settle + "ram:SpecifiedTradePaymentTerms/ram:DueDateDateTime" + date,
                 "due date",
-                "%Y%m%d",
+                cii=True,
             ),
             currency=currency,
             seller=self.cii_party(agree + "ram:SellerTradeParty"),

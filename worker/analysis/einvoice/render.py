@@ -2,14 +2,21 @@
 
 Seller and buyer, dates and references, the lines, the tax per rate, the totals, the
 payment and, when given, what the validation found. Text from the XML is only ever
-text: cut, cleaned of control characters, never interpreted. DejaVu Sans (Debian's
-fonts-dejavu-core) shows any script; without it the core Helvetica shows Latin-1 and a
-replacement mark for the rest. Written to a temp file and renamed into place.
+text: cut, cleaned of control characters, never interpreted (no markup, no markdown).
+
+Fonts: text that is all Latin-1 (most invoices) is set in the core Helvetica, fast and
+nothing embedded. Any other script in DejaVu Sans (Debian's fonts-dejavu-core: Latin,
+Greek, Cyrillic, Arabic, Hebrew, symbols), and for what DejaVu lacks (Chinese, Japanese,
+Korean) a fallback font where one is installed (Droid Sans Fallback, Noto Sans CJK); a
+character no font has is shown as "�", never silently dropped. Without DejaVu, the core
+Helvetica shows Latin-1 and "?" for the rest. Written to a temp file and renamed into
+place.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
 from decimal import Decimal
@@ -19,35 +26,74 @@ from fpdf import FPDF
 
 from worker.analysis.einvoice.model import Invoice, Party, Report
 
-FONT_DIRS = (Path("/usr/share/fonts/truetype/dejavu"),)
+FONT_ROOT = Path("/usr/share/fonts")
+FONT_DIRS = (FONT_ROOT / "truetype/dejavu",)  # Debian's fonts-dejavu-core
+FALLBACK_FONTS = (  # for the scripts DejaVu lacks (CJK); the first that is installed
+    "truetype/droid/DroidSansFallbackFull.ttf",
+    "truetype/droid/DroidSansFallback.ttf",
+    "opentype/noto/NotoSansCJK-Regular.ttc",
+)
 MAX_LINES_SHOWN = 2000
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
-def _font(pdf: FPDF, latin1: bool) -> tuple[str, bool]:
-    """The font family to use and whether it is Unicode: the core Helvetica for text in
-    Latin-1 (most invoices: fast, nothing embedded), DejaVu Sans for any other script."""
-    if latin1:
-        return "Helvetica", False
-    for folder in FONT_DIRS:
+@functools.cache
+def unicode_font() -> tuple[Path, Path] | None:
+    """DejaVu Sans (regular, bold): in Debian's folder, else anywhere under FONT_ROOT."""
+    folders = [*FONT_DIRS, *(f.parent for f in sorted(FONT_ROOT.rglob("DejaVuSans.ttf")))]
+    for folder in folders:
         regular, bold = folder / "DejaVuSans.ttf", folder / "DejaVuSans-Bold.ttf"
         if regular.is_file() and bold.is_file():
-            pdf.add_font("DejaVu", "", str(regular))
-            pdf.add_font("DejaVu", "B", str(bold))
-            return "DejaVu", True
-    return "Helvetica", False
+            return regular, bold
+    return None
+
+
+@functools.cache
+def fallback_font() -> Path | None:
+    """The first installed font of FALLBACK_FONTS, or None."""
+    for name in FALLBACK_FONTS:
+        path = FONT_ROOT / name
+        if path.is_file():
+            return path
+    return None
+
+
+def _lacking(pdf: FPDF, family: str, chars: set[str]) -> set[str]:
+    cmap: dict[int, object] = getattr(pdf.fonts[family.lower()], "cmap", {})
+    return {c for c in chars if ord(c) not in cmap and not c.isspace()}
+
+
+def _font(pdf: FPDF, shown: str) -> tuple[str, bool, frozenset[str]]:
+    """The font family for the text ``shown``, whether it is Unicode, and the characters
+    no font has: the core Helvetica for Latin-1, else DejaVu Sans (and a fallback font
+    for the characters DejaVu lacks)."""
+    found = None if _is_latin1(shown) else unicode_font()
+    if found is None:
+        return "Helvetica", False, frozenset()
+    pdf.add_font("DejaVu", "", str(found[0]))
+    pdf.add_font("DejaVu", "B", str(found[1]))
+    lacking = _lacking(pdf, "DejaVu", set(shown))
+    fallback = fallback_font() if lacking else None
+    if fallback is not None:
+        pdf.add_font("Fallback", "", str(fallback))
+        pdf.set_fallback_fonts(["Fallback"], exact_match=False)
+        lacking = _lacking(pdf, "Fallback", lacking)
+    return "DejaVu", True, frozenset(lacking)
 
 
 class _Page:
-    def __init__(self, latin1: bool) -> None:
+    def __init__(self, shown: str) -> None:
         self.pdf = FPDF(format="A4")
         self.pdf.set_auto_page_break(True, margin=15)
         self.pdf.add_page()
-        self.family, self.unicode = _font(self.pdf, latin1)
+        self.family, self.unicode, self.lacking = _font(self.pdf, shown)
 
     def text(self, value: object, limit: int = 300) -> str:
+        """``value`` as one line of text the font can show, at most ``limit`` long."""
         text = " ".join(_CONTROL.sub(" ", str(value)).split())
         text = text if len(text) <= limit else text[: limit - 1] + "…"
+        if self.lacking:
+            text = "".join("\ufffd" if c in self.lacking else c for c in text)
         if not self.unicode:
             text = text.replace("…", "...").replace("≠", "!=")
             text = text.encode("latin-1", "replace").decode("latin-1")
@@ -57,24 +103,40 @@ class _Page:
         self.pdf.set_font(self.family, "B" if bold else "", size)
         self.pdf.multi_cell(0, size * 0.5, self.text(value, limit), new_x="LMARGIN", new_y="NEXT")
 
+    def fit(self, text: str, width: float) -> str:
+        """``text`` cut to fit a table cell ``width`` mm wide (with "…")."""
+        room = width - 2 * self.pdf.c_margin
+        if self.pdf.get_string_width(text) <= room:
+            return text
+        mark = "…" if self.unicode else "..."
+        while text and self.pdf.get_string_width(text + mark) > room:
+            text = text[: max(0, min(len(text) - 1, int(len(text) * 0.9)))]
+        return text + mark
+
     def row(self, cells: list[tuple[object, float, str]], bold: bool = False) -> None:
         self.pdf.set_font(self.family, "B" if bold else "", 8)
         for value, width, align in cells:
-            self.pdf.cell(width, 5, self.text(value, 80), align=align)
+            self.pdf.cell(width, 5, self.fit(self.text(value, 80), width), align=align)
         self.pdf.ln(5)
 
     def gap(self, mm: float = 3) -> None:
         self.pdf.ln(mm)
 
 
-def _is_latin1(inv: Invoice, report: Report | None) -> bool:
-    """Is every text the rendering shows Latin-1 (the core fonts' range, and "…")?"""
+def _shown(inv: Invoice, report: Report | None) -> str:
+    """All the text from the invoice and the report the rendering may show (for the
+    choice of fonts)."""
     texts = [str(v) for v in inv.as_fields().values() if v is not None]
     texts += [line.name or "" for line in inv.lines[:MAX_LINES_SHOWN]]
+    texts += [line.id or "" for line in inv.lines[:MAX_LINES_SHOWN]]
     texts += [f.message for f in (report.findings if report else ())]
-    texts += ["Käufer Prüfung fällig Zuschläge Nachlässe"]
+    return _CONTROL.sub(" ", "".join(texts))
+
+
+def _is_latin1(text: str) -> bool:
+    """Is ``text`` Latin-1 (the core fonts' range; "…" and "≠" have a Latin-1 stand-in)?"""
     try:
-        "".join(texts).replace("…", "").replace("≠", "").encode("latin-1")
+        text.replace("…", "").replace("≠", "").encode("latin-1")
     except UnicodeEncodeError:
         return False
     return True
@@ -140,7 +202,7 @@ def _totals(page: _Page, inv: Invoice) -> None:
 
 def render_pdf(inv: Invoice, out: Path, report: Report | None = None) -> None:
     """``inv`` as a readable A4 PDF at ``out`` (atomically)."""
-    page = _Page(_is_latin1(inv, report))
+    page = _Page(_shown(inv, report))
     word = "Gutschrift / credit note" if inv.kind == "credit_note" else "Rechnung / invoice"
     page.say(f"{word} {inv.number or '(ohne Nummer / no number)'}", 16, bold=True)
     page.say(f"Datum / date: {inv.issue_date or '-'}    fällig / due: {inv.due_date or '-'}", 9)

