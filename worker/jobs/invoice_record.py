@@ -9,7 +9,6 @@ tenant is flagged (``duplicate_of``), never refused: it may be a correction.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,8 +16,6 @@ from ingestd.db.database import Tx, jsonb
 from ingestd.queue.claims import Job
 from worker.analysis.einvoice.model import Invoice, Report
 from worker.analysis.workflows import InvoiceFacts
-
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,9 +38,9 @@ class InvoiceRecord:
 
     @property
     def correspondent(self) -> str | None:
-        """The seller as a correspondent name: plain text, at most 100 characters."""
-        name = " ".join(_CONTROL.sub(" ", self.invoice.seller.name or "").split())[:100]
-        return name.strip() or None
+        """The seller as a correspondent name, at most 100 characters (the reader already
+        removed control characters and runs of blanks)."""
+        return (self.invoice.seller.name or "")[:100].strip() or None
 
     @property
     def document_type(self) -> str:

@@ -18,7 +18,6 @@ read at all (not an invoice, a DTD, malformed) needs attention with the reason.
 
 from __future__ import annotations
 
-import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -31,7 +30,8 @@ from worker.analysis.einvoice.model import Invoice, Report
 from worker.analysis.einvoice.read import NotAnInvoice, read_invoice
 from worker.analysis.einvoice.render import render_pdf
 from worker.analysis.einvoice.validate import validate
-from worker.analysis.ocr.text import clean, render_thumbnail
+from worker.analysis.ocr.files import publish
+from worker.analysis.ocr.text import clean, page_text, render_thumbnail
 from worker.jobs import NeedsAttention
 from worker.jobs.analysis_input import SavedText
 from worker.jobs.invoice_record import InvoiceRecord
@@ -87,9 +87,7 @@ def _publish_dir(out_dir: Path) -> Path:
 
 def _publish(work: Path, out_dir: Path, names: tuple[str, ...]) -> None:
     for name in names:
-        with open(work / name, "rb") as f:
-            os.fsync(f.fileno())
-        os.replace(work / name, out_dir / name)
+        publish(work / name, out_dir / name)
     fsync_dir(out_dir)
 
 
@@ -124,18 +122,7 @@ def read_xml_invoice(
 def _pdf_pages(pdf: Path) -> list[str]:
     doc = pypdfium2.PdfDocument(str(pdf))
     try:
-        pages = []
-        for i in range(len(doc)):
-            page = doc[i]
-            try:
-                textpage = page.get_textpage()
-                try:
-                    pages.append(clean(textpage.get_text_range()))
-                finally:
-                    textpage.close()
-            finally:
-                page.close()
-        return pages
+        return [clean(page_text(doc, i)) for i in range(len(doc))]
     finally:
         doc.close()
 
